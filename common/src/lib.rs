@@ -1,0 +1,94 @@
+//! Types shared by the eBPF policer and the daemon. Every type here is `#[repr(C)]`, has no
+//! padding holes (explicit `_pad` fields) and is read and written through BPF maps, so the
+//! layout is the contract between the kernel side and userspace.
+#![no_std]
+
+/// Index of the egress bucket in [`BucketConfig`] / [`BucketState`] / [`Counters`] arrays.
+pub const DIR_EGRESS: u32 = 0;
+/// Index of the ingress bucket.
+pub const DIR_INGRESS: u32 = 1;
+/// Number of buckets: one per direction. All frontend interfaces of a host share the host's
+/// budget (the host's share of the rack cap), so one bucket per direction is the whole group.
+pub const NUM_BUCKETS: u32 = 2;
+
+/// Written into [`BucketConfig::magic`] by the daemon. A config slot without it (a zeroed,
+/// never-initialised or foreign-written map) makes the policer drop every packet: fail closed.
+pub const CONFIG_MAGIC: u32 = 0x5257_4331; // "RWC1"
+
+/// The cap for one direction, written by the daemon, read by the policer on every packet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BucketConfig {
+    /// Sustained rate in bytes per second (counted as `skb->len`, so L2 frame bytes).
+    pub rate_bytes_per_s: u64,
+    /// Bucket depth in bytes: the most that can pass at once after an idle period.
+    pub burst_bytes: u64,
+    /// `floor(burst_bytes * 1e9 / rate_bytes_per_s)`, precomputed by the daemon so the
+    /// policer never multiplies two large numbers. Floor keeps the bound conservative.
+    pub tau_ns: u64,
+    /// Monotonic config generation, bumped by the daemon on every cap change (evidence of
+    /// who changed what when, and a cheap way to detect a foreign write).
+    pub generation: u32,
+    /// Must equal [`CONFIG_MAGIC`] or the policer drops.
+    pub magic: u32,
+}
+
+/// Token-bucket state as GCRA: the theoretical arrival time of the next conforming byte.
+/// A packet of `len` bytes conforms iff `max(tat, now) + cost(len) <= now + tau`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BucketState {
+    /// Nanoseconds on `bpf_ktime_get_ns` (CLOCK_MONOTONIC). Only ever moved forward with a
+    /// compare-and-exchange, so two CPUs can never both spend the same budget.
+    pub tat_ns: u64,
+}
+
+/// Per-direction counters, kept per CPU (exact without atomics) and summed by the daemon.
+/// All fields are monotonic for the life of the pinned map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub passed_bytes: u64,
+    pub passed_packets: u64,
+    pub dropped_bytes: u64,
+    pub dropped_packets: u64,
+    /// Packets dropped because the config slot was missing or not initialised (fail closed).
+    pub unconfigured_drops: u64,
+    /// Packets dropped because the compare-and-exchange lost too many races in a row.
+    pub contention_drops: u64,
+}
+
+impl Counters {
+    /// Field-wise sum; used to fold the per-CPU values.
+    pub fn add(&mut self, other: &Counters) {
+        self.passed_bytes = self.passed_bytes.wrapping_add(other.passed_bytes);
+        self.passed_packets = self.passed_packets.wrapping_add(other.passed_packets);
+        self.dropped_bytes = self.dropped_bytes.wrapping_add(other.dropped_bytes);
+        self.dropped_packets = self.dropped_packets.wrapping_add(other.dropped_packets);
+        self.unconfigured_drops = self
+            .unconfigured_drops
+            .wrapping_add(other.unconfigured_drops);
+        self.contention_drops = self.contention_drops.wrapping_add(other.contention_drops);
+    }
+}
+
+/// Map names, as they appear in the ELF object and under the pin root.
+pub mod map_names {
+    pub const CONFIG: &str = "RW_CONFIG";
+    pub const STATE: &str = "RW_STATE";
+    pub const COUNTERS: &str = "RW_COUNTERS";
+}
+
+/// Program names in the ELF object.
+pub mod prog_names {
+    pub const EGRESS: &str = "rw_egress";
+    pub const INGRESS: &str = "rw_ingress";
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all three are repr(C), contain only u64/u32 fields laid out without padding.
+    unsafe impl aya::Pod for super::BucketConfig {}
+    unsafe impl aya::Pod for super::BucketState {}
+    unsafe impl aya::Pod for super::Counters {}
+}

@@ -1,0 +1,514 @@
+//! `rackwardend`'s main loop, as an explicit state machine.
+//!
+//! ```text
+//! Starting ──(limiter loaded/adopted, every hook attached, caps written)──> Enforcing
+//! Enforcing ──(a hook cannot be restored)──> Degraded ──(restored)──> Enforcing
+//! Enforcing | Degraded ──(SIGTERM/SIGINT)──> Stopping
+//! ```
+//! Stopping leaves every pin in place: the limiter keeps enforcing without the daemon.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
+};
+
+use rackwarden_common::{BucketConfig, Counters};
+
+use crate::{
+    config::Config,
+    control::{self, CapSetOutcome, Envelope, Request, Response},
+    gaps::{EnforcementGap, GapKind, GapLog, now_ms},
+    limiter::{Direction, Limiter, LimiterError, maps::bucket_config},
+    pins::PinPaths,
+    status::{DirectionStatus, StatusReport},
+    units,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentState {
+    Starting,
+    Enforcing,
+    /// At least one hook is not enforcing and could not be restored at the last check.
+    Degraded,
+    Stopping,
+}
+
+impl AgentState {
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentState::Starting => "starting",
+            AgentState::Enforcing => "enforcing",
+            AgentState::Degraded => "degraded",
+            AgentState::Stopping => "stopping",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Netns(#[from] crate::netns::NetnsError),
+    #[error(transparent)]
+    Limiter(#[from] LimiterError),
+    #[error(transparent)]
+    Gaps(#[from] crate::gaps::GapLogError),
+    #[error(transparent)]
+    Control(#[from] crate::control::ControlError),
+}
+
+/// Counter samples for the "recent rate" column: one per second, a few seconds kept.
+const RATE_SAMPLES: usize = 6;
+
+pub struct Agent {
+    cfg: Config,
+    limiter: Limiter,
+    state: AgentState,
+    gaps: GapLog,
+    /// What we last wrote to the config map, per direction: anything else there is tampering.
+    expected: BTreeMap<Direction, BucketConfig>,
+    /// Last time each hook was verified enforcing (unix ms).
+    last_ok: BTreeMap<(String, Direction), u64>,
+    /// Foreign programs already reported ahead of ours, so one intruder is one gap, not one
+    /// per check.
+    reported_ahead: BTreeMap<(String, Direction), Vec<u32>>,
+    samples: VecDeque<(Instant, [Counters; 2])>,
+}
+
+impl Agent {
+    /// Starting: enter the namespace, load or adopt the limiter, attach, write the caps.
+    /// Must run before any other thread exists when `netns` is set (setns is per thread).
+    pub fn start(cfg: Config) -> Result<Agent, AgentError> {
+        if let Some(ns) = &cfg.netns {
+            crate::netns::enter(ns)?;
+        }
+        cfg.check_interfaces_exist()?;
+        let pins = PinPaths::new(&cfg.pin_root);
+        let mut limiter = Limiter::load_or_adopt(&pins)?;
+        let gaps = GapLog::open(&cfg.state_dir)?;
+        log::info!(
+            "{} policer under {} (egress prog #{} tag {}, ingress prog #{} tag {})",
+            if limiter.adopted {
+                "adopted pinned"
+            } else {
+                "loaded and pinned new"
+            },
+            pins.root().display(),
+            limiter.identity(Direction::Egress).id,
+            limiter.identity(Direction::Egress).tag,
+            limiter.identity(Direction::Ingress).id,
+            limiter.identity(Direction::Ingress).tag,
+        );
+        let kind = limiter.choose_kind(cfg.attach_mode, &cfg.interfaces[0]);
+        let mut agent = Agent {
+            cfg,
+            limiter,
+            state: AgentState::Starting,
+            gaps,
+            expected: BTreeMap::new(),
+            last_ok: BTreeMap::new(),
+            reported_ahead: BTreeMap::new(),
+            samples: VecDeque::new(),
+        };
+        log::info!("attach mode: {kind:?}");
+        agent.write_caps_from_config()?;
+        agent.check_hooks(true)?;
+        agent.state = if agent.all_enforcing() {
+            AgentState::Enforcing
+        } else {
+            AgentState::Degraded
+        };
+        log::info!("state: {}", agent.state.name());
+        Ok(agent)
+    }
+
+    pub fn state(&self) -> AgentState {
+        self.state
+    }
+
+    fn all_enforcing(&self) -> bool {
+        self.cfg.interfaces.iter().all(|i| {
+            Direction::ALL.iter().all(|d| {
+                self.limiter
+                    .inspect(i, *d)
+                    .map(|h| h.attached)
+                    .unwrap_or(false)
+            })
+        })
+    }
+
+    fn host_cap(&self, dir: Direction) -> u64 {
+        match dir {
+            Direction::Egress => self.cfg.host_egress_bytes_per_s(),
+            Direction::Ingress => self.cfg.host_ingress_bytes_per_s(),
+        }
+    }
+
+    /// Writes the configured caps, keeping the bucket state. Logs every change against what
+    /// was in the map before (a restart with a new config file is a cap change too).
+    fn write_caps_from_config(&mut self) -> Result<(), AgentError> {
+        for d in Direction::ALL {
+            let current = self.limiter.maps.config(d)?;
+            let rate = self.host_cap(d);
+            let same = current.magic == rackwarden_common::CONFIG_MAGIC
+                && current.rate_bytes_per_s == rate
+                && current.burst_bytes == self.cfg.burst_bytes;
+            let cfg = if same {
+                current
+            } else {
+                let next = bucket_config(
+                    rate,
+                    self.cfg.burst_bytes,
+                    current.generation.wrapping_add(1),
+                );
+                self.limiter.maps.set_config(d, &next)?;
+                log::info!(
+                    "cap {}: {} -> {} (burst {} B, generation {})",
+                    d.name(),
+                    if current.magic == 0 {
+                        "unset".into()
+                    } else {
+                        units::fmt_rate(current.rate_bytes_per_s as f64)
+                    },
+                    units::fmt_rate(rate as f64),
+                    self.cfg.burst_bytes,
+                    next.generation
+                );
+                next
+            };
+            self.expected.insert(d, cfg);
+        }
+        Ok(())
+    }
+
+    /// Checks every hook and the config map; restores what it can and records each gap.
+    /// `at_start`: a missing attachment is normal on first start (nothing attached yet) but a
+    /// gap when the limiter was adopted (it was enforcing before and someone removed it).
+    pub fn check_hooks(&mut self, at_start: bool) -> Result<(), AgentError> {
+        let now = now_ms();
+        // The config map first: a foreign write is undone before anything else.
+        for d in Direction::ALL {
+            let want = self.expected[&d];
+            let have = self.limiter.maps.config(d)?;
+            if have != want {
+                self.limiter.maps.set_config(d, &want)?;
+                self.gaps.record(EnforcementGap {
+                    kind: GapKind::ConfigChanged,
+                    interface: None,
+                    direction: Some(d),
+                    last_verified_at_ms: None,
+                    detected_at_ms: now,
+                    detail: format!(
+                        "config map held rate {} B/s burst {} gen {} magic {:#x}; restored rate {} B/s burst {} gen {}",
+                        have.rate_bytes_per_s, have.burst_bytes, have.generation, have.magic,
+                        want.rate_bytes_per_s, want.burst_bytes, want.generation
+                    ),
+                    restored: true,
+                })?;
+            }
+        }
+        let mut degraded = false;
+        for iface in self.cfg.interfaces.clone() {
+            for d in Direction::ALL {
+                let key = (iface.clone(), d);
+                let last_ok = self.last_ok.get(&key).copied();
+                let hook = match self.limiter.inspect(&iface, d) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        degraded = true;
+                        self.gaps.record(EnforcementGap {
+                            kind: GapKind::CheckFailed,
+                            interface: Some(iface.clone()),
+                            direction: Some(d),
+                            last_verified_at_ms: last_ok,
+                            detected_at_ms: now,
+                            detail: e.to_string(),
+                            restored: false,
+                        })?;
+                        continue;
+                    }
+                };
+                if !hook.attached {
+                    let first_attach = at_start && !self.limiter.adopted;
+                    let restored = match self.limiter.attach(&iface, d) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            log::error!(
+                                "cannot attach {} to {iface} {}: {e}",
+                                d.prog_name(),
+                                d.name()
+                            );
+                            degraded = true;
+                            false
+                        }
+                    };
+                    if !first_attach {
+                        let ours = d.prog_name();
+                        let kind = if hook.programs.iter().any(|p| p.name == ours) {
+                            GapKind::Replaced
+                        } else {
+                            GapKind::Detached
+                        };
+                        self.gaps.record(EnforcementGap {
+                            kind,
+                            interface: Some(iface.clone()),
+                            direction: Some(d),
+                            last_verified_at_ms: last_ok,
+                            detected_at_ms: now,
+                            detail: format!(
+                                "program #{} not on the hook{}; programs present: {:?}",
+                                self.limiter.identity(d).id,
+                                if at_start { " at daemon start" } else { "" },
+                                hook.programs
+                            ),
+                            restored,
+                        })?;
+                    } else if restored {
+                        log::info!("attached {} to {iface} {}", d.prog_name(), d.name());
+                    }
+                    if restored {
+                        self.last_ok.insert(key.clone(), now);
+                    }
+                    continue;
+                }
+                let ahead: Vec<u32> = hook.foreign_ahead.iter().map(|p| p.id).collect();
+                if !ahead.is_empty() && self.reported_ahead.get(&key) != Some(&ahead) {
+                    self.gaps.record(EnforcementGap {
+                        kind: GapKind::ForeignAhead,
+                        interface: Some(iface.clone()),
+                        direction: Some(d),
+                        last_verified_at_ms: last_ok,
+                        detected_at_ms: now,
+                        detail: format!("programs ahead of ours: {:?}", hook.foreign_ahead),
+                        restored: false,
+                    })?;
+                }
+                if ahead.is_empty() {
+                    self.reported_ahead.remove(&key);
+                    self.last_ok.insert(key, now);
+                } else {
+                    self.reported_ahead.insert(key, ahead);
+                }
+            }
+        }
+        if self.state != AgentState::Starting && self.state != AgentState::Stopping {
+            let next = if degraded {
+                AgentState::Degraded
+            } else {
+                AgentState::Enforcing
+            };
+            if next != self.state {
+                log::warn!("state: {} -> {}", self.state.name(), next.name());
+                self.state = next;
+            }
+        }
+        Ok(())
+    }
+
+    fn sample(&mut self) -> Result<(), AgentError> {
+        let c = [
+            self.limiter.maps.counters(Direction::Egress)?,
+            self.limiter.maps.counters(Direction::Ingress)?,
+        ];
+        self.samples.push_back((Instant::now(), c));
+        while self.samples.len() > RATE_SAMPLES {
+            self.samples.pop_front();
+        }
+        Ok(())
+    }
+
+    pub fn status(&self) -> Result<StatusReport, AgentError> {
+        let mut directions = Vec::new();
+        let (first, last) = (self.samples.front(), self.samples.back());
+        for d in Direction::ALL {
+            let cfg = self.limiter.maps.config(d)?;
+            let counters = self.limiter.maps.counters(d)?;
+            let idx = d.index() as usize;
+            let (mut pr, mut dr, mut win) = (None, None, 0.0);
+            if let (Some((t0, c0)), Some((t1, c1))) = (first, last) {
+                let dt = t1.duration_since(*t0).as_secs_f64();
+                if dt > 0.0 {
+                    pr = Some((c1[idx].passed_bytes - c0[idx].passed_bytes) as f64 / dt);
+                    dr = Some((c1[idx].dropped_bytes - c0[idx].dropped_bytes) as f64 / dt);
+                    win = dt;
+                }
+            }
+            directions.push(DirectionStatus {
+                direction: d,
+                rack_cap_bytes_per_s: match d {
+                    Direction::Egress => self.cfg.rack_egress_bytes_per_s,
+                    Direction::Ingress => self.cfg.rack_ingress_bytes_per_s,
+                },
+                host_cap_bytes_per_s: cfg.rate_bytes_per_s,
+                burst_bytes: cfg.burst_bytes,
+                config_generation: cfg.generation,
+                counters: counters.into(),
+                recent_passed_bytes_per_s: pr,
+                recent_dropped_bytes_per_s: dr,
+                recent_window_s: win,
+            });
+        }
+        let mut hooks = Vec::new();
+        for i in &self.cfg.interfaces {
+            for d in Direction::ALL {
+                hooks.push(self.limiter.inspect(i, d)?);
+            }
+        }
+        let n = self.gaps.gaps.len();
+        Ok(StatusReport {
+            rack_id: self.cfg.rack_id.clone(),
+            host_id: self.cfg.host_id.clone(),
+            host_share: self.cfg.host_share,
+            agent_state: self.state.name().into(),
+            attach_kind: self.limiter.kind,
+            pin_root: self.limiter.pins().root().display().to_string(),
+            programs: self.limiter.identities(),
+            map_ids: self.limiter.maps.ids,
+            directions,
+            hooks,
+            gaps_total: n,
+            recent_gaps: self.gaps.gaps[n.saturating_sub(20)..].to_vec(),
+        })
+    }
+
+    fn cap_set(
+        &mut self,
+        egress: Option<String>,
+        ingress: Option<String>,
+        persist: bool,
+    ) -> Result<CapSetOutcome, String> {
+        if egress.is_none() && ingress.is_none() {
+            return Err("give --egress and/or --ingress".into());
+        }
+        let parse = |key: &str, s: &str| -> Result<u64, String> {
+            let r = units::parse_rate(s).map_err(|e| format!("{key}: {e}"))?;
+            let b = r
+                .bytes_per_sec(self.cfg.bytes_per_token)
+                .map_err(|e| format!("{key}: {e}"))?;
+            if b == 0 || (b as f64 * self.cfg.host_share).floor() == 0.0 {
+                return Err(format!("{key}: `{s}` must be above zero for this host"));
+            }
+            Ok(b)
+        };
+        let new_e = egress.as_deref().map(|s| parse("egress", s)).transpose()?;
+        let new_i = ingress
+            .as_deref()
+            .map(|s| parse("ingress", s))
+            .transpose()?;
+        if let Some(b) = new_e {
+            self.cfg.rack_egress_bytes_per_s = b;
+        }
+        if let Some(b) = new_i {
+            self.cfg.rack_ingress_bytes_per_s = b;
+        }
+        self.write_caps_from_config().map_err(|e| e.to_string())?;
+        let (persisted, persist_detail) = if persist {
+            match crate::config_edit::set_caps(
+                &self.cfg.path,
+                egress.as_deref(),
+                ingress.as_deref(),
+            ) {
+                Ok(()) => (true, format!("written to {}", self.cfg.path.display())),
+                Err(e) => (false, format!("NOT persisted: {e}")),
+            }
+        } else {
+            (
+                false,
+                format!(
+                    "not persisted: {} still holds the old cap; a daemon restart restores it (use --persist)",
+                    self.cfg.path.display()
+                ),
+            )
+        };
+        log::info!("cap set via control socket; {persist_detail}");
+        Ok(CapSetOutcome {
+            egress_host_bytes_per_s: self.host_cap(Direction::Egress),
+            ingress_host_bytes_per_s: self.host_cap(Direction::Ingress),
+            generation: self.expected[&Direction::Egress]
+                .generation
+                .max(self.expected[&Direction::Ingress].generation),
+            persisted,
+            persist_detail,
+        })
+    }
+
+    fn handle(&mut self, req: Request) -> Response {
+        match req {
+            Request::Status => match self.status() {
+                Ok(s) => Response::Status(Box::new(s)),
+                Err(e) => Response::Error {
+                    message: e.to_string(),
+                },
+            },
+            Request::CapSet {
+                egress,
+                ingress,
+                persist,
+            } => match self.cap_set(egress, ingress, persist) {
+                Ok(o) => Response::CapSet(o),
+                Err(message) => Response::Error { message },
+            },
+        }
+    }
+
+    /// Enforcing/Degraded: serve the control socket, sample counters every second and check
+    /// the hooks every `check_interval`, until `stop` is set.
+    pub fn run(mut self, stop: &AtomicBool) -> Result<(), AgentError> {
+        let (tx, rx) = mpsc::channel::<Envelope>();
+        control::serve(&self.cfg.control_socket, tx)?;
+        let mut next_sample = Instant::now();
+        let mut next_check = Instant::now() + self.cfg.check_interval;
+        while !stop.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if now >= next_sample {
+                self.sample()?;
+                next_sample = now + Duration::from_secs(1);
+            }
+            if now >= next_check {
+                self.check_hooks(false)?;
+                next_check = now + self.cfg.check_interval;
+            }
+            let wait = next_sample
+                .min(next_check)
+                .saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait.min(Duration::from_millis(200))) {
+                Ok((req, reply)) => {
+                    let _ = reply.send(self.handle(req));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        self.state = AgentState::Stopping;
+        let _ = std::fs::remove_file(&self.cfg.control_socket);
+        log::info!("stopping; the limiter stays pinned and enforcing");
+        Ok(())
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Installs SIGTERM/SIGINT handlers that ask [`Agent::run`] to stop, and returns the flag.
+pub fn stop_on_signals() -> &'static AtomicBool {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGINT,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+    }
+    &STOP
+}

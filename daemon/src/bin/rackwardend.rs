@@ -1,0 +1,28 @@
+//! rackwardend: the rack host daemon. All logic is in the `rackwarden` library.
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Parser;
+use rackwarden::{agent, config::Config};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Keeps this rack host's frontend within its byte budget and proves it"
+)]
+struct Args {
+    /// Configuration file.
+    #[arg(long, default_value = rackwarden::config::DEFAULT_PATH)]
+    config: PathBuf,
+}
+
+fn main() -> anyhow::Result<()> {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let args = Args::parse();
+    let cfg = Config::load(&args.config)?;
+    // Signals first: a SIGTERM during start must not kill us between pin and attach.
+    let stop = agent::stop_on_signals();
+    let agent = agent::Agent::start(cfg).context("starting rackwardend")?;
+    agent.run(stop).context("rackwardend main loop")?;
+    Ok(())
+}

@@ -1,0 +1,327 @@
+//! `/etc/rackwarden/rackwarden.toml`: parsed, validated, and every error names the file, the
+//! key and the line.
+//!
+//! ```toml
+//! rack_id = "rack-a17"
+//! host_id = "host-03"
+//! host_share = 0.25            # this host's share of the rack cap, 0 < share <= 1
+//! interfaces = ["eth0", "eth1"] # frontend interfaces; all share this host's budget
+//!
+//! [cap]                         # caps for the whole rack; this host enforces cap x share
+//! egress = "10 MB/s"
+//! ingress = "10 MB/s"
+//! burst = "256 KiB"             # per host, not scaled by the share
+//! # bytes_per_token = 4         # required when a cap is written in tokens/s
+//! ```
+//!
+//! Optional keys: `pin_root` (default `/sys/fs/bpf/rackwarden`), `state_dir` (default
+//! `/var/lib/rackwarden`), `control_socket` (default `/run/rackwarden/control.sock`),
+//! `check_interval` (default `"2 s"`), `attach_mode` (`auto` | `tcx` | `clsact`), `netns`
+//! (a named network namespace under `/run/netns` to enforce in; for tests and for hosts whose
+//! frontend lives in a namespace).
+
+use std::{
+    ops::Range,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::units;
+
+pub const DEFAULT_PATH: &str = "/etc/rackwarden/rackwarden.toml";
+
+/// The smallest burst we accept: one maximal GSO/TSO super-packet (64 KiB of payload plus
+/// headers) must fit, or a TCP flow could never send a full segment.
+pub const MIN_BURST_BYTES: u64 = 65_536 + 1_024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachMode {
+    /// tcx where the kernel has it, clsact otherwise.
+    Auto,
+    Tcx,
+    Clsact,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub path: PathBuf,
+    pub rack_id: String,
+    pub host_id: String,
+    pub host_share: f64,
+    pub interfaces: Vec<String>,
+    /// Line of each interface entry, for errors found later (an interface that does not exist).
+    pub interface_lines: Vec<usize>,
+    pub rack_egress_bytes_per_s: u64,
+    pub rack_ingress_bytes_per_s: u64,
+    pub burst_bytes: u64,
+    pub bytes_per_token: Option<u64>,
+    pub pin_root: PathBuf,
+    pub state_dir: PathBuf,
+    pub control_socket: PathBuf,
+    pub check_interval: Duration,
+    pub attach_mode: AttachMode,
+    pub netns: Option<String>,
+}
+
+impl Config {
+    /// This host's egress cap: the rack cap times the share, rounded down (never up).
+    pub fn host_egress_bytes_per_s(&self) -> u64 {
+        scale(self.rack_egress_bytes_per_s, self.host_share)
+    }
+    pub fn host_ingress_bytes_per_s(&self) -> u64 {
+        scale(self.rack_ingress_bytes_per_s, self.host_share)
+    }
+
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let err = |span: Option<Range<usize>>, message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            line: span.map(|s| line_of(text, s.start)).unwrap_or(1),
+            message,
+        };
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
+        let unit_err = |key: &str, s: &Spanned<String>, e: units::UnitError| {
+            err(Some(s.span()), format!("`{key}`: {e}"))
+        };
+
+        let nonempty = |key: &str, s: &Spanned<String>| {
+            if s.get_ref().trim().is_empty() {
+                Err(err(Some(s.span()), format!("`{key}` must not be empty")))
+            } else {
+                Ok(s.get_ref().clone())
+            }
+        };
+        let rack_id = nonempty("rack_id", &raw.rack_id)?;
+        let host_id = nonempty("host_id", &raw.host_id)?;
+
+        let share = *raw.host_share.get_ref();
+        if !(share > 0.0 && share <= 1.0) {
+            return Err(err(
+                Some(raw.host_share.span()),
+                format!("`host_share` must be > 0 and <= 1 (it is {share})"),
+            ));
+        }
+
+        if raw.interfaces.get_ref().is_empty() {
+            return Err(err(
+                Some(raw.interfaces.span()),
+                "`interfaces` must name at least one frontend interface".into(),
+            ));
+        }
+        let mut interfaces = Vec::new();
+        let mut interface_lines = Vec::new();
+        for i in raw.interfaces.get_ref() {
+            let name = i.get_ref();
+            if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(' ') {
+                return Err(err(
+                    Some(i.span()),
+                    format!("`interfaces`: `{name}` is not a valid interface name"),
+                ));
+            }
+            if interfaces.contains(name) {
+                return Err(err(
+                    Some(i.span()),
+                    format!("`interfaces`: `{name}` is listed twice"),
+                ));
+            }
+            interfaces.push(name.clone());
+            interface_lines.push(line_of(text, i.span().start));
+        }
+
+        let cap = raw.cap.get_ref();
+        let bytes_per_token = match &cap.bytes_per_token {
+            None => None,
+            Some(b) if *b.get_ref() <= 0 => {
+                return Err(err(
+                    Some(b.span()),
+                    format!(
+                        "`cap.bytes_per_token` must be positive (it is {})",
+                        b.get_ref()
+                    ),
+                ));
+            }
+            Some(b) => Some(*b.get_ref() as u64),
+        };
+        let rate = |key: &str, s: &Spanned<String>| -> Result<u64, ConfigError> {
+            let r = units::parse_rate(s.get_ref()).map_err(|e| unit_err(key, s, e))?;
+            let b = r
+                .bytes_per_sec(bytes_per_token)
+                .map_err(|e| unit_err(key, s, e))?;
+            if b == 0 {
+                return Err(err(Some(s.span()), format!("`{key}` must be above zero")));
+            }
+            Ok(b)
+        };
+        let egress = rate("cap.egress", &cap.egress)?;
+        let ingress = rate("cap.ingress", &cap.ingress)?;
+        for (key, rack, s) in [
+            ("cap.egress", egress, &cap.egress),
+            ("cap.ingress", ingress, &cap.ingress),
+        ] {
+            if scale(rack, share) == 0 {
+                return Err(err(
+                    Some(s.span()),
+                    format!("`{key}` x host_share rounds to zero bytes/s for this host"),
+                ));
+            }
+        }
+        let burst = units::parse_size(cap.burst.get_ref())
+            .map_err(|e| unit_err("cap.burst", &cap.burst, e))?;
+        if burst < MIN_BURST_BYTES {
+            return Err(err(
+                Some(cap.burst.span()),
+                format!(
+                    "`cap.burst` must be at least {MIN_BURST_BYTES} bytes (one GSO packet); it is {burst}"
+                ),
+            ));
+        }
+
+        let check_interval = match &raw.check_interval {
+            None => Duration::from_secs(2),
+            Some(s) => {
+                let d = units::parse_duration(s.get_ref())
+                    .map_err(|e| unit_err("check_interval", s, e))?;
+                if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
+                    return Err(err(
+                        Some(s.span()),
+                        "`check_interval` must be between 100 ms and 60 s".into(),
+                    ));
+                }
+                d
+            }
+        };
+        let attach_mode = match raw
+            .attach_mode
+            .as_ref()
+            .map(|s| (s.get_ref().as_str(), s.span()))
+        {
+            None | Some(("auto", _)) => AttachMode::Auto,
+            Some(("tcx", _)) => AttachMode::Tcx,
+            Some(("clsact", _)) => AttachMode::Clsact,
+            Some((other, span)) => {
+                return Err(err(
+                    Some(span),
+                    format!("`attach_mode` must be auto, tcx or clsact (not `{other}`)"),
+                ));
+            }
+        };
+        let path_or = |v: &Option<Spanned<String>>, default: &str| {
+            PathBuf::from(v.as_ref().map(|s| s.get_ref().as_str()).unwrap_or(default))
+        };
+        let pin_root = path_or(&raw.pin_root, crate::pins::DEFAULT_ROOT);
+        if let Some(s) = &raw.pin_root
+            && !pin_root.starts_with("/sys/fs/bpf/")
+        {
+            return Err(err(
+                Some(s.span()),
+                "`pin_root` must be a directory under /sys/fs/bpf/".into(),
+            ));
+        }
+        Ok(Config {
+            path: path.to_path_buf(),
+            rack_id,
+            host_id,
+            host_share: share,
+            interfaces,
+            interface_lines,
+            rack_egress_bytes_per_s: egress,
+            rack_ingress_bytes_per_s: ingress,
+            burst_bytes: burst,
+            bytes_per_token,
+            pin_root,
+            state_dir: path_or(&raw.state_dir, "/var/lib/rackwarden"),
+            control_socket: path_or(&raw.control_socket, "/run/rackwarden/control.sock"),
+            check_interval,
+            attach_mode,
+            netns: raw.netns.map(|s| s.into_inner()),
+        })
+    }
+
+    /// Checks that every configured interface exists in the current network namespace.
+    pub fn check_interfaces_exist(&self) -> Result<(), ConfigError> {
+        for (name, line) in self.interfaces.iter().zip(&self.interface_lines) {
+            if crate::netns::ifindex(name).is_none() {
+                return Err(ConfigError::Invalid {
+                    path: self.path.clone(),
+                    line: *line,
+                    message: format!(
+                        "`interfaces`: no interface named `{name}` on this host{}",
+                        self.netns
+                            .as_ref()
+                            .map(|n| format!(" (network namespace `{n}`)"))
+                            .unwrap_or_default()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn scale(rate: u64, share: f64) -> u64 {
+    // f64 has 53 bits of mantissa: exact for any cap below 9 PB/s. Floor, never round up.
+    (rate as f64 * share).floor() as u64
+}
+
+/// 1-based line number of a byte offset.
+pub fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    rack_id: Spanned<String>,
+    host_id: Spanned<String>,
+    host_share: Spanned<f64>,
+    interfaces: Spanned<Vec<Spanned<String>>>,
+    cap: Spanned<RawCap>,
+    pin_root: Option<Spanned<String>>,
+    state_dir: Option<Spanned<String>>,
+    control_socket: Option<Spanned<String>>,
+    check_interval: Option<Spanned<String>>,
+    attach_mode: Option<Spanned<String>>,
+    netns: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCap {
+    egress: Spanned<String>,
+    ingress: Spanned<String>,
+    burst: Spanned<String>,
+    bytes_per_token: Option<Spanned<i64>>,
+}

@@ -1,0 +1,19 @@
+//! rackwarden: keeps a rack in inference-only mode and proves it.
+//!
+//! This library holds the daemon's logic; `rackwardend` and `rackwarden` are thin binaries.
+//! Where things live:
+//! - a packet is dropped: `ebpf/src/main.rs` (the only drop point), loaded by [`limiter`];
+//! - pin paths: [`pins`]; caps and units: [`config`], [`units`];
+//! - the daemon's state machine: [`agent`]; enforcement gaps: [`gaps`];
+//! - the control socket: [`control`]; what `status` shows: [`status`].
+
+pub mod agent;
+pub mod config;
+pub mod config_edit;
+pub mod control;
+pub mod gaps;
+pub mod limiter;
+pub mod netns;
+pub mod pins;
+pub mod status;
+pub mod units;

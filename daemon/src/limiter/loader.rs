@@ -1,0 +1,275 @@
+//! Loading, adopting and attaching the policer.
+//!
+//! On first start the embedded object is loaded, its maps are pinned by name under
+//! `<pin_root>/maps` and its programs under `<pin_root>/progs`. Every later start (a restart,
+//! or a restart after `kill -9`) *adopts* the pinned programs and maps instead: the kernel
+//! keeps enforcing throughout, and the bucket position and counters are never reset.
+
+use std::collections::BTreeMap;
+
+use aya::{
+    EbpfLoader,
+    programs::{
+        LinkOrder, SchedClassifier,
+        links::FdLink,
+        tc::{self, NlOptions, TcAttachOptions, TcHandle},
+    },
+};
+
+use super::{Direction, LimiterError, maps::LimiterMaps};
+use crate::{config::AttachMode, pins::PinPaths};
+
+/// The policer object, compiled by `build.rs` from `../ebpf`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rackwarden-ebpf"));
+
+/// Netlink priority and handle of our clsact filters: priority 1 runs before any filter added
+/// with a default priority, and a fixed handle lets us replace our own filter in place.
+const CLSACT_PRIORITY: u16 = 1;
+const CLSACT_HANDLE: TcHandle = TcHandle::new(0, 0x5257);
+
+/// How a program is attached on this kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachKind {
+    /// tcx bpf_link (kernel >= 6.6), pinned under `links/`.
+    Tcx,
+    /// Netlink cls_bpf filter on a clsact qdisc (older kernels); persists without a pin.
+    Clsact,
+}
+
+/// Kernel identity of one loaded program: what the evidence records and the watch compares.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProgramIdentity {
+    pub name: String,
+    pub id: u32,
+    /// The kernel's program tag (hash of the instructions), hex as bpftool prints it.
+    pub tag: String,
+}
+
+pub struct Limiter {
+    pins: PinPaths,
+    pub maps: LimiterMaps,
+    progs: BTreeMap<&'static str, SchedClassifier>,
+    identities: BTreeMap<&'static str, ProgramIdentity>,
+    /// True when the programs were already pinned when this process started.
+    pub adopted: bool,
+    pub kind: Option<AttachKind>,
+}
+
+impl Limiter {
+    /// Adopts the pinned policer, or loads and pins the embedded one if none is pinned.
+    pub fn load_or_adopt(pins: &PinPaths) -> Result<Limiter, LimiterError> {
+        let pinned = Direction::ALL
+            .iter()
+            .all(|d| pins.prog(d.prog_name()).exists());
+        if !pinned {
+            load_and_pin(pins)?;
+        }
+        let mut progs = BTreeMap::new();
+        let mut identities = BTreeMap::new();
+        for d in Direction::ALL {
+            let name = d.prog_name();
+            let prog_err = |source| LimiterError::Program {
+                name: name.into(),
+                source,
+            };
+            let p = SchedClassifier::from_pin(pins.prog(name)).map_err(prog_err)?;
+            let info = p.info().map_err(prog_err)?;
+            identities.insert(
+                name,
+                ProgramIdentity {
+                    name: name.into(),
+                    id: info.id(),
+                    tag: format!("{:016x}", info.tag()),
+                },
+            );
+            progs.insert(name, p);
+        }
+        let maps = LimiterMaps::open(pins)?;
+        Ok(Limiter {
+            pins: pins.clone(),
+            maps,
+            progs,
+            identities,
+            adopted: pinned,
+            kind: None,
+        })
+    }
+
+    pub fn pins(&self) -> &PinPaths {
+        &self.pins
+    }
+
+    pub fn identity(&self, dir: Direction) -> &ProgramIdentity {
+        // Both directions are inserted in `load_or_adopt`; the map is never shrunk.
+        &self.identities[dir.prog_name()]
+    }
+
+    pub fn identities(&self) -> Vec<ProgramIdentity> {
+        self.identities.values().cloned().collect()
+    }
+
+    /// Decides tcx or clsact for this kernel. `auto` tries a tcx query on the first interface:
+    /// kernels without tcx reject the query's attach type.
+    pub fn choose_kind(&mut self, mode: AttachMode, probe_iface: &str) -> AttachKind {
+        let kind = match mode {
+            AttachMode::Tcx => AttachKind::Tcx,
+            AttachMode::Clsact => AttachKind::Clsact,
+            AttachMode::Auto => {
+                match SchedClassifier::query_tcx(probe_iface, Direction::Egress.tc()) {
+                    Ok(_) => AttachKind::Tcx,
+                    Err(e) => {
+                        log::info!("tcx not available ({e}); using clsact");
+                        AttachKind::Clsact
+                    }
+                }
+            }
+        };
+        self.kind = Some(kind);
+        kind
+    }
+
+    /// Attaches our program to `iface` in `dir`, ahead of any other program there. Replaces a
+    /// stale pinned link of ours (one whose attachment was removed behind our back).
+    pub fn attach(&mut self, iface: &str, dir: Direction) -> Result<(), LimiterError> {
+        let kind = self.kind.unwrap_or(AttachKind::Tcx);
+        let name = dir.prog_name();
+        let attach_err = |detail: String| LimiterError::Attach {
+            prog: name.into(),
+            iface: iface.into(),
+            dir: dir.name(),
+            detail,
+        };
+        let prog = self
+            .progs
+            .get_mut(name)
+            .ok_or_else(|| LimiterError::MissingProgram(name.into()))?;
+        match kind {
+            AttachKind::Tcx => {
+                let link_path = self.pins.link(iface, dir);
+                // A pin of a link that no longer holds an attachment is useless; drop it
+                // before pinning the new link in its place.
+                let _ = std::fs::remove_file(&link_path);
+                let id = prog
+                    .attach_with_options(
+                        iface,
+                        dir.tc(),
+                        TcAttachOptions::TcxOrder(LinkOrder::first()),
+                    )
+                    .map_err(|e| attach_err(e.to_string()))?;
+                let link = prog.take_link(id).map_err(|e| attach_err(e.to_string()))?;
+                let fd_link: FdLink = link
+                    .try_into()
+                    .map_err(|e: aya::programs::links::LinkError| attach_err(e.to_string()))?;
+                fd_link
+                    .pin(&link_path)
+                    .map_err(|source| LimiterError::Pin {
+                        path: link_path,
+                        source,
+                    })?;
+            }
+            AttachKind::Clsact => {
+                // An existing clsact qdisc makes this fail with "Exclusivity flag on": fine.
+                let _ = tc::qdisc_add_clsact(iface);
+                let opts = || NlOptions {
+                    priority: CLSACT_PRIORITY,
+                    handle: CLSACT_HANDLE,
+                    ..Default::default()
+                };
+                let id = match prog.attach_with_options(
+                    iface,
+                    dir.tc(),
+                    TcAttachOptions::Netlink(opts()),
+                ) {
+                    Ok(id) => id,
+                    Err(_) => {
+                        // Our priority/handle is taken (by a stale filter of ours, or a
+                        // foreign one squatting it): replace it in place.
+                        let existing = tc::SchedClassifierLink::attached(
+                            iface,
+                            dir.tc(),
+                            CLSACT_PRIORITY,
+                            CLSACT_HANDLE,
+                            None,
+                        )
+                        .map_err(|e| attach_err(e.to_string()))?;
+                        prog.attach_to_link(existing)
+                            .map_err(|e| attach_err(e.to_string()))?
+                    }
+                };
+                let link = prog.take_link(id).map_err(|e| attach_err(e.to_string()))?;
+                // Dropping a netlink link detaches it; the filter must outlive this process.
+                std::mem::forget(link);
+            }
+        }
+        Ok(())
+    }
+
+    /// Attaches to every interface and direction (used at start).
+    pub fn attach_all(&mut self, ifaces: &[String]) -> Result<(), LimiterError> {
+        for iface in ifaces {
+            for d in Direction::ALL {
+                self.attach(iface, d)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn load_and_pin(pins: &PinPaths) -> Result<(), LimiterError> {
+    crate::pins::ensure_bpffs().map_err(|source| LimiterError::PinDir {
+        path: "/sys/fs/bpf".into(),
+        source,
+    })?;
+    pins.create_dirs().map_err(|source| LimiterError::PinDir {
+        path: pins.root().to_path_buf(),
+        source,
+    })?;
+    // Maps declared `pinned` in the object are created under maps/ or, if already pinned
+    // there (programs were removed but maps kept), reused: the bucket is never refilled.
+    let mut ebpf = EbpfLoader::new()
+        .default_map_pin_directory(pins.maps_dir())
+        .load(OBJECT)?;
+    for d in Direction::ALL {
+        let name = d.prog_name();
+        let prog_err = |source| LimiterError::Program {
+            name: name.into(),
+            source,
+        };
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut(name)
+            .ok_or_else(|| LimiterError::MissingProgram(name.into()))?
+            .try_into()
+            .map_err(prog_err)?;
+        prog.load().map_err(prog_err)?;
+        let path = pins.prog(name);
+        let _ = std::fs::remove_file(&path);
+        prog.pin(&path)
+            .map_err(|source| LimiterError::Pin { path, source })?;
+    }
+    Ok(())
+}
+
+/// Removes the limiter: unpins links (which detaches tcx attachments), programs and maps,
+/// and deletes our clsact filters. Enforcement ends and counters are lost: only for
+/// uninstalling and for test fixtures. Must run in the interfaces' network namespace.
+pub fn remove(pins: &PinPaths, ifaces: &[String]) -> std::io::Result<()> {
+    for iface in ifaces {
+        for d in Direction::ALL {
+            // Best effort: on a tcx host there is no such filter and tc says so.
+            let _ = std::process::Command::new("tc")
+                .args([
+                    "filter",
+                    "del",
+                    "dev",
+                    iface,
+                    d.name(),
+                    "pref",
+                    &CLSACT_PRIORITY.to_string(),
+                ])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+    pins.remove_all()
+}

@@ -1,0 +1,116 @@
+//! Every path under bpffs that rackwarden pins to. Nothing else in the project builds a pin
+//! path: a reader (or an auditor) finds the whole on-disk footprint of the limiter here.
+//!
+//! ```text
+//! <root>/                      default /sys/fs/bpf/rackwarden
+//!   maps/RW_CONFIG             caps per direction (BucketConfig)
+//!   maps/RW_STATE              GCRA bucket state per direction (BucketState)
+//!   maps/RW_COUNTERS           per-CPU counters per direction (Counters)
+//!   progs/rw_egress            the egress policer program
+//!   progs/rw_ingress           the ingress policer program
+//!   links/<ifname>_egress      tcx link holding the egress attachment (tcx mode only)
+//!   links/<ifname>_ingress
+//! ```
+//! bpffs refuses any name containing `.` (EPERM, "reserved for future extensions"), and
+//! interface names may contain dots (VLANs: `eth0.100`), so dots in names are written `%2E`.
+//! ```text
+//! ```
+//! Pins keep the programs attached and the maps (bucket and counters) alive across daemon
+//! crashes and restarts; only a reboot or an explicit `rackwarden limiter remove` clears them.
+
+use std::path::{Path, PathBuf};
+
+use crate::limiter::Direction;
+
+pub const DEFAULT_ROOT: &str = "/sys/fs/bpf/rackwarden";
+
+#[derive(Debug, Clone)]
+pub struct PinPaths {
+    root: PathBuf,
+}
+
+impl PinPaths {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        PinPaths { root: root.into() }
+    }
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn maps_dir(&self) -> PathBuf {
+        self.root.join("maps")
+    }
+    pub fn map(&self, name: &str) -> PathBuf {
+        self.maps_dir().join(name)
+    }
+    pub fn progs_dir(&self) -> PathBuf {
+        self.root.join("progs")
+    }
+    pub fn prog(&self, name: &str) -> PathBuf {
+        self.progs_dir().join(name)
+    }
+    pub fn links_dir(&self) -> PathBuf {
+        self.root.join("links")
+    }
+    pub fn link(&self, ifname: &str, dir: Direction) -> PathBuf {
+        let escaped = ifname.replace('%', "%25").replace('.', "%2E");
+        self.links_dir().join(format!("{escaped}_{}", dir.name()))
+    }
+    pub fn create_dirs(&self) -> std::io::Result<()> {
+        for d in [self.maps_dir(), self.progs_dir(), self.links_dir()] {
+            std::fs::create_dir_all(d)?;
+        }
+        Ok(())
+    }
+    /// Removes every pin under the root (and the root). Unpinning a tcx link detaches it.
+    pub fn remove_all(&self) -> std::io::Result<()> {
+        match std::fs::remove_dir_all(&self.root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+}
+
+/// The bpffs magic number (`BPF_FS_MAGIC` in linux/magic.h).
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Mounts bpffs on `/sys/fs/bpf` if nothing is mounted there yet. systemd does this at boot;
+/// minimal hosts, containers and VM guests may not, and pins on a non-bpffs path fail.
+pub fn ensure_bpffs() -> std::io::Result<()> {
+    let mnt = c"/sys/fs/bpf";
+    // SAFETY: statfs writes into the zeroed struct we pass.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(mnt.as_ptr(), &mut st) } == 0 && st.f_type as i64 == BPF_FS_MAGIC {
+        return Ok(());
+    }
+    log::info!("bpffs is not mounted on /sys/fs/bpf; mounting it");
+    // SAFETY: constant, NUL-terminated arguments.
+    let rc = unsafe {
+        libc::mount(
+            c"bpf".as_ptr(),
+            mnt.as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_pins_never_contain_dots() {
+        let p = PinPaths::new("/sys/fs/bpf/rackwarden");
+        let l = p.link("eth0.100", Direction::Egress);
+        assert_eq!(
+            l,
+            PathBuf::from("/sys/fs/bpf/rackwarden/links/eth0%2E100_egress")
+        );
+        assert!(!l.file_name().unwrap().to_str().unwrap().contains('.'));
+    }
+}

@@ -1,0 +1,172 @@
+//! What `rackwarden status` shows: the agent builds a [`StatusReport`], the CLI renders it as
+//! a table or prints it as JSON.
+
+use std::fmt::Write as _;
+
+use rackwarden_common::Counters;
+
+use crate::{
+    gaps::EnforcementGap,
+    limiter::{AttachKind, Direction, ProgramIdentity, maps::MapIds, watch::HookStatus},
+    units::{fmt_bytes, fmt_rate},
+};
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct DirectionStatus {
+    pub direction: Direction,
+    pub rack_cap_bytes_per_s: u64,
+    pub host_cap_bytes_per_s: u64,
+    pub burst_bytes: u64,
+    pub config_generation: u32,
+    pub counters: CountersJson,
+    /// Passed bytes per second over the last few seconds (None until two samples exist).
+    pub recent_passed_bytes_per_s: Option<f64>,
+    pub recent_dropped_bytes_per_s: Option<f64>,
+    pub recent_window_s: f64,
+}
+
+/// Counters with named fields in JSON (the common crate's type is kernel-facing).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct CountersJson {
+    pub passed_bytes: u64,
+    pub passed_packets: u64,
+    pub dropped_bytes: u64,
+    pub dropped_packets: u64,
+    pub unconfigured_drops: u64,
+    pub contention_drops: u64,
+}
+
+impl From<Counters> for CountersJson {
+    fn from(c: Counters) -> Self {
+        CountersJson {
+            passed_bytes: c.passed_bytes,
+            passed_packets: c.passed_packets,
+            dropped_bytes: c.dropped_bytes,
+            dropped_packets: c.dropped_packets,
+            unconfigured_drops: c.unconfigured_drops,
+            contention_drops: c.contention_drops,
+        }
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StatusReport {
+    pub rack_id: String,
+    pub host_id: String,
+    pub host_share: f64,
+    pub agent_state: String,
+    pub attach_kind: Option<AttachKind>,
+    pub pin_root: String,
+    pub programs: Vec<ProgramIdentity>,
+    pub map_ids: MapIds,
+    pub directions: Vec<DirectionStatus>,
+    pub hooks: Vec<HookStatus>,
+    pub gaps_total: usize,
+    /// The most recent gaps (newest last).
+    pub recent_gaps: Vec<EnforcementGap>,
+}
+
+impl StatusReport {
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "rack {}  host {}  share {}  state {}  attach {}",
+            self.rack_id,
+            self.host_id,
+            self.host_share,
+            self.agent_state,
+            self.attach_kind
+                .map(|k| format!("{k:?}").to_lowercase())
+                .unwrap_or_else(|| "-".into())
+        );
+        let _ = writeln!(
+            s,
+            "\n{:<8} {:>14} {:>14} {:>12} {:>4} {:>16} {:>12} {:>16} {:>12} {:>14}",
+            "dir",
+            "rack cap",
+            "host cap",
+            "burst",
+            "gen",
+            "passed",
+            "pkts",
+            "dropped",
+            "pkts",
+            "rate (recent)"
+        );
+        for d in &self.directions {
+            let _ = writeln!(
+                s,
+                "{:<8} {:>14} {:>14} {:>12} {:>4} {:>16} {:>12} {:>16} {:>12} {:>14}",
+                d.direction.name(),
+                fmt_rate(d.rack_cap_bytes_per_s as f64),
+                fmt_rate(d.host_cap_bytes_per_s as f64),
+                fmt_bytes(d.burst_bytes as f64),
+                d.config_generation,
+                d.counters.passed_bytes,
+                d.counters.passed_packets,
+                d.counters.dropped_bytes,
+                d.counters.dropped_packets,
+                d.recent_passed_bytes_per_s
+                    .map(fmt_rate)
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n{:<16} {:<8} {:<10} {:<24} programs on hook (run order)",
+            "interface", "dir", "attached", "foreign ahead"
+        );
+        for h in &self.hooks {
+            let ahead: Vec<String> = h
+                .foreign_ahead
+                .iter()
+                .map(|p| format!("{}#{}", p.name, p.id))
+                .collect();
+            let all: Vec<String> = h
+                .programs
+                .iter()
+                .map(|p| format!("{}#{}", p.name, p.id))
+                .collect();
+            let _ = writeln!(
+                s,
+                "{:<16} {:<8} {:<10} {:<24} {}",
+                h.interface,
+                h.direction.name(),
+                if h.attached { "yes" } else { "NO" },
+                if ahead.is_empty() {
+                    "-".into()
+                } else {
+                    ahead.join(",")
+                },
+                all.join(",")
+            );
+        }
+        let _ = writeln!(s, "\nprograms:");
+        for p in &self.programs {
+            let _ = writeln!(s, "  {:<12} id {:<8} tag {}", p.name, p.id, p.tag);
+        }
+        let _ = writeln!(
+            s,
+            "maps: config #{} state #{} counters #{} under {}",
+            self.map_ids.config, self.map_ids.state, self.map_ids.counters, self.pin_root
+        );
+        let _ = writeln!(s, "\nenforcement gaps: {} in total", self.gaps_total);
+        for g in &self.recent_gaps {
+            let _ = writeln!(
+                s,
+                "  at {} ms  {:?} {} {}  last ok {}  restored {}  {}",
+                g.detected_at_ms,
+                g.kind,
+                g.interface.as_deref().unwrap_or("-"),
+                g.direction.map(|d| d.name()).unwrap_or("-"),
+                g.last_verified_at_ms
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "never".into()),
+                g.restored,
+                g.detail
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,140 @@
+//! The rack limiter: a tc policer for egress and ingress of each frontend interface.
+//!
+//! This is the only place a packet is dropped for budget. Algorithm: GCRA (a token bucket
+//! written as a virtual clock). The bucket state is one u64 `tat_ns` per direction, shared by
+//! all CPUs and advanced only with compare-and-exchange, so concurrent senders can never spend
+//! the same budget twice: over any window T, passed bytes <= burst + rate * T exactly.
+#![no_std]
+#![no_main]
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
+
+use aya_ebpf::{
+    bindings::{TC_ACT_OK, TC_ACT_SHOT},
+    helpers::bpf_ktime_get_ns,
+    macros::{classifier, map},
+    maps::{Array, PerCpuArray},
+    programs::TcContext,
+};
+use core::intrinsics::{AtomicOrdering, atomic_cxchg};
+use rackwarden_common::{
+    BucketConfig, BucketState, CONFIG_MAGIC, Counters, DIR_EGRESS, DIR_INGRESS, NUM_BUCKETS,
+};
+
+#[map(name = "RW_CONFIG")]
+static RW_CONFIG: Array<BucketConfig> = Array::pinned(NUM_BUCKETS, 0);
+
+#[map(name = "RW_STATE")]
+static RW_STATE: Array<BucketState> = Array::pinned(NUM_BUCKETS, 0);
+
+#[map(name = "RW_COUNTERS")]
+static RW_COUNTERS: PerCpuArray<Counters> = PerCpuArray::pinned(NUM_BUCKETS, 0);
+
+/// How many lost compare-and-exchange races a packet tolerates before it is dropped. Each
+/// loss means another CPU made progress, so this only bites under extreme contention, and
+/// then it fails closed (drop) rather than open.
+const MAX_CAS_RETRIES: u32 = 16;
+
+#[classifier]
+pub fn rw_egress(ctx: TcContext) -> i32 {
+    police(&ctx, DIR_EGRESS)
+}
+
+#[classifier]
+pub fn rw_ingress(ctx: TcContext) -> i32 {
+    police(&ctx, DIR_INGRESS)
+}
+
+#[inline(always)]
+fn police(ctx: &TcContext, dir: u32) -> i32 {
+    let len = ctx.len() as u64; // skb->len: a GSO super-packet counts in full.
+    let Some(counters) = RW_COUNTERS.get_ptr_mut(dir) else {
+        return TC_ACT_SHOT;
+    };
+    // SAFETY: per-CPU slot, only this CPU touches it while this program runs.
+    let counters = unsafe { &mut *counters };
+
+    let verdict = decide(dir, len);
+    match verdict {
+        Verdict::Pass => {
+            counters.passed_bytes = counters.passed_bytes.wrapping_add(len);
+            counters.passed_packets = counters.passed_packets.wrapping_add(1);
+            TC_ACT_OK
+        }
+        drop => {
+            counters.dropped_bytes = counters.dropped_bytes.wrapping_add(len);
+            counters.dropped_packets = counters.dropped_packets.wrapping_add(1);
+            match drop {
+                Verdict::DropUnconfigured => {
+                    counters.unconfigured_drops = counters.unconfigured_drops.wrapping_add(1)
+                }
+                Verdict::DropContention => {
+                    counters.contention_drops = counters.contention_drops.wrapping_add(1)
+                }
+                _ => {}
+            }
+            TC_ACT_SHOT
+        }
+    }
+}
+
+enum Verdict {
+    Pass,
+    DropOverBudget,
+    DropUnconfigured,
+    DropContention,
+}
+
+#[inline(always)]
+fn decide(dir: u32, len: u64) -> Verdict {
+    let Some(cfg) = RW_CONFIG.get(dir) else {
+        return Verdict::DropUnconfigured;
+    };
+    // Copy the config once: a concurrent cap change then applies from the next packet on and
+    // this packet sees one consistent (rate, tau) pair.
+    let cfg = *cfg;
+    if cfg.magic != CONFIG_MAGIC || cfg.rate_bytes_per_s == 0 {
+        return Verdict::DropUnconfigured;
+    }
+    let Some(state) = RW_STATE.get_ptr_mut(dir) else {
+        return Verdict::DropUnconfigured;
+    };
+    // Cost rounded up: the policer may under-deliver by < 1 ns of budget per packet, never over.
+    let cost = (len.wrapping_mul(1_000_000_000) + cfg.rate_bytes_per_s - 1) / cfg.rate_bytes_per_s;
+    let now = unsafe { bpf_ktime_get_ns() };
+    let limit = now.wrapping_add(cfg.tau_ns);
+    // SAFETY: `state` points into a map value that lives as long as the map.
+    let tat_ptr = unsafe { &raw mut (*state).tat_ns };
+    // A plain (volatile) read is enough: a stale value only makes the exchange below fail
+    // and retry with the value the other CPU wrote.
+    let mut old = unsafe { core::ptr::read_volatile(tat_ptr) };
+    let mut tries = 0;
+    while tries < MAX_CAS_RETRIES {
+        let base = if old > now { old } else { now };
+        let new = base.wrapping_add(cost);
+        if new > limit {
+            return Verdict::DropOverBudget;
+        }
+        let (seen, ok) = unsafe {
+            atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
+                tat_ptr, old, new,
+            )
+        };
+        if ok {
+            return Verdict::Pass;
+        }
+        old = seen;
+        tries += 1;
+    }
+    Verdict::DropContention
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

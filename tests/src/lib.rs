@@ -1,0 +1,534 @@
+//! Fixtures for rackwarden's integration tests and demo: a "rack" and an "outside" network
+//! namespace joined by a veth pair, a daemon process running against them, and traffic
+//! generators. Every fixture has its own namespace, interface and pin names (so tests can
+//! run side by side) and removes all of them on drop, also when the test fails.
+//!
+//! Addresses are TEST-NET-1 (192.0.2.0/24) and exist only inside the fixture's namespaces.
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream, UdpSocket},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+pub const RACK_ADDR: &str = "192.0.2.1";
+pub const OUT_ADDR: &str = "192.0.2.2";
+/// Ethernet + IPv4 + UDP headers: `skb->len` at tc = UDP payload + this.
+pub const UDP_FRAME_OVERHEAD: u64 = 14 + 20 + 8;
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Fails the test (never skips) when not root: CI runs as root and these tests must run there.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        panic!(
+            "this test needs root (network namespaces, BPF); run it via `cargo xtask test` as root"
+        );
+    }
+}
+
+fn run(cmd: &[&str]) {
+    let out = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Two namespaces joined by veth: `rack_if` in `rack_ns` (192.0.2.1), `out_if` in `out_ns`
+/// (192.0.2.2), plus a pin root and a state dir that belong to this fixture only.
+pub struct Net {
+    pub rack_ns: String,
+    pub out_ns: String,
+    pub rack_if: String,
+    pub out_if: String,
+    pub pin_root: PathBuf,
+    pub dir: PathBuf,
+}
+
+impl Net {
+    pub fn new(tag: &str) -> Net {
+        require_root();
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let id = format!("{:x}{n}", std::process::id() % 0xfffff);
+        let tag: String = tag
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(4)
+            .collect();
+        let net = Net {
+            rack_ns: format!("rwt-{tag}-{id}-rack"),
+            out_ns: format!("rwt-{tag}-{id}-out"),
+            rack_if: format!("rr{id}"),
+            out_if: format!("ro{id}"),
+            pin_root: PathBuf::from(format!("/sys/fs/bpf/rwt-{tag}-{id}")),
+            dir: std::env::temp_dir().join(format!("rwt-{tag}-{id}")),
+        };
+        assert!(net.rack_if.len() <= 15 && net.out_if.len() <= 15);
+        // Constructed before any command runs: if one fails, Drop still removes what exists.
+        let _ = std::fs::remove_dir_all(&net.dir);
+        std::fs::create_dir_all(&net.dir).unwrap();
+        run(&["ip", "netns", "add", &net.rack_ns]);
+        run(&["ip", "netns", "add", &net.out_ns]);
+        run(&[
+            "ip",
+            "link",
+            "add",
+            &net.rack_if,
+            "netns",
+            &net.rack_ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &net.out_if,
+            "netns",
+            &net.out_ns,
+        ]);
+        for (ns, ifc, addr) in [
+            (&net.rack_ns, &net.rack_if, RACK_ADDR),
+            (&net.out_ns, &net.out_if, OUT_ADDR),
+        ] {
+            // No IPv6: router solicitations and MLD reports would spend budget in the
+            // middle of a measurement.
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{ifc}.disable_ipv6=1"),
+            ]);
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                ifc,
+            ]);
+            run(&["ip", "-n", ns, "link", "set", ifc, "up"]);
+            run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        // Static neighbours: no ARP exchange inside a measurement window.
+        net.static_neighbours();
+        net
+    }
+
+    fn static_neighbours(&self) {
+        let mac = |ns: &str, ifc: &str| -> String {
+            let out = Command::new("ip")
+                .args(["-n", ns, "-j", "link", "show", ifc])
+                .output()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            v[0]["address"].as_str().unwrap().to_string()
+        };
+        let rack_mac = mac(&self.rack_ns, &self.rack_if);
+        let out_mac = mac(&self.out_ns, &self.out_if);
+        run(&[
+            "ip",
+            "-n",
+            &self.rack_ns,
+            "neigh",
+            "replace",
+            OUT_ADDR,
+            "lladdr",
+            &out_mac,
+            "dev",
+            &self.rack_if,
+            "nud",
+            "permanent",
+        ]);
+        run(&[
+            "ip",
+            "-n",
+            &self.out_ns,
+            "neigh",
+            "replace",
+            RACK_ADDR,
+            "lladdr",
+            &rack_mac,
+            "dev",
+            &self.out_if,
+            "nud",
+            "permanent",
+        ]);
+    }
+
+    /// Writes a daemon config for this fixture and returns its path.
+    pub fn write_config(&self, egress: &str, ingress: &str, burst: &str) -> PathBuf {
+        let path = self.dir.join("rackwarden.toml");
+        let text = format!(
+            r#"# generated by the rackwarden test fixture
+rack_id = "rack-test"
+host_id = "host-{id}"
+host_share = 1.0
+interfaces = ["{ifc}"]
+netns = "{ns}"
+pin_root = "{pins}"
+state_dir = "{state}"
+control_socket = "{sock}"
+check_interval = "500 ms"
+
+[cap]
+egress = "{egress}"
+ingress = "{ingress}"
+burst = "{burst}"
+"#,
+            id = self.rack_if,
+            ifc = self.rack_if,
+            ns = self.rack_ns,
+            pins = self.pin_root.display(),
+            state = self.dir.join("state").display(),
+            sock = self.dir.join("control.sock").display(),
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join("control.sock")
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        // Deleting the namespaces destroys the veth pair and any tc state on it; removing the
+        // pin root releases the pinned programs, links and maps.
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.rack_ns])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.out_ns])
+            .status();
+        let _ = std::fs::remove_dir_all(&self.pin_root);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Path of a workspace binary (built by `cargo xtask test` before the tests run).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build the workspace binaries first (`cargo xtask test` does)",
+        p.display()
+    );
+    p
+}
+
+/// A running `rackwardend`, killed (by its own PID) on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(config: &Path, socket: &Path) -> Daemon {
+        let log = config.with_extension(format!("log.{}", SEQ.fetch_add(1, Ordering::SeqCst)));
+        let f = std::fs::File::create(&log).unwrap();
+        let _ = std::fs::remove_file(socket);
+        let child = Command::new(bin("rackwardend"))
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .expect("spawn rackwardend");
+        let mut d = Daemon { child, log };
+        let t0 = Instant::now();
+        while !socket.exists() {
+            if let Ok(Some(status)) = d.child.try_wait() {
+                panic!("rackwardend exited at start ({status}):\n{}", d.log_text());
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "rackwardend did not start:\n{}",
+                d.log_text()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        d
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL: no cleanup code of the daemon runs.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait.
+    pub fn stop(&mut self) {
+        // SAFETY: signalling our own child by PID.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill9();
+        }
+    }
+}
+
+/// Runs `f` on a thread that has entered network namespace `ns`. Sockets created inside stay
+/// in that namespace whichever thread uses them later.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let ns = ns.to_string();
+    thread::spawn(move || {
+        rackwarden::netns::enter(&ns).expect("enter netns");
+        f()
+    })
+    .join()
+    .expect("netns thread panicked")
+}
+
+pub fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Result of a traffic run.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivered {
+    /// Bytes the sender handed to the kernel (payload).
+    pub offered_payload: u64,
+    /// Payload bytes that arrived.
+    pub delivered_payload: u64,
+    /// Datagrams (or 0 for TCP) that arrived.
+    pub delivered_packets: u64,
+    /// Sender's wall time from first send to last send.
+    pub secs: f64,
+}
+
+impl Delivered {
+    pub fn delivered_frame_bytes(&self) -> u64 {
+        self.delivered_payload + self.delivered_packets * UDP_FRAME_OVERHEAD
+    }
+}
+
+/// UDP receiver bound in `ns` at `addr:port`; counts payload bytes and datagrams.
+pub struct UdpSink {
+    pub port: u16,
+    bytes: Arc<AtomicU64>,
+    packets: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl UdpSink {
+    pub fn start(ns: &str, addr: &str) -> UdpSink {
+        let addr = addr.to_string();
+        let sock = in_netns(ns, move || {
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+            let _ = s.set_recv_buffer_size(8 << 20);
+            let sa: SocketAddr = format!("{addr}:0").parse().unwrap();
+            s.bind(&sa.into()).unwrap();
+            UdpSocket::from(s)
+        });
+        let port = sock.local_addr().unwrap().port();
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let bytes = Arc::new(AtomicU64::new(0));
+        let packets = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (b, p, st) = (bytes.clone(), packets.clone(), stop.clone());
+        let handle = thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            while !st.load(Ordering::SeqCst) {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    b.fetch_add(n as u64, Ordering::SeqCst);
+                    p.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        UdpSink {
+            port,
+            bytes,
+            packets,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn totals(&self) -> (u64, u64) {
+        (
+            self.bytes.load(Ordering::SeqCst),
+            self.packets.load(Ordering::SeqCst),
+        )
+    }
+
+    /// Waits until nothing has arrived for a moment, then stops and returns the totals.
+    pub fn finish(mut self) -> (u64, u64) {
+        let mut last = self.totals();
+        loop {
+            thread::sleep(Duration::from_millis(300));
+            let now = self.totals();
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        last
+    }
+}
+
+impl Drop for UdpSink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Sends UDP datagrams of `payload` bytes from `ns` to `dst` for `secs`, optionally paced
+/// to `rate_bytes_per_s` (payload), optionally pinned to a CPU. Returns (offered, secs).
+pub fn udp_send(
+    ns: &str,
+    dst: SocketAddr,
+    payload: usize,
+    secs: f64,
+    rate_bytes_per_s: Option<u64>,
+    cpu: Option<usize>,
+) -> thread::JoinHandle<(u64, f64)> {
+    let ns = ns.to_string();
+    thread::spawn(move || {
+        rackwarden::netns::enter(&ns).expect("enter netns");
+        if let Some(c) = cpu {
+            pin_to_cpu(c);
+        }
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.connect(dst).unwrap();
+        let buf = vec![0x5au8; payload];
+        let mut offered = 0u64;
+        let t0 = Instant::now();
+        let dur = Duration::from_secs_f64(secs);
+        loop {
+            let el = t0.elapsed();
+            if el >= dur {
+                break;
+            }
+            if let Some(r) = rate_bytes_per_s {
+                let allowed = (el.as_secs_f64() * r as f64) as u64;
+                if offered >= allowed {
+                    thread::sleep(Duration::from_micros(500));
+                    continue;
+                }
+            }
+            if s.send(&buf).is_ok() {
+                offered += payload as u64;
+            }
+        }
+        (offered, t0.elapsed().as_secs_f64())
+    })
+}
+
+/// A TCP sink in `ns`: accepts one connection and counts bytes; returns (bytes, secs from
+/// first byte to EOF).
+pub fn tcp_sink(ns: &str, addr: &str) -> (u16, thread::JoinHandle<(u64, f64)>) {
+    let addr = addr.to_string();
+    let l = in_netns(ns, move || TcpListener::bind(format!("{addr}:0")).unwrap());
+    let port = l.local_addr().unwrap().port();
+    let h = thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut total = 0u64;
+        let mut t0 = None;
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    t0.get_or_insert_with(Instant::now);
+                    total += n as u64;
+                }
+            }
+        }
+        (total, t0.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0))
+    });
+    (port, h)
+}
+
+/// Sends as fast as TCP allows from `ns` to `dst` for `secs`.
+pub fn tcp_send(ns: &str, dst: SocketAddr, secs: f64) -> thread::JoinHandle<u64> {
+    let ns = ns.to_string();
+    thread::spawn(move || {
+        rackwarden::netns::enter(&ns).expect("enter netns");
+        let mut c = TcpStream::connect_timeout(&dst, Duration::from_secs(5)).unwrap();
+        c.set_write_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let buf = vec![0x77u8; 1 << 16];
+        let mut sent = 0u64;
+        let t0 = Instant::now();
+        while t0.elapsed().as_secs_f64() < secs {
+            match c.write(&buf) {
+                Ok(n) => sent += n as u64,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(e) => panic!("tcp send: {e}"),
+            }
+        }
+        let _ = c.shutdown(std::net::Shutdown::Write);
+        sent
+    })
+}
+
+/// `rackwarden status --json` against a fixture's socket.
+pub fn status_json(socket: &Path) -> serde_json::Value {
+    let out = Command::new(bin("rackwarden"))
+        .args(["status", "--json", "--socket"])
+        .arg(socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "status failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Field of a direction's counters in a status JSON.
+pub fn counter(status: &serde_json::Value, dir: &str, field: &str) -> u64 {
+    status["directions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["direction"] == dir)
+        .unwrap()["counters"][field]
+        .as_u64()
+        .unwrap()
+}
