@@ -26,11 +26,19 @@ pub struct BucketConfig {
     /// `floor(burst_bytes * 1e9 / rate_bytes_per_s)`, precomputed by the daemon so the
     /// policer never multiplies two large numbers. Floor keeps the bound conservative.
     pub tau_ns: u64,
+    /// The bucket depth (as time) that packets longer than `small_max_len` may use:
+    /// `tau_ns` minus the small-packet reserve. A bulk flow therefore never takes the last
+    /// `reserve` bytes of the bucket, and small packets (prompts, tokens, ACKs) always find
+    /// room beside it. The hard bound (burst + rate x T) is unchanged: it is set by `tau_ns`.
+    pub bulk_tau_ns: u64,
+    /// Packets of at most this many bytes (`skb->len`) may use the whole bucket.
+    pub small_max_len: u32,
     /// Monotonic config generation, bumped by the daemon on every cap change (evidence of
     /// who changed what when, and a cheap way to detect a foreign write).
     pub generation: u32,
     /// Must equal [`CONFIG_MAGIC`] or the policer drops.
     pub magic: u32,
+    pub _pad: u32,
 }
 
 /// Token-bucket state as GCRA: the theoretical arrival time of the next conforming byte.

@@ -143,10 +143,7 @@ impl Agent {
     }
 
     fn host_cap(&self, dir: Direction) -> u64 {
-        match dir {
-            Direction::Egress => self.cfg.host_egress_bytes_per_s(),
-            Direction::Ingress => self.cfg.host_ingress_bytes_per_s(),
-        }
+        self.cfg.cap_spec(dir).rate_bytes_per_s
     }
 
     /// Writes the configured caps, keeping the bucket state. Logs every change against what
@@ -154,29 +151,24 @@ impl Agent {
     fn write_caps_from_config(&mut self) -> Result<(), AgentError> {
         for d in Direction::ALL {
             let current = self.limiter.maps.config(d)?;
-            let rate = self.host_cap(d);
-            let same = current.magic == rackwarden_common::CONFIG_MAGIC
-                && current.rate_bytes_per_s == rate
-                && current.burst_bytes == self.cfg.burst_bytes;
-            let cfg = if same {
+            let spec = self.cfg.cap_spec(d);
+            let wanted = bucket_config(&spec, current.generation);
+            let cfg = if wanted == current {
                 current
             } else {
-                let next = bucket_config(
-                    rate,
-                    self.cfg.burst_bytes,
-                    current.generation.wrapping_add(1),
-                );
+                let next = bucket_config(&spec, current.generation.wrapping_add(1));
                 self.limiter.maps.set_config(d, &next)?;
                 log::info!(
-                    "cap {}: {} -> {} (burst {} B, generation {})",
+                    "cap {}: {} -> {} (burst {} B, small-packet reserve {} B, generation {})",
                     d.name(),
                     if current.magic == 0 {
                         "unset".into()
                     } else {
                         units::fmt_rate(current.rate_bytes_per_s as f64)
                     },
-                    units::fmt_rate(rate as f64),
-                    self.cfg.burst_bytes,
+                    units::fmt_rate(spec.rate_bytes_per_s as f64),
+                    spec.burst_bytes,
+                    spec.small_reserve_bytes,
                     next.generation
                 );
                 next

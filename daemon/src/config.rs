@@ -11,6 +11,8 @@
 //! egress = "10 MB/s"
 //! ingress = "10 MB/s"
 //! burst = "256 KiB"             # per host, not scaled by the share
+//! small_packet_reserve = "16 KiB" # bucket share only packets <= small_packet_max may use
+//! small_packet_max = "1024 B"   # prompts, token messages and ACKs are below this
 //! # bytes_per_token = 4         # required when a cap is written in tokens/s
 //! ```
 //!
@@ -36,6 +38,10 @@ pub const DEFAULT_PATH: &str = "/etc/rackwarden/rackwarden.toml";
 /// The smallest burst we accept: one maximal GSO/TSO super-packet (64 KiB of payload plus
 /// headers) must fit, or a TCP flow could never send a full segment.
 pub const MIN_BURST_BYTES: u64 = 65_536 + 1_024;
+/// Default bucket share reserved for small packets: room for ~16 token messages at once.
+pub const DEFAULT_SMALL_RESERVE: u64 = 16 * 1024;
+/// Default largest packet that counts as small (frame bytes).
+pub const DEFAULT_SMALL_MAX: u32 = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -74,6 +80,8 @@ pub struct Config {
     pub rack_egress_bytes_per_s: u64,
     pub rack_ingress_bytes_per_s: u64,
     pub burst_bytes: u64,
+    pub small_reserve_bytes: u64,
+    pub small_max_len: u32,
     pub bytes_per_token: Option<u64>,
     pub pin_root: PathBuf,
     pub state_dir: PathBuf,
@@ -92,6 +100,19 @@ impl Config {
         scale(self.rack_ingress_bytes_per_s, self.host_share)
     }
 
+    /// What the limiter enforces in `dir` on this host.
+    pub fn cap_spec(&self, dir: crate::limiter::Direction) -> crate::limiter::maps::CapSpec {
+        crate::limiter::maps::CapSpec {
+            rate_bytes_per_s: match dir {
+                crate::limiter::Direction::Egress => self.host_egress_bytes_per_s(),
+                crate::limiter::Direction::Ingress => self.host_ingress_bytes_per_s(),
+            },
+            burst_bytes: self.burst_bytes,
+            small_reserve_bytes: self.small_reserve_bytes,
+            small_max_len: self.small_max_len,
+        }
+    }
+
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
@@ -106,8 +127,15 @@ impl Config {
             line: span.map(|s| line_of(text, s.start)).unwrap_or(1),
             message,
         };
-        let raw: RawConfig =
-            toml::from_str(text).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let msg = e.message().trim().to_string();
+            // serde's type errors do not say which key; the span does.
+            let msg = match e.span().and_then(|s| key_at(text, s.start)) {
+                Some(key) if !msg.contains(&key) => format!("`{key}`: {msg}"),
+                _ => msg,
+            };
+            err(e.span(), msg)
+        })?;
         let unit_err = |key: &str, s: &Spanned<String>, e: units::UnitError| {
             err(Some(s.span()), format!("`{key}`: {e}"))
         };
@@ -204,6 +232,41 @@ impl Config {
             ));
         }
 
+        let small_reserve = match &cap.small_packet_reserve {
+            None => DEFAULT_SMALL_RESERVE,
+            Some(s) => units::parse_size(s.get_ref())
+                .map_err(|e| unit_err("cap.small_packet_reserve", s, e))?,
+        };
+        if burst.saturating_sub(small_reserve) < MIN_BURST_BYTES {
+            let span = cap
+                .small_packet_reserve
+                .as_ref()
+                .map(|s| s.span())
+                .unwrap_or(cap.burst.span());
+            return Err(err(
+                Some(span),
+                format!(
+                    "`cap.small_packet_reserve` ({small_reserve} B) leaves less than {MIN_BURST_BYTES} B of `cap.burst` ({burst} B) for bulk packets"
+                ),
+            ));
+        }
+        let small_max = match &cap.small_packet_max {
+            None => DEFAULT_SMALL_MAX,
+            Some(s) => {
+                let v = units::parse_size(s.get_ref())
+                    .map_err(|e| unit_err("cap.small_packet_max", s, e))?;
+                if !(64..=9000).contains(&v) {
+                    return Err(err(
+                        Some(s.span()),
+                        format!(
+                            "`cap.small_packet_max` must be between 64 B and 9000 B (it is {v})"
+                        ),
+                    ));
+                }
+                v as u32
+            }
+        };
+
         let check_interval = match &raw.check_interval {
             None => Duration::from_secs(2),
             Some(s) => {
@@ -255,6 +318,8 @@ impl Config {
             rack_egress_bytes_per_s: egress,
             rack_ingress_bytes_per_s: ingress,
             burst_bytes: burst,
+            small_reserve_bytes: small_reserve,
+            small_max_len: small_max,
             bytes_per_token,
             pin_root,
             state_dir: path_or(&raw.state_dir, "/var/lib/rackwarden"),
@@ -291,6 +356,28 @@ fn scale(rate: u64, share: f64) -> u64 {
     (rate as f64 * share).floor() as u64
 }
 
+/// The dotted key (`cap.burst`) written on the line holding `offset`, if the line is a
+/// `key = value` line.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let line = text[line_start..].lines().next()?;
+    let key = line.split_once('=')?.0.trim();
+    if key.is_empty() || key.starts_with('[') {
+        return None;
+    }
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('[') && l.ends_with(']'))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    Some(match table {
+        Some(t) => format!("{t}.{key}"),
+        None => key.to_string(),
+    })
+}
+
 /// 1-based line number of a byte offset.
 pub fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
@@ -323,5 +410,145 @@ struct RawCap {
     egress: Spanned<String>,
     ingress: Spanned<String>,
     burst: Spanned<String>,
+    small_packet_reserve: Option<Spanned<String>>,
+    small_packet_max: Option<Spanned<String>>,
     bytes_per_token: Option<Spanned<i64>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"rack_id = "rack-a17"
+host_id = "host-03"
+host_share = 0.25
+interfaces = ["eth0"]
+
+[cap]
+egress = "10 MB/s"
+ingress = "8 Mbit/s"
+burst = "256 KiB"
+"#;
+
+    fn err_of(text: &str) -> String {
+        Config::parse(Path::new("/etc/rackwarden/rackwarden.toml"), text)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn good_config_scales_by_share() {
+        let c = Config::parse(Path::new("x.toml"), GOOD).unwrap();
+        assert_eq!(c.rack_egress_bytes_per_s, 10_000_000);
+        assert_eq!(c.host_egress_bytes_per_s(), 2_500_000);
+        assert_eq!(c.host_ingress_bytes_per_s(), 250_000);
+        assert_eq!(c.burst_bytes, 262_144);
+        assert_eq!(c.pin_root, PathBuf::from("/sys/fs/bpf/rackwarden"));
+    }
+
+    #[test]
+    fn tokens_per_second_with_bytes_per_token() {
+        let t = GOOD.replace(
+            "egress = \"10 MB/s\"",
+            "egress = \"200000 tokens/s\"\nbytes_per_token = 4",
+        );
+        let c = Config::parse(Path::new("x.toml"), &t).unwrap();
+        assert_eq!(c.rack_egress_bytes_per_s, 800_000);
+        let t = GOOD.replace("egress = \"10 MB/s\"", "egress = \"200000 tokens/s\"");
+        let e = err_of(&t);
+        assert!(e.contains(":7:") && e.contains("bytes_per_token"), "{e}");
+    }
+
+    #[test]
+    fn each_bad_case_names_key_and_line() {
+        let cases: &[(&str, &str, &str, &str)] = &[
+            // (replace, with, expected line, expected text)
+            (
+                "host_share = 0.25",
+                "host_share = 0.25\ncolour = \"red\"",
+                ":4:",
+                "colour",
+            ),
+            (
+                "egress = \"10 MB/s\"",
+                "egress = \"10 MB/fortnight\"",
+                ":7:",
+                "cap.egress",
+            ),
+            (
+                "egress = \"10 MB/s\"",
+                "egress = \"10 parsecs/s\"",
+                ":7:",
+                "unknown rate unit",
+            ),
+            (
+                "ingress = \"8 Mbit/s\"",
+                "ingress = \"0 MB/s\"",
+                ":8:",
+                "cap.ingress` must be above zero",
+            ),
+            (
+                "ingress = \"8 Mbit/s\"",
+                "ingress = \"-5 MB/s\"",
+                ":8:",
+                "negative",
+            ),
+            ("host_share = 0.25", "host_share = 1.5", ":3:", "host_share"),
+            ("host_share = 0.25", "host_share = 0.0", ":3:", "host_share"),
+            (
+                "interfaces = [\"eth0\"]",
+                "interfaces = []",
+                ":4:",
+                "at least one",
+            ),
+            (
+                "interfaces = [\"eth0\"]",
+                "interfaces = [\"eth0\", \"eth0\"]",
+                ":4:",
+                "twice",
+            ),
+            (
+                "burst = \"256 KiB\"",
+                "burst = \"1 KiB\"",
+                ":9:",
+                "cap.burst",
+            ),
+            (
+                "burst = \"256 KiB\"",
+                "burst = \"80 KiB\"\nsmall_packet_reserve = \"64 KiB\"",
+                ":10:",
+                "small_packet_reserve",
+            ),
+            (
+                "burst = \"256 KiB\"",
+                "burst = \"256 KiB\"\nsmall_packet_max = \"20 B\"",
+                ":10:",
+                "small_packet_max",
+            ),
+            (
+                "burst = \"256 KiB\"",
+                "burst = 262144",
+                ":9:",
+                "`cap.burst`: invalid type",
+            ),
+            ("rack_id = \"rack-a17\"\n", "", ":1:", "rack_id"),
+        ];
+        for (from, to, line, text) in cases {
+            let t = GOOD.replace(from, to);
+            let e = err_of(&t);
+            assert!(e.starts_with("/etc/rackwarden/rackwarden.toml"), "{e}");
+            assert!(
+                e.contains(line) && e.contains(text),
+                "case {to:?}: got `{e}`, want {line} and {text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_interface_names_it_and_its_line() {
+        let t = GOOD.replace("[\"eth0\"]", "[\n  \"rw-no-such0\",\n]");
+        let c = Config::parse(Path::new("x.toml"), &t).unwrap();
+        let e = c.check_interfaces_exist().unwrap_err().to_string();
+        assert!(e.contains("x.toml:5:") && e.contains("rw-no-such0"), "{e}");
+    }
 }

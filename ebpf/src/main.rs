@@ -102,7 +102,13 @@ fn decide(dir: u32, len: u64) -> Verdict {
     // Cost rounded up: the policer may under-deliver by < 1 ns of budget per packet, never over.
     let cost = (len.wrapping_mul(1_000_000_000) + cfg.rate_bytes_per_s - 1) / cfg.rate_bytes_per_s;
     let now = unsafe { bpf_ktime_get_ns() };
-    let limit = now.wrapping_add(cfg.tau_ns);
+    // Small packets may use the whole bucket; bulk ones stop short of the reserve.
+    let depth = if len <= cfg.small_max_len as u64 {
+        cfg.tau_ns
+    } else {
+        cfg.bulk_tau_ns
+    };
+    let limit = now.wrapping_add(depth);
     // SAFETY: `state` points into a map value that lives as long as the map.
     let tat_ptr = unsafe { &raw mut (*state).tat_ns };
     // A plain (volatile) read is enough: a stale value only makes the exchange below fail

@@ -5,6 +5,8 @@
 //!
 //! Addresses are TEST-NET-1 (192.0.2.0/24) and exist only inside the fixture's namespaces.
 
+pub mod demo;
+
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream, UdpSocket},
@@ -225,8 +227,11 @@ impl Drop for Net {
 /// Path of a workspace binary (built by `cargo xtask test` before the tests run).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>/<name>
-    let dir = exe.parent().and_then(Path::parent).unwrap();
+    // Tests run from target/<profile>/deps/, binaries from target/<profile>/.
+    let mut dir = exe.parent().unwrap();
+    if dir.ends_with("deps") {
+        dir = dir.parent().unwrap();
+    }
     let p = dir.join(name);
     assert!(
         p.exists(),
@@ -414,8 +419,24 @@ impl Drop for UdpSink {
     }
 }
 
+/// What one sender did: payload bytes handed to the kernel, and the instants of its first
+/// and last send (several senders' window is earliest start to latest end).
+#[derive(Debug, Clone, Copy)]
+pub struct Sent {
+    pub offered: u64,
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// The window covering all senders, in seconds.
+pub fn window_secs(sent: &[Sent]) -> f64 {
+    let start = sent.iter().map(|s| s.start).min().unwrap();
+    let end = sent.iter().map(|s| s.end).max().unwrap();
+    end.duration_since(start).as_secs_f64()
+}
+
 /// Sends UDP datagrams of `payload` bytes from `ns` to `dst` for `secs`, optionally paced
-/// to `rate_bytes_per_s` (payload), optionally pinned to a CPU. Returns (offered, secs).
+/// to `rate_bytes_per_s` (payload), optionally pinned to a CPU.
 pub fn udp_send(
     ns: &str,
     dst: SocketAddr,
@@ -423,7 +444,7 @@ pub fn udp_send(
     secs: f64,
     rate_bytes_per_s: Option<u64>,
     cpu: Option<usize>,
-) -> thread::JoinHandle<(u64, f64)> {
+) -> thread::JoinHandle<Sent> {
     let ns = ns.to_string();
     thread::spawn(move || {
         rackwarden::netns::enter(&ns).expect("enter netns");
@@ -435,6 +456,7 @@ pub fn udp_send(
         let buf = vec![0x5au8; payload];
         let mut offered = 0u64;
         let t0 = Instant::now();
+        let mut end = t0;
         let dur = Duration::from_secs_f64(secs);
         loop {
             let el = t0.elapsed();
@@ -451,8 +473,13 @@ pub fn udp_send(
             if s.send(&buf).is_ok() {
                 offered += payload as u64;
             }
+            end = Instant::now();
         }
-        (offered, t0.elapsed().as_secs_f64())
+        Sent {
+            offered,
+            start: t0,
+            end,
+        }
     })
 }
 

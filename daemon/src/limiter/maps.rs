@@ -100,15 +100,35 @@ impl LimiterMaps {
     }
 }
 
-/// The config slot for a cap: precomputes `tau_ns` and stamps the magic.
-pub fn bucket_config(rate_bytes_per_s: u64, burst_bytes: u64, generation: u32) -> BucketConfig {
-    let tau = (burst_bytes as u128 * 1_000_000_000u128) / rate_bytes_per_s.max(1) as u128;
+/// How a cap is written into the config map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapSpec {
+    pub rate_bytes_per_s: u64,
+    pub burst_bytes: u64,
+    /// Bytes of the bucket that only small packets may use.
+    pub small_reserve_bytes: u64,
+    /// Largest `skb->len` that counts as a small packet.
+    pub small_max_len: u32,
+}
+
+fn as_ns(bytes: u64, rate: u64) -> u64 {
+    let ns = (bytes as u128 * 1_000_000_000u128) / rate.max(1) as u128;
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+/// The config slot for a cap: precomputes the bucket depths as time (floor: conservative)
+/// and stamps the magic.
+pub fn bucket_config(spec: &CapSpec, generation: u32) -> BucketConfig {
+    let reserve = spec.small_reserve_bytes.min(spec.burst_bytes);
     BucketConfig {
-        rate_bytes_per_s,
-        burst_bytes,
-        tau_ns: u64::try_from(tau).unwrap_or(u64::MAX),
+        rate_bytes_per_s: spec.rate_bytes_per_s,
+        burst_bytes: spec.burst_bytes,
+        tau_ns: as_ns(spec.burst_bytes, spec.rate_bytes_per_s),
+        bulk_tau_ns: as_ns(spec.burst_bytes - reserve, spec.rate_bytes_per_s),
+        small_max_len: spec.small_max_len,
         generation,
         magic: CONFIG_MAGIC,
+        _pad: 0,
     }
 }
 
@@ -118,9 +138,16 @@ mod tests {
 
     #[test]
     fn tau_is_floor_of_burst_over_rate() {
-        let c = bucket_config(1_000_000, 262_144, 1);
+        let spec = |rate, burst, reserve| CapSpec {
+            rate_bytes_per_s: rate,
+            burst_bytes: burst,
+            small_reserve_bytes: reserve,
+            small_max_len: 1024,
+        };
+        let c = bucket_config(&spec(1_000_000, 262_144, 16_384), 1);
         assert_eq!(c.tau_ns, 262_144_000);
-        let c = bucket_config(3, 1, 1);
+        assert_eq!(c.bulk_tau_ns, 245_760_000);
+        let c = bucket_config(&spec(3, 1, 0), 1);
         assert_eq!(c.tau_ns, 333_333_333); // floor, never rounded up
         assert_eq!(c.magic, CONFIG_MAGIC);
     }
