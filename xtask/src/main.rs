@@ -1,1 +1,240 @@
-fn main() {}
+//! `cargo xtask <setup|demo|test|bench>`: the project's two front-door commands and their
+//! provisioning. Every step is idempotent: it checks before it installs.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+/// Debian packages the build and the tests need.
+const APT_PACKAGES: &[&str] = &["llvm-22-dev", "iproute2", "openssl", "bpftool", "python3"];
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    std::env::set_current_dir(&root)?;
+    match args.first().map(String::as_str) {
+        Some("setup") => {
+            setup()?;
+        }
+        Some("demo") => {
+            let env = setup()?;
+            cargo(&env, &["build", "--workspace", "--bins"])?;
+            run_checked(
+                Command::new("target/debug/rackwarden-demo").envs(&env),
+                "demo",
+            )?;
+        }
+        Some("test") => test(&setup()?)?,
+        Some("bench") => {
+            let env = setup()?;
+            cargo(&env, &["build", "--release", "--workspace", "--bins"])?;
+            let what: Vec<&str> = args[1..].iter().map(String::as_str).collect();
+            run_checked(
+                Command::new("target/release/rackwarden-bench")
+                    .args(&what)
+                    .envs(&env),
+                "bench",
+            )?;
+        }
+        _ => {
+            eprintln!(
+                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root)\n  bench [limiter]  benchmarks, each next to its anchor"
+            );
+            bail!("unknown command {:?}", args.first());
+        }
+    }
+    Ok(())
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn step(msg: &str) {
+    println!("==> {msg}");
+}
+
+fn run_checked(cmd: &mut Command, what: &str) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {what}: {cmd:?}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status}): {cmd:?}");
+    }
+    Ok(())
+}
+
+fn succeeds(cmd: &mut Command) -> bool {
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn apt_install(pkgs: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = pkgs
+        .iter()
+        .copied()
+        .filter(|p| {
+            !output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .is_some_and(|s| s.contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    step(&format!("apt-get install {}", missing.join(" ")));
+    run_checked(
+        Command::new("apt-get").args(["update", "-qq"]),
+        "apt-get update",
+    )?;
+    run_checked(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        "apt-get install",
+    )
+}
+
+/// Installs what the build needs and returns the environment the builds must run with.
+fn setup() -> Result<BTreeMap<String, String>> {
+    let mut env = BTreeMap::new();
+    apt_install(APT_PACKAGES)?;
+
+    // The eBPF crate needs core built from source for bpfel-unknown-none.
+    let nightly_src =
+        output(Command::new("rustup").args(["run", "nightly", "rustc", "--print", "sysroot"]))
+            .map(|s| {
+                Path::new(&s)
+                    .join("lib/rustlib/src/rust/library/core")
+                    .exists()
+            })
+            .unwrap_or(false);
+    if !nightly_src {
+        step("rustup component add rust-src --toolchain nightly");
+        let added = succeeds(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]));
+        if !added {
+            // Fallback (TOOLCHAIN.md): Debian's rustc-web ships its library sources.
+            step("rust-src unavailable from rustup; using Debian rustc-web + rust-web-src");
+            apt_install(&["rustc-web", "rust-web-src", "libstd-rust-web-dev"])?;
+            // rustc-web installs /usr/bin/rustc with sysroot /usr; take whichever rustc's
+            // sysroot really carries the library sources.
+            let rustc = ["/usr/bin/rustc", "/usr/lib/rust-web/bin/rustc"]
+                .into_iter()
+                .find(|r| {
+                    output(Command::new(r).args(["--print", "sysroot"])).is_some_and(|s| {
+                        Path::new(&s)
+                            .join("lib/rustlib/src/rust/library/core")
+                            .exists()
+                    })
+                })
+                .context("rustc-web installed but no rustc with library sources was found")?;
+            env.insert("RACKWARDEN_EBPF_RUSTC".into(), rustc.into());
+        }
+    }
+
+    let have_linker = output(Command::new("bpf-linker").arg("--version"))
+        .is_some_and(|v| v.contains(BPF_LINKER_VERSION));
+    if !have_linker {
+        step(&format!(
+            "cargo install bpf-linker {BPF_LINKER_VERSION} (LLVM 22)"
+        ));
+        run_checked(
+            Command::new("cargo")
+                .args([
+                    "install",
+                    "bpf-linker",
+                    "--version",
+                    BPF_LINKER_VERSION,
+                    "--locked",
+                    "--no-default-features",
+                    "--features",
+                    "llvm-22",
+                ])
+                .env("LLVM_PREFIX", LLVM_PREFIX),
+            "cargo install bpf-linker",
+        )?;
+    }
+    for comp in ["clippy", "rustfmt"] {
+        if !succeeds(Command::new("cargo").args([comp_cmd(comp), "--version"])) {
+            step(&format!("rustup component add {comp}"));
+            run_checked(
+                Command::new("rustup").args(["component", "add", comp]),
+                "rustup component add",
+            )?;
+        }
+    }
+    Ok(env)
+}
+
+fn comp_cmd(c: &str) -> &str {
+    match c {
+        "rustfmt" => "fmt",
+        other => other,
+    }
+}
+
+fn cargo(env: &BTreeMap<String, String>, args: &[&str]) -> Result<()> {
+    run_checked(
+        Command::new("cargo").args(args).envs(env),
+        &format!("cargo {}", args.join(" ")),
+    )
+}
+
+fn test(env: &BTreeMap<String, String>) -> Result<()> {
+    step("cargo fmt --check");
+    cargo(env, &["fmt", "--all", "--check"])?;
+    step("cargo clippy -D warnings");
+    cargo(
+        env,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    step("build binaries");
+    cargo(env, &["build", "--workspace", "--bins"])?;
+    step("unit tests");
+    cargo(
+        env,
+        &["test", "--workspace", "--exclude", "rackwarden-tests"],
+    )?;
+    // The netns tests measure rates against wall time on a 2-core machine: run them one at
+    // a time so one test's flood does not steal the other's CPU. (Their names and pins are
+    // unique, so they could also run side by side.)
+    step("integration tests (network namespaces, eBPF; needs root)");
+    cargo(
+        env,
+        &["test", "-p", "rackwarden-tests", "--", "--test-threads=1"],
+    )?;
+    println!("==> all tests passed");
+    Ok(())
+}

@@ -1,0 +1,265 @@
+//! `cargo xtask bench [limiter]`: each measurement runs next to its anchor in the same run and
+//! prints the ratio; absolute numbers on these shared machines are not comparable across runs.
+
+use std::{
+    net::SocketAddr,
+    os::fd::{AsFd, AsRawFd},
+    process::Command,
+    time::Duration,
+};
+
+use rackwarden::{
+    config::AttachMode,
+    limiter::{
+        Direction, Limiter,
+        maps::{CapSpec, bucket_config},
+    },
+    pins::PinPaths,
+};
+use rackwarden_tests::*;
+
+fn main() {
+    let what: Vec<String> = std::env::args().skip(1).collect();
+    let all = what.is_empty();
+    if all || what.iter().any(|w| w == "limiter") {
+        bench_limiter();
+    }
+}
+
+fn bench_limiter() {
+    println!("== bench limiter ==");
+    classifier_ns_per_packet();
+    veth_throughput_overhead();
+    accuracy_vs_tbf();
+}
+
+// ---- 1. ns per packet: BPF_PROG_TEST_RUN on our classifier vs a return-OK classifier ----
+
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+
+fn sys_bpf(cmd: libc::c_long, attr: &mut [u8; 128]) -> libc::c_long {
+    // SAFETY: attr is a 128-byte zero-padded bpf_attr for `cmd`.
+    unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len()) }
+}
+
+fn put_u32(a: &mut [u8; 128], off: usize, v: u32) {
+    a[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+}
+fn put_u64(a: &mut [u8; 128], off: usize, v: u64) {
+    a[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+}
+
+/// Loads `r0 = 0 (TC_ACT_OK); exit` as a SCHED_CLS program: the anchor.
+fn load_return_ok() -> i32 {
+    let insns: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
+    let license = c"GPL";
+    let mut a = [0u8; 128];
+    put_u32(&mut a, 0, BPF_PROG_TYPE_SCHED_CLS);
+    put_u32(&mut a, 4, 2);
+    put_u64(&mut a, 8, insns.as_ptr() as u64);
+    put_u64(&mut a, 16, license.as_ptr() as u64);
+    let fd = sys_bpf(BPF_PROG_LOAD, &mut a);
+    assert!(
+        fd >= 0,
+        "BPF_PROG_LOAD of the anchor: {}",
+        std::io::Error::last_os_error()
+    );
+    fd as i32
+}
+
+/// Average ns per run over `repeat` runs of `fd` on a 1400-byte frame, and the verdict.
+fn test_run(fd: i32, repeat: u32) -> (f64, u32) {
+    let mut pkt = vec![0u8; 1400];
+    pkt[12] = 0x08; // ethertype IPv4
+    let mut a = [0u8; 128];
+    put_u32(&mut a, 0, fd as u32);
+    put_u32(&mut a, 8, pkt.len() as u32);
+    put_u64(&mut a, 16, pkt.as_mut_ptr() as u64);
+    put_u32(&mut a, 32, repeat);
+    let rc = sys_bpf(BPF_PROG_TEST_RUN, &mut a);
+    assert!(
+        rc == 0,
+        "BPF_PROG_TEST_RUN: {}",
+        std::io::Error::last_os_error()
+    );
+    let retval = u32::from_ne_bytes(a[4..8].try_into().unwrap());
+    let duration = u32::from_ne_bytes(a[36..40].try_into().unwrap());
+    (duration as f64, retval)
+}
+
+fn classifier_ns_per_packet() {
+    let pins = PinPaths::new(format!("/sys/fs/bpf/rwbench-{}", std::process::id()));
+    let limiter = Limiter::load_or_adopt(&pins).expect("load the policer");
+    let mut maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
+    let prog =
+        aya::programs::SchedClassifier::from_pin(pins.prog(Direction::Egress.prog_name())).unwrap();
+    let fd = prog.fd().unwrap().as_fd().as_raw_fd();
+    let anchor = load_return_ok();
+    let repeat = 2_000_000;
+    let spec = |rate| CapSpec {
+        rate_bytes_per_s: rate,
+        burst_bytes: 1 << 20,
+        small_reserve_bytes: 16_384,
+        small_max_len: 1024,
+    };
+    println!("\n-- classifier cost via BPF_PROG_TEST_RUN, 1400-byte frame, {repeat} runs each --");
+    println!(
+        "{:<40} {:>10} {:>8} {:>10}",
+        "program", "ns/pkt", "verdict", "ratio"
+    );
+    let (a_ns, a_v) = test_run(anchor, repeat);
+    println!(
+        "{:<40} {:>10.1} {:>8} {:>10}",
+        "anchor: r0 = TC_ACT_OK; exit", a_ns, a_v, "1.00x"
+    );
+    // Pass path: a cap no test run can exhaust (compare-and-exchange on every packet).
+    maps.set_config(
+        Direction::Egress,
+        &bucket_config(&spec(u64::MAX / 2_000_000_000), 1),
+    )
+    .unwrap();
+    let (p_ns, p_v) = test_run(fd, repeat);
+    println!(
+        "{:<40} {:>10.1} {:>8} {:>9.2}x",
+        "rackwarden egress, under cap (pass)",
+        p_ns,
+        p_v,
+        p_ns / a_ns
+    );
+    // Drop path: 1 B/s, the bucket is empty after the first packet.
+    maps.set_config(Direction::Egress, &bucket_config(&spec(1), 2))
+        .unwrap();
+    let (d_ns, d_v) = test_run(fd, repeat);
+    println!(
+        "{:<40} {:>10.1} {:>8} {:>9.2}x",
+        "rackwarden egress, over cap (drop)",
+        d_ns,
+        d_v,
+        d_ns / a_ns
+    );
+    // SAFETY: closing the anchor fd we opened.
+    unsafe { libc::close(anchor) };
+    drop(prog);
+    drop(limiter);
+    let _ = pins.remove_all();
+}
+
+// ---- 2. veth throughput with the cap far above the offered load, with and without us ----
+
+fn tcp_throughput(net: &Net, secs: f64) -> f64 {
+    let (port, sink) = tcp_sink(&net.out_ns, OUT_ADDR);
+    let dst: SocketAddr = format!("{OUT_ADDR}:{port}").parse().unwrap();
+    tcp_send(&net.rack_ns, dst, secs).join().unwrap();
+    let (bytes, t) = sink.join().unwrap();
+    bytes as f64 / t
+}
+
+fn veth_throughput_overhead() {
+    println!("\n-- TCP throughput over veth, 4 s each, cap 100 GB/s (never reached) --");
+    let net = Net::new("bthr");
+    let base = tcp_throughput(&net, 4.0);
+    let ifc = net.rack_if.clone();
+    let pins = PinPaths::new(&net.pin_root);
+    let p2 = pins.clone();
+    in_netns(&net.rack_ns, move || {
+        let mut l = Limiter::load_or_adopt(&p2).unwrap();
+        l.choose_kind(AttachMode::Auto, &ifc);
+        l.attach_all(std::slice::from_ref(&ifc)).unwrap();
+    });
+    let mut maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
+    for d in Direction::ALL {
+        let spec = CapSpec {
+            rate_bytes_per_s: 100_000_000_000,
+            burst_bytes: 1 << 24,
+            small_reserve_bytes: 16_384,
+            small_max_len: 1024,
+        };
+        maps.set_config(d, &bucket_config(&spec, 1)).unwrap();
+    }
+    let with = tcp_throughput(&net, 4.0);
+    println!("{:<40} {:>14.0} B/s", "anchor: no programs", base);
+    println!(
+        "{:<40} {:>14.0} B/s",
+        "rackwarden egress+ingress attached", with
+    );
+    println!(
+        "overhead: {:.1}% (ratio {:.3}x)",
+        100.0 * (1.0 - with / base),
+        with / base
+    );
+}
+
+// ---- 3. accuracy: delivered vs burst + rate x T, ours next to kernel tbf ----
+
+fn udp_flood_frames(net: &Net, secs: f64) -> (u64, f64) {
+    let sink = UdpSink::start(&net.out_ns, OUT_ADDR);
+    let dst: SocketAddr = format!("{OUT_ADDR}:{}", sink.port).parse().unwrap();
+    let sent = udp_send(&net.rack_ns, dst, 1400, secs, None, None)
+        .join()
+        .unwrap();
+    let (b, p) = sink.finish();
+    (b + p * UDP_FRAME_OVERHEAD, window_secs(&[sent]))
+}
+
+fn accuracy_vs_tbf() {
+    let rate = 1_000_000u64;
+    let burst = 262_144u64;
+    let secs = 5.0;
+    println!(
+        "\n-- accuracy: UDP flood {secs} s at {rate} B/s, burst {burst} B; delivered / (burst + rate x T) --"
+    );
+    // Anchor: kernel tbf on the rack side's veth.
+    let net = Net::new("btbf");
+    let out = Command::new("tc")
+        .args([
+            "-n",
+            &net.rack_ns,
+            "qdisc",
+            "add",
+            "dev",
+            &net.rack_if,
+            "root",
+            "tbf",
+        ])
+        .args([
+            "rate",
+            &format!("{rate}bps"),
+            "burst",
+            &burst.to_string(),
+            "limit",
+            &burst.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tc tbf: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (tf, tt) = udp_flood_frames(&net, secs);
+    let tbf_ratio = tf as f64 / (burst as f64 + rate as f64 * tt);
+    drop(net);
+    // Ours, through the daemon with the same rate and burst.
+    let net = Net::new("bour");
+    let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
+    let _d = Daemon::start(&cfg, &net.socket_path());
+    std::thread::sleep(Duration::from_millis(200));
+    let (of, ot) = udp_flood_frames(&net, secs);
+    let our_ratio = of as f64 / (burst as f64 + rate as f64 * ot);
+    println!("{:<40} {:>12} {:>10}", "limiter", "delivered B", "of bound");
+    println!(
+        "{:<40} {:>12} {:>9.3}%",
+        "anchor: kernel tbf (qdisc)",
+        tf,
+        tbf_ratio * 100.0
+    );
+    println!(
+        "{:<40} {:>12} {:>9.3}%",
+        "rackwarden policer",
+        of,
+        our_ratio * 100.0
+    );
+    println!("ratio ours/tbf: {:.4}x", our_ratio / tbf_ratio);
+}
