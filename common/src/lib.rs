@@ -38,7 +38,8 @@ pub struct BucketConfig {
     pub generation: u32,
     /// Must equal [`CONFIG_MAGIC`] or the policer drops.
     pub magic: u32,
-    pub _pad: u32,
+    /// The reserve behind `bulk_tau_ns`, in bytes, recorded for evidence and status.
+    pub small_reserve_bytes: u32,
 }
 
 /// Token-bucket state as GCRA: the theoretical arrival time of the next conforming byte.

@@ -237,7 +237,8 @@ impl Config {
             Some(s) => units::parse_size(s.get_ref())
                 .map_err(|e| unit_err("cap.small_packet_reserve", s, e))?,
         };
-        if burst.saturating_sub(small_reserve) < MIN_BURST_BYTES {
+        if burst.saturating_sub(small_reserve) < MIN_BURST_BYTES || small_reserve > u32::MAX as u64
+        {
             let span = cap
                 .small_packet_reserve
                 .as_ref()

@@ -8,36 +8,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::limiter::Direction;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GapKind {
-    /// Our program was not on the hook (someone detached it, or it was missing at start).
-    Detached,
-    /// Another program held our place (our id gone, a different program on the hook).
-    Replaced,
-    /// A program not ours runs before ours and can pass packets we never see.
-    ForeignAhead,
-    /// The cap in the pinned config map was not the one we wrote.
-    ConfigChanged,
-    /// A check itself failed (e.g. the hook could not be queried): enforcement unproven.
-    CheckFailed,
-}
-
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct EnforcementGap {
-    pub kind: GapKind,
-    pub interface: Option<String>,
-    pub direction: Option<Direction>,
-    /// Unix ms of the last check that found this hook enforcing (start of the gap at worst).
-    pub last_verified_at_ms: Option<u64>,
-    /// Unix ms when the gap was detected.
-    pub detected_at_ms: u64,
-    pub detail: String,
-    /// Whether the daemon restored enforcement right after detecting it.
-    pub restored: bool,
-}
+pub use rackwarden_attest::evidence::{EnforcementGap, GapKind};
 
 #[derive(Debug, thiserror::Error)]
 #[error("gap log {path}: {source}")]

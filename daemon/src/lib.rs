@@ -11,6 +11,7 @@ pub mod agent;
 pub mod config;
 pub mod config_edit;
 pub mod control;
+pub mod evidence;
 pub mod gaps;
 pub mod limiter;
 pub mod netns;

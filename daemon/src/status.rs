@@ -25,27 +25,17 @@ pub struct DirectionStatus {
     pub recent_window_s: f64,
 }
 
-/// Counters with named fields in JSON (the common crate's type is kernel-facing).
-#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
-pub struct CountersJson {
-    pub passed_bytes: u64,
-    pub passed_packets: u64,
-    pub dropped_bytes: u64,
-    pub dropped_packets: u64,
-    pub unconfigured_drops: u64,
-    pub contention_drops: u64,
-}
+pub use rackwarden_attest::evidence::LimiterCounters as CountersJson;
 
-impl From<Counters> for CountersJson {
-    fn from(c: Counters) -> Self {
-        CountersJson {
-            passed_bytes: c.passed_bytes,
-            passed_packets: c.passed_packets,
-            dropped_bytes: c.dropped_bytes,
-            dropped_packets: c.dropped_packets,
-            unconfigured_drops: c.unconfigured_drops,
-            contention_drops: c.contention_drops,
-        }
+/// The kernel-facing counters as the evidence type.
+pub fn counters_json(c: Counters) -> CountersJson {
+    CountersJson {
+        passed_bytes: c.passed_bytes,
+        passed_packets: c.passed_packets,
+        dropped_bytes: c.dropped_bytes,
+        dropped_packets: c.dropped_packets,
+        unconfigured_drops: c.unconfigured_drops,
+        contention_drops: c.contention_drops,
     }
 }
 

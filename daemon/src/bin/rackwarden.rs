@@ -33,6 +33,31 @@ enum Cmd {
         #[command(subcommand)]
         cmd: CapCmd,
     },
+    /// Write a new ed25519 key pair: DIR/NAME.key (PKCS#8 PEM, 0600) and DIR/NAME.pub.
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value = "host")]
+        name: String,
+    },
+    /// Append one signed statement describing the current enforcement state to the log.
+    Attest {
+        #[arg(long)]
+        key: PathBuf,
+        #[arg(long)]
+        log: PathBuf,
+        /// Hex of the verifier's 32-byte challenge; without it the statement says "unchallenged".
+        #[arg(long)]
+        nonce: Option<String>,
+    },
+    /// Check every statement of a log: signature, chain, time. Exits 1 on any failure.
+    Verify {
+        #[arg(long)]
+        key: PathBuf,
+        log: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check a configuration file and print what it means.
     CheckConfig {
         #[arg(long)]
@@ -108,6 +133,57 @@ fn main() -> anyhow::Result<()> {
                 other => bail!("unexpected answer: {other:?}"),
             }
         }
+        Cmd::Keygen { out, name } => {
+            let (k, p, key) = rackwarden_attest::keys::write_keypair(out, name)?;
+            println!("private key: {} (0600)", k.display());
+            println!("public key:  {}", p.display());
+            println!(
+                "keyid:       {}",
+                rackwarden_attest::keys::keyid(&key.verifying_key())
+            );
+        }
+        Cmd::Attest { key, log, nonce } => attest(&cli.config, key, log, nonce.as_deref())?,
+        Cmd::Verify { key, log, json } => {
+            let vk = rackwarden_attest::keys::load_verifying_key(key)?;
+            let bytes = std::fs::read(log).with_context(|| format!("reading {}", log.display()))?;
+            let r = rackwarden_attest::verify::verify_log(&bytes, &vk);
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "{:>5} {:>10} {:>8} {:>15} {:<7} finding",
+                    "line", "offset", "seq", "epoch end ms", "verdict"
+                );
+                for l in &r.lines {
+                    let f: Vec<String> = l
+                        .findings
+                        .iter()
+                        .map(|f| serde_json::to_string(f).unwrap_or_default())
+                        .collect();
+                    println!(
+                        "{:>5} {:>10} {:>8} {:>15} {:<7} {}",
+                        l.line,
+                        l.offset,
+                        l.seq.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                        l.epoch_end_unix_ms
+                            .map(|s| s.to_string())
+                            .unwrap_or_else(|| "-".into()),
+                        format!("{:?}", l.verdict).to_lowercase(),
+                        f.join(" ")
+                    );
+                }
+                println!(
+                    "\n{}: {} ok, {} warnings, {} failures",
+                    log.display(),
+                    r.statements_ok,
+                    r.warnings,
+                    r.failures
+                );
+            }
+            if !r.ok() {
+                std::process::exit(1);
+            }
+        }
         Cmd::CheckConfig { json } => {
             let cfg = Config::load(&cli.config)?;
             let v = serde_json::json!({
@@ -127,5 +203,79 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+fn attest(
+    config: &std::path::Path,
+    key: &std::path::Path,
+    log: &std::path::Path,
+    nonce: Option<&str>,
+) -> anyhow::Result<()> {
+    use rackwarden_attest::{
+        dsse,
+        log::EvidenceLog,
+        statement::{Challenge, EpochPredicate, Statement},
+    };
+    let cfg = Config::load(config)?;
+    let challenge = match nonce {
+        None => Challenge::Unchallenged,
+        Some(h) => {
+            let b = hex::decode(h).context("--nonce is not hex")?;
+            if b.len() != 32 {
+                bail!(
+                    "--nonce must be 32 bytes (64 hex digits); it is {} bytes",
+                    b.len()
+                );
+            }
+            Challenge::Nonce {
+                nonce: hex::encode(b),
+            }
+        }
+    };
+    let sk = rackwarden_attest::keys::load_signing_key(key)?;
+    let mut elog = EvidenceLog::open(log, &sk.verifying_key())?;
+    // Single-threaded here, so setns moves the whole process before any inspection.
+    if let Some(ns) = &cfg.netns {
+        rackwarden::netns::enter(ns)?;
+    }
+    let now = rackwarden::gaps::now_ms();
+    let start = elog
+        .tip
+        .map(|t| t.epoch_end_unix_ms.min(now))
+        .unwrap_or(now);
+    let (seq, prev) = elog.next_link();
+    let predicate = EpochPredicate {
+        rack_id: cfg.rack_id.clone(),
+        host_id: cfg.host_id.clone(),
+        seq,
+        prev,
+        challenge,
+        epoch_start_unix_ms: start,
+        epoch_end_unix_ms: now,
+        limiter: rackwarden::evidence::limiter_report(&cfg, start),
+        wipe: None,
+        images: None,
+        incidents: elog.pending_incidents.clone(),
+        producer: rackwarden::evidence::producer("rackwarden"),
+    };
+    let st = Statement::new(vec![], predicate);
+    let env = dsse::sign(&sk, dsse::INTOTO_PAYLOAD_TYPE, &st.to_json());
+    elog.append(&env, &st)?;
+    let limiter = match &st.predicate.limiter {
+        rackwarden_attest::evidence::LimiterReport::Present(e) => format!(
+            "present ({} programs, {} gaps in epoch)",
+            e.programs.len(),
+            e.gaps.len()
+        ),
+        rackwarden_attest::evidence::LimiterReport::Absent { finding } => {
+            format!("ABSENT: {finding}")
+        }
+    };
+    println!(
+        "appended seq {seq} to {} (fsynced); limiter {limiter}; incidents disclosed: {}",
+        log.display(),
+        st.predicate.incidents.len()
+    );
     Ok(())
 }

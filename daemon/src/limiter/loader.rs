@@ -16,7 +16,7 @@ use aya::{
     },
 };
 
-use super::{Direction, LimiterError, maps::LimiterMaps};
+use super::{Direction, HookDirection, LimiterError, maps::LimiterMaps};
 use crate::{config::AttachMode, pins::PinPaths};
 
 /// The policer object, compiled by `build.rs` from `../ebpf`.
@@ -37,14 +37,7 @@ pub enum AttachKind {
     Clsact,
 }
 
-/// Kernel identity of one loaded program: what the evidence records and the watch compares.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ProgramIdentity {
-    pub name: String,
-    pub id: u32,
-    /// The kernel's program tag (hash of the instructions), hex as bpftool prints it.
-    pub tag: String,
-}
+pub use rackwarden_attest::evidence::ProgramIdentity;
 
 pub struct Limiter {
     pins: PinPaths,
@@ -65,6 +58,13 @@ impl Limiter {
         if !pinned {
             load_and_pin(pins)?;
         }
+        let mut l = Limiter::adopt(pins)?;
+        l.adopted = pinned;
+        Ok(l)
+    }
+
+    /// Opens the pinned policer without ever loading one (for evidence and inspection).
+    pub fn adopt(pins: &PinPaths) -> Result<Limiter, LimiterError> {
         let mut progs = BTreeMap::new();
         let mut identities = BTreeMap::new();
         for d in Direction::ALL {
@@ -91,7 +91,7 @@ impl Limiter {
             maps,
             progs,
             identities,
-            adopted: pinned,
+            adopted: true,
             kind: None,
         })
     }

@@ -4,7 +4,7 @@
 use aya::maps::{Array, Map, MapData, PerCpuArray};
 use rackwarden_common::{BucketConfig, BucketState, CONFIG_MAGIC, Counters, map_names};
 
-use super::{Direction, LimiterError};
+use super::{Direction, HookDirection, LimiterError};
 use crate::pins::PinPaths;
 
 pub struct LimiterMaps {
@@ -119,7 +119,10 @@ fn as_ns(bytes: u64, rate: u64) -> u64 {
 /// The config slot for a cap: precomputes the bucket depths as time (floor: conservative)
 /// and stamps the magic.
 pub fn bucket_config(spec: &CapSpec, generation: u32) -> BucketConfig {
-    let reserve = spec.small_reserve_bytes.min(spec.burst_bytes);
+    let reserve = spec
+        .small_reserve_bytes
+        .min(spec.burst_bytes)
+        .min(u32::MAX as u64);
     BucketConfig {
         rate_bytes_per_s: spec.rate_bytes_per_s,
         burst_bytes: spec.burst_bytes,
@@ -128,7 +131,7 @@ pub fn bucket_config(spec: &CapSpec, generation: u32) -> BucketConfig {
         small_max_len: spec.small_max_len,
         generation,
         magic: CONFIG_MAGIC,
-        _pad: 0,
+        small_reserve_bytes: reserve as u32,
     }
 }
 

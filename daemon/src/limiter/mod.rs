@@ -13,38 +13,29 @@ pub use maps::LimiterMaps;
 
 use rackwarden_common::{DIR_EGRESS, DIR_INGRESS};
 
-/// Traffic direction as seen from the rack host.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Direction {
-    Egress,
-    Ingress,
+pub use rackwarden_attest::evidence::Direction;
+
+/// What the limiter needs to know about a direction: its map slot, its program, its tc hook.
+pub trait HookDirection {
+    fn index(self) -> u32;
+    fn prog_name(self) -> &'static str;
+    fn tc(self) -> aya::programs::TcAttachType;
 }
 
-impl Direction {
-    pub const ALL: [Direction; 2] = [Direction::Egress, Direction::Ingress];
-
-    pub fn index(self) -> u32 {
+impl HookDirection for Direction {
+    fn index(self) -> u32 {
         match self {
             Direction::Egress => DIR_EGRESS,
             Direction::Ingress => DIR_INGRESS,
         }
     }
-    pub fn name(self) -> &'static str {
-        match self {
-            Direction::Egress => "egress",
-            Direction::Ingress => "ingress",
-        }
-    }
-    pub fn prog_name(self) -> &'static str {
+    fn prog_name(self) -> &'static str {
         match self {
             Direction::Egress => rackwarden_common::prog_names::EGRESS,
             Direction::Ingress => rackwarden_common::prog_names::INGRESS,
         }
     }
-    pub(crate) fn tc(self) -> aya::programs::TcAttachType {
+    fn tc(self) -> aya::programs::TcAttachType {
         match self {
             Direction::Egress => aya::programs::TcAttachType::Egress,
             Direction::Ingress => aya::programs::TcAttachType::Ingress,

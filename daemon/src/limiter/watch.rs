@@ -3,7 +3,7 @@
 
 use aya::programs::SchedClassifier;
 
-use super::{AttachKind, Direction, Limiter, LimiterError};
+use super::{AttachKind, Direction, HookDirection, Limiter, LimiterError};
 
 /// A program seen on a hook.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

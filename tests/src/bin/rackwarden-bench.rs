@@ -11,7 +11,7 @@ use std::{
 use rackwarden::{
     config::AttachMode,
     limiter::{
-        Direction, Limiter,
+        Direction, HookDirection, Limiter,
         maps::{CapSpec, bucket_config},
     },
     pins::PinPaths,

@@ -1,0 +1,202 @@
+//! Typed parts of the epoch predicate. An absent optional report means "not performed";
+//! no default here ever reads as success.
+
+use serde::{Deserialize, Serialize};
+
+/// Traffic direction as seen from the rack host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Egress,
+    Ingress,
+}
+
+impl Direction {
+    pub const ALL: [Direction; 2] = [Direction::Egress, Direction::Ingress];
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Egress => "egress",
+            Direction::Ingress => "ingress",
+        }
+    }
+}
+
+/// Kernel identity of one loaded program.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramIdentity {
+    pub name: String,
+    pub id: u32,
+    /// The kernel's program tag (hash of the instructions), hex as bpftool prints it.
+    pub tag: String,
+}
+
+/// Monotonic policer counters for one direction, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimiterCounters {
+    pub passed_bytes: u64,
+    pub passed_packets: u64,
+    pub dropped_bytes: u64,
+    pub dropped_packets: u64,
+    pub unconfigured_drops: u64,
+    pub contention_drops: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GapKind {
+    /// Our program was not on the hook (someone detached it, or it was missing at start).
+    Detached,
+    /// Another program held our place (our id gone, a different program on the hook).
+    Replaced,
+    /// A program not ours runs before ours and can pass packets we never see.
+    ForeignAhead,
+    /// The cap in the pinned config map was not the one we wrote.
+    ConfigChanged,
+    /// A check itself failed (e.g. the hook could not be queried): enforcement unproven.
+    CheckFailed,
+}
+
+/// An interval in which the limiter was not provably enforcing our cap on a hook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnforcementGap {
+    pub kind: GapKind,
+    pub interface: Option<String>,
+    pub direction: Option<Direction>,
+    /// Unix ms of the last check that found this hook enforcing (start of the gap at worst).
+    pub last_verified_at_ms: Option<u64>,
+    /// Unix ms when the gap was detected.
+    pub detected_at_ms: u64,
+    pub detail: String,
+    /// Whether the daemon restored enforcement right after detecting it.
+    pub restored: bool,
+}
+
+/// One hook at the epoch's end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttachPoint {
+    pub interface: String,
+    pub direction: Direction,
+    pub attached: bool,
+    /// Ids of programs that run before ours on this hook.
+    pub foreign_ahead: Vec<u32>,
+}
+
+/// The cap in force for one direction at the epoch's end, as read from the kernel map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapInForce {
+    pub direction: Direction,
+    pub rate_bytes_per_s: u64,
+    pub burst_bytes: u64,
+    pub small_reserve_bytes: u64,
+    pub generation: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirectionCounters {
+    pub direction: Direction,
+    #[serde(flatten)]
+    pub counters: LimiterCounters,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimiterEvidence {
+    /// `tcx` or `clsact`, or `unknown` when the hooks could not be inspected.
+    pub attach_kind: String,
+    pub pin_root: String,
+    pub programs: Vec<ProgramIdentity>,
+    pub attach_points: Vec<AttachPoint>,
+    pub caps: Vec<CapInForce>,
+    /// Counters at the epoch's end (monotonic: the verifier subtracts the previous epoch's).
+    pub counters: Vec<DirectionCounters>,
+    /// Enforcement gaps detected within the epoch.
+    pub gaps: Vec<EnforcementGap>,
+}
+
+/// The limiter part of a statement: present with its evidence, or absent with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum LimiterReport {
+    Present(LimiterEvidence),
+    Absent { finding: String },
+}
+
+/// Per-device result of a wipe (filled in by the wipe engine). Residue is
+/// `bytes_total - bytes_verified`, never rounded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WipeDeviceReport {
+    pub backend: String,
+    pub device: String,
+    pub status: String,
+    pub bytes_total: u64,
+    pub bytes_filled: u64,
+    pub bytes_verified: u64,
+    pub mismatches: u64,
+    pub residue_bytes: u64,
+    pub duration_ms: u64,
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WipeReport {
+    /// Hex of the 32-byte challenge nonce the fill stream was keyed with.
+    pub nonce: String,
+    pub interrupted: bool,
+    pub devices: Vec<WipeDeviceReport>,
+}
+
+/// One image checked against the signed manifest (filled in by the image loader).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageResult {
+    pub name: String,
+    pub size: u64,
+    pub merkle_sha3_256: String,
+    pub ok: bool,
+    pub finding: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageReport {
+    /// SHA3-256 of the manifest envelope's PAE bytes.
+    pub manifest_sha3_256: String,
+    pub images: Vec<ImageResult>,
+}
+
+/// Something the daemon must disclose about its own evidence trail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Incident {
+    /// The log's last line was incomplete when the daemon opened it (a crash mid-write).
+    /// The bytes stay in the log; the chain continues from the last good statement.
+    TornLogTail {
+        offset: u64,
+        length: u64,
+        sha3_256: String,
+    },
+    /// A complete line that is not a valid statement of ours.
+    CorruptLogLine {
+        offset: u64,
+        length: u64,
+        sha3_256: String,
+    },
+}
+
+/// Which daemon produced the statement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProducerIdentity {
+    pub name: String,
+    pub version: String,
+    /// SHA3-256 of the producing binary (`/proc/self/exe`), hex.
+    pub binary_sha3_256: String,
+}

@@ -1,0 +1,23 @@
+//! rackwarden-attest: the evidence format, shared by the daemon (which signs) and the
+//! verifier (which checks). Pure and I/O-light: only [`log`] and [`keys`] touch files.
+//!
+//! - [`dsse`]: DSSE v1 envelopes, PAE, signing and verification (where a signature is made
+//!   and checked);
+//! - [`keys`]: ed25519 keys as PKCS#8 / SPKI PEM, keyids;
+//! - [`statement`]: the in-toto Statement v1 and our epoch predicate;
+//! - [`evidence`]: the typed parts of the predicate (limiter, gaps, wipes, images);
+//! - [`log`]: the append-only local log with torn-tail detection;
+//! - [`verify`]: checking a whole log (signatures, chain, time) line by line.
+
+pub mod dsse;
+pub mod evidence;
+pub mod keys;
+pub mod log;
+pub mod statement;
+pub mod verify;
+
+/// SHA3-256 of `data`.
+pub fn sha3(data: &[u8]) -> [u8; 32] {
+    use sha3::Digest;
+    sha3::Sha3_256::digest(data).into()
+}

@@ -1,0 +1,155 @@
+//! The local evidence log: one DSSE envelope per line, append-only. A statement counts as
+//! written only after `fsync` (and, when the file is created, after the directory's fsync).
+//!
+//! A torn last line (a crash mid-write, a full disk) is found on open, kept byte for byte,
+//! terminated with a newline so later lines stay intact, and reported as an [`Incident`] that
+//! the next statement carries. The chain continues from the last good statement.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use ed25519_dalek::VerifyingKey;
+
+use crate::{
+    dsse::{self, Envelope, INTOTO_PAYLOAD_TYPE},
+    evidence::Incident,
+    statement::{GENESIS_PREV, Statement},
+};
+
+#[derive(Debug, thiserror::Error)]
+#[error("evidence log {path}: {source}")]
+pub struct LogError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+/// The last good statement: where the chain continues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainTip {
+    pub seq: u64,
+    pub pae_sha3: [u8; 32],
+    pub epoch_end_unix_ms: u64,
+}
+
+pub struct EvidenceLog {
+    path: PathBuf,
+    file: File,
+    pub tip: Option<ChainTip>,
+    /// Problems found on open that no later statement has disclosed yet: the next statement
+    /// must carry them.
+    pub pending_incidents: Vec<Incident>,
+}
+
+impl EvidenceLog {
+    /// Opens (creating if needed) the log of statements signed by `key`.
+    pub fn open(path: &Path, key: &VerifyingKey) -> Result<EvidenceLog, LogError> {
+        let e = |source| LogError {
+            path: path.to_path_buf(),
+            source,
+        };
+        let created = !path.exists();
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(path)
+            .map_err(e)?;
+        if created {
+            file.sync_all().map_err(e)?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                File::open(dir).and_then(|d| d.sync_all()).map_err(e)?;
+            }
+        }
+        let bytes = std::fs::read(path).map_err(e)?;
+        let mut tip = None;
+        let mut problems: Vec<Incident> = Vec::new();
+        let mut disclosed: Vec<u64> = Vec::new();
+        let mut offset = 0usize;
+        while offset < bytes.len() {
+            let Some(nl) = bytes[offset..].iter().position(|b| *b == b'\n') else {
+                let torn = &bytes[offset..];
+                problems.push(Incident::TornLogTail {
+                    offset: offset as u64,
+                    length: torn.len() as u64,
+                    sha3_256: hex::encode(crate::sha3(torn)),
+                });
+                // Terminate the torn bytes (never remove them) so the next line is whole.
+                file.write_all(b"\n").map_err(e)?;
+                file.sync_data().map_err(e)?;
+                break;
+            };
+            let line = &bytes[offset..offset + nl];
+            match dsse::verify(line, key, INTOTO_PAYLOAD_TYPE)
+                .ok()
+                .and_then(|v| Statement::from_verified(&v.payload).ok().map(|s| (v, s)))
+            {
+                Some((v, s)) => {
+                    for i in &s.predicate.incidents {
+                        match i {
+                            Incident::TornLogTail { offset, .. }
+                            | Incident::CorruptLogLine { offset, .. } => disclosed.push(*offset),
+                        }
+                    }
+                    tip = Some(ChainTip {
+                        seq: s.predicate.seq,
+                        pae_sha3: v.pae_sha3,
+                        epoch_end_unix_ms: s.predicate.epoch_end_unix_ms,
+                    });
+                }
+                None if line.is_empty() => {}
+                None => problems.push(Incident::CorruptLogLine {
+                    offset: offset as u64,
+                    length: line.len() as u64,
+                    sha3_256: hex::encode(crate::sha3(line)),
+                }),
+            }
+            offset += nl + 1;
+        }
+        let pending_incidents = problems
+            .into_iter()
+            .filter(|i| match i {
+                Incident::TornLogTail { offset, .. } | Incident::CorruptLogLine { offset, .. } => {
+                    !disclosed.contains(offset)
+                }
+            })
+            .collect();
+        Ok(EvidenceLog {
+            path: path.to_path_buf(),
+            file,
+            tip,
+            pending_incidents,
+        })
+    }
+
+    /// `seq` and `prev` for the next statement.
+    pub fn next_link(&self) -> (u64, String) {
+        match &self.tip {
+            None => (0, GENESIS_PREV.to_string()),
+            Some(t) => (t.seq + 1, hex::encode(t.pae_sha3)),
+        }
+    }
+
+    /// Appends one signed statement and fsyncs. Only after this returns Ok is the statement
+    /// acknowledged; on error the log may end in a torn line, which the next open reports.
+    pub fn append(&mut self, env: &Envelope, statement: &Statement) -> Result<(), LogError> {
+        let e = |source| LogError {
+            path: self.path.clone(),
+            source,
+        };
+        let mut line = env.to_json();
+        line.push(b'\n');
+        self.file.write_all(&line).map_err(e)?;
+        self.file.sync_data().map_err(e)?;
+        let payload = statement.to_json();
+        self.tip = Some(ChainTip {
+            seq: statement.predicate.seq,
+            pae_sha3: crate::sha3(&dsse::pae(&env.payload_type, &payload)),
+            epoch_end_unix_ms: statement.predicate.epoch_end_unix_ms,
+        });
+        self.pending_incidents.clear();
+        Ok(())
+    }
+}

@@ -1,0 +1,114 @@
+//! The payload: an in-toto Statement v1 whose predicate is one epoch of this rack host.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::evidence::{ImageReport, Incident, LimiterReport, ProducerIdentity, WipeReport};
+
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+/// Versioned predicate type of ours. A change of meaning gets a new version.
+pub const PREDICATE_TYPE: &str = "https://rackwarden.dev/attestation/epoch/v1";
+/// Digest name of image subjects (the file digest defined in the images part).
+pub const IMAGE_DIGEST: &str = "merkle_sha3_256";
+/// `prev` of the first statement.
+pub const GENESIS_PREV: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Statement {
+    #[serde(rename = "_type")]
+    pub type_: String,
+    pub subject: Vec<Subject>,
+    #[serde(rename = "predicateType")]
+    pub predicate_type: String,
+    pub predicate: EpochPredicate,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Subject {
+    pub name: String,
+    pub digest: BTreeMap<String, String>,
+}
+
+/// Freshness: the verifier's nonce, or an explicit statement that there was none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Challenge {
+    /// Hex of the 32-byte nonce the verifier issued for this epoch.
+    Nonce {
+        nonce: String,
+    },
+    Unchallenged,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EpochPredicate {
+    pub rack_id: String,
+    pub host_id: String,
+    /// 0 for the first statement of a host, then +1 each.
+    pub seq: u64,
+    /// Lowercase hex SHA3-256 of the previous statement's PAE bytes; 64 zeros for seq 0.
+    pub prev: String,
+    pub challenge: Challenge,
+    pub epoch_start_unix_ms: u64,
+    pub epoch_end_unix_ms: u64,
+    pub limiter: LimiterReport,
+    /// Absent: no wipe was performed in this epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wipe: Option<WipeReport>,
+    /// Absent: no images were loaded in this epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImageReport>,
+    pub incidents: Vec<Incident>,
+    pub producer: ProducerIdentity,
+}
+
+impl Statement {
+    pub fn new(subject: Vec<Subject>, predicate: EpochPredicate) -> Statement {
+        Statement {
+            type_: STATEMENT_TYPE.into(),
+            subject,
+            predicate_type: PREDICATE_TYPE.into(),
+            predicate,
+        }
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Parses verified payload bytes and checks the fixed type fields.
+    pub fn from_verified(payload: &[u8]) -> Result<Statement, String> {
+        let s: Statement = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
+        if s.type_ != STATEMENT_TYPE {
+            return Err(format!(
+                "_type is `{}`, expected `{STATEMENT_TYPE}`",
+                s.type_
+            ));
+        }
+        if s.predicate_type != PREDICATE_TYPE {
+            return Err(format!(
+                "predicateType is `{}`, expected `{PREDICATE_TYPE}`",
+                s.predicate_type
+            ));
+        }
+        if s.predicate.epoch_end_unix_ms < s.predicate.epoch_start_unix_ms {
+            return Err("epoch ends before it starts".into());
+        }
+        let prev_ok = s.predicate.prev.len() == 64
+            && s.predicate
+                .prev
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !prev_ok {
+            return Err("`prev` is not 64 lowercase hex digits".into());
+        }
+        if s.predicate.seq == 0 && s.predicate.prev != GENESIS_PREV {
+            return Err("seq 0 must have the all-zero `prev`".into());
+        }
+        Ok(s)
+    }
+}
