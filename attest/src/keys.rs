@@ -40,6 +40,15 @@ pub fn keyid(key: &VerifyingKey) -> String {
     hex::encode(crate::sha3(key.as_bytes()))
 }
 
+/// The verifying key type, re-exported for callers that do not depend on ed25519-dalek.
+pub type VerifyingKeyType = VerifyingKey;
+
+/// A fixed, public, well-known key (secret = 32 bytes of 7) for fuzzing and examples. Never
+/// enroll it anywhere.
+pub fn fixed_test_key() -> VerifyingKey {
+    SigningKey::from_bytes(&[7u8; 32]).verifying_key()
+}
+
 pub fn generate() -> SigningKey {
     SigningKey::generate(&mut rand_core::OsRng)
 }

@@ -207,6 +207,20 @@ burst = "{burst}"
     pub fn socket_path(&self) -> PathBuf {
         self.dir.join("control.sock")
     }
+
+    /// Loads and attaches the policer on the rack interface with the library alone (no
+    /// daemon, no cap written: the config map stays zero until the caller writes one).
+    pub fn attach_bare_limiter(&self) -> rackwarden::pins::PinPaths {
+        let pins = rackwarden::pins::PinPaths::new(&self.pin_root);
+        let (p2, ifc) = (pins.clone(), self.rack_if.clone());
+        in_netns(&self.rack_ns, move || {
+            let mut l = rackwarden::limiter::Limiter::load_or_adopt(&p2).expect("load the policer");
+            l.choose_kind(rackwarden::config::AttachMode::Auto, &ifc);
+            l.attach_all(std::slice::from_ref(&ifc))
+                .expect("attach the policer");
+        });
+        pins
+    }
 }
 
 impl Drop for Net {

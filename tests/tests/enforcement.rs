@@ -2,11 +2,7 @@
 
 use std::{net::SocketAddr, process::Command, thread, time::Duration};
 
-use rackwarden::{
-    config::AttachMode,
-    limiter::{Direction, Limiter},
-    pins::PinPaths,
-};
+use rackwarden::{limiter::Direction, pins::PinPaths};
 use rackwarden_common::BucketConfig;
 use rackwarden_tests::*;
 
@@ -43,15 +39,8 @@ fn egress_flood(net: &Net, secs: f64) -> (u64, f64) {
 #[test]
 fn zeroed_or_missing_config_drops_everything() {
     let net = Net::new("fail");
-    let pins = PinPaths::new(&net.pin_root);
-    let ifc = net.rack_if.clone();
     // Load and attach with the library alone: nobody writes a cap, the config map is zero.
-    let p2 = pins.clone();
-    in_netns(&net.rack_ns, move || {
-        let mut l = Limiter::load_or_adopt(&p2).unwrap();
-        l.choose_kind(AttachMode::Auto, &ifc);
-        l.attach_all(std::slice::from_ref(&ifc)).unwrap();
-    });
+    let pins = net.attach_bare_limiter();
     let (frames, _) = egress_flood(&net, 1.0);
     assert_eq!(frames, 0, "an unconfigured policer must drop everything");
     let maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();

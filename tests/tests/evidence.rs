@@ -42,22 +42,35 @@ fn attest_and_verify_a_real_limiter() {
     let k = keys.join("host.key");
     let p = keys.join("host.pub");
     let log = net.dir.join("evidence.jsonl");
+    let attest = |extra: &[&str]| {
+        let mut a = vec![
+            "attest",
+            "--key",
+            k.to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+        ];
+        a.extend_from_slice(extra);
+        rw(&a, &cfg)
+    };
+    let verify = || {
+        rw(
+            &[
+                "verify",
+                "--key",
+                p.to_str().unwrap(),
+                log.to_str().unwrap(),
+            ],
+            &cfg,
+        )
+    };
     let (ok, t) = rw(&["keygen", "--out", keys.to_str().unwrap()], &cfg);
     assert!(ok, "{t}");
     let (ok, t) = rw(&["keygen", "--out", keys.to_str().unwrap()], &cfg);
     assert!(!ok && t.contains("refusing to overwrite"), "{t}");
 
     // No limiter yet: the statement says so explicitly.
-    let (ok, t) = rw(
-        &[
-            "attest",
-            "--key",
-            k.to_str().unwrap(),
-            "--log",
-            log.to_str().unwrap(),
-        ],
-        &cfg,
-    );
+    let (ok, t) = attest(&[]);
     assert!(ok && t.contains("ABSENT"), "{t}");
 
     let _d = Daemon::start(&cfg, &net.socket_path());
@@ -70,18 +83,7 @@ fn attest_and_verify_a_real_limiter() {
     .unwrap();
     thread::sleep(Duration::from_millis(1500));
     let nonce = "ab".repeat(32);
-    let (ok, t) = rw(
-        &[
-            "attest",
-            "--key",
-            k.to_str().unwrap(),
-            "--log",
-            log.to_str().unwrap(),
-            "--nonce",
-            &nonce,
-        ],
-        &cfg,
-    );
+    let (ok, t) = attest(&["--nonce", &nonce]);
     assert!(ok && t.contains("present"), "{t}");
     let st = statements(&log);
     assert_eq!(st.len(), 2);
@@ -108,15 +110,7 @@ fn attest_and_verify_a_real_limiter() {
     );
     assert_eq!(st[0]["predicate"]["limiter"]["state"], "absent");
 
-    let (ok, t) = rw(
-        &[
-            "verify",
-            "--key",
-            p.to_str().unwrap(),
-            log.to_str().unwrap(),
-        ],
-        &cfg,
-    );
+    let (ok, t) = verify();
     assert!(ok && t.contains("2 ok, 0 warnings, 0 failures"), "{t}");
 
     // A crash mid-write: the next attest discloses it, verify warns but passes.
@@ -128,36 +122,11 @@ fn attest_and_verify_a_real_limiter() {
         + 1;
     let half_line = &bytes[last_start..last_start + (bytes.len() - last_start) / 2];
     std::fs::write(&log, [&bytes[..], half_line].concat()).unwrap();
-    let (ok, t) = rw(
-        &[
-            "verify",
-            "--key",
-            p.to_str().unwrap(),
-            log.to_str().unwrap(),
-        ],
-        &cfg,
-    );
+    let (ok, t) = verify();
     assert!(!ok && t.contains("torn_tail"), "{t}");
-    let (ok, t) = rw(
-        &[
-            "attest",
-            "--key",
-            k.to_str().unwrap(),
-            "--log",
-            log.to_str().unwrap(),
-        ],
-        &cfg,
-    );
+    let (ok, t) = attest(&[]);
     assert!(ok && t.contains("incidents disclosed: 1"), "{t}");
-    let (ok, t) = rw(
-        &[
-            "verify",
-            "--key",
-            p.to_str().unwrap(),
-            log.to_str().unwrap(),
-        ],
-        &cfg,
-    );
+    let (ok, t) = verify();
     assert!(ok && t.contains("3 ok, 1 warnings, 0 failures"), "{t}");
 
     // One flipped byte in a signature: verify fails and names line and offset.
@@ -165,14 +134,6 @@ fn attest_and_verify_a_real_limiter() {
     let at = bytes.windows(7).position(|w| w == b"\"sig\":\"").unwrap() + 10;
     bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
     std::fs::write(&log, &bytes).unwrap();
-    let (ok, t) = rw(
-        &[
-            "verify",
-            "--key",
-            p.to_str().unwrap(),
-            log.to_str().unwrap(),
-        ],
-        &cfg,
-    );
+    let (ok, t) = verify();
     assert!(!ok && t.contains("bad_signature"), "{t}");
 }

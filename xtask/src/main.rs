@@ -42,9 +42,28 @@ fn main() -> Result<()> {
                 "bench",
             )?;
         }
+        Some("fuzz") => {
+            // Not part of CI: `cargo xtask fuzz [SECONDS]` (default 300) on the envelope parser.
+            setup()?;
+            let secs = args.get(1).map(String::as_str).unwrap_or("300");
+            if !succeeds(Command::new("cargo").args(["fuzz", "--version"])) {
+                step("cargo install cargo-fuzz");
+                run_checked(
+                    Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]),
+                    "cargo install cargo-fuzz",
+                )?;
+            }
+            run_checked(
+                Command::new("rustup")
+                    .args(["run", "nightly", "cargo", "fuzz", "run", "envelope", "--"])
+                    .arg(format!("-max_total_time={secs}"))
+                    .current_dir("attest"),
+                "cargo fuzz",
+            )?;
+        }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root)\n  bench [limiter]  benchmarks, each next to its anchor"
+                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root)\n  bench [attest|limiter]  benchmarks, each next to its anchor\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
             );
             bail!("unknown command {:?}", args.first());
         }

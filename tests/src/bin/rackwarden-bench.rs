@@ -9,7 +9,6 @@ use std::{
 };
 
 use rackwarden::{
-    config::AttachMode,
     limiter::{
         Direction, HookDirection, Limiter,
         maps::{CapSpec, bucket_config},
@@ -21,9 +20,152 @@ use rackwarden_tests::*;
 fn main() {
     let what: Vec<String> = std::env::args().skip(1).collect();
     let all = what.is_empty();
+    if all || what.iter().any(|w| w == "attest") {
+        bench_attest();
+    }
     if all || what.iter().any(|w| w == "limiter") {
         bench_limiter();
     }
+}
+
+// ---- attest: statements signed / verified per second per core, next to raw ed25519 ----
+
+fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::EpochPredicate {
+    use rackwarden_attest::{evidence::*, statement::*};
+    let counters = LimiterCounters {
+        passed_bytes: 123_456_789,
+        passed_packets: 98_765,
+        dropped_bytes: 5_555_555,
+        dropped_packets: 4_444,
+        unconfigured_drops: 0,
+        contention_drops: 0,
+    };
+    EpochPredicate {
+        rack_id: "rack-a17".into(),
+        host_id: "host-03".into(),
+        seq,
+        prev,
+        challenge: Challenge::Nonce {
+            nonce: "ab".repeat(32),
+        },
+        epoch_start_unix_ms: 1_796_000_000_000 + seq * 900_000,
+        epoch_end_unix_ms: 1_796_000_000_000 + (seq + 1) * 900_000,
+        limiter: LimiterReport::Present(LimiterEvidence {
+            attach_kind: "tcx".into(),
+            pin_root: "/sys/fs/bpf/rackwarden".into(),
+            programs: Direction::ALL
+                .iter()
+                .map(|d| ProgramIdentity {
+                    name: format!("rw_{}", d.name()),
+                    id: 107,
+                    tag: "0f4840c11a5feae1".into(),
+                })
+                .collect(),
+            attach_points: Direction::ALL
+                .iter()
+                .map(|d| AttachPoint {
+                    interface: "eth0".into(),
+                    direction: *d,
+                    attached: true,
+                    foreign_ahead: vec![],
+                })
+                .collect(),
+            caps: Direction::ALL
+                .iter()
+                .map(|d| CapInForce {
+                    direction: *d,
+                    rate_bytes_per_s: 2_500_000,
+                    burst_bytes: 262_144,
+                    small_reserve_bytes: 16_384,
+                    generation: 1,
+                })
+                .collect(),
+            counters: Direction::ALL
+                .iter()
+                .map(|d| DirectionCounters {
+                    direction: *d,
+                    counters,
+                })
+                .collect(),
+            gaps: vec![],
+        }),
+        wipe: None,
+        images: None,
+        incidents: vec![],
+        producer: ProducerIdentity {
+            name: "rackwardend".into(),
+            version: "0.1.0".into(),
+            binary_sha3_256: "cd".repeat(32),
+        },
+    }
+}
+
+fn bench_attest() {
+    use ed25519_dalek::{Signer as _, Verifier as _};
+    use rackwarden_attest::{dsse, keys, statement::*};
+    use std::time::Instant;
+    println!("== bench attest (one core) ==");
+    let key = keys::generate();
+    let vk = key.verifying_key();
+    let n = 20_000u64;
+    // Ours: build the statement, serialize, PAE, sign, envelope JSON, chain digest.
+    let t = Instant::now();
+    let mut prev = GENESIS_PREV.to_string();
+    let mut lines = Vec::with_capacity(n as usize);
+    for seq in 0..n {
+        let st = Statement::new(vec![], sample_predicate(seq, prev));
+        let body = st.to_json();
+        let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body);
+        prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
+            dsse::INTOTO_PAYLOAD_TYPE,
+            &body,
+        )));
+        lines.push(env.to_json());
+    }
+    let ours_sign = n as f64 / t.elapsed().as_secs_f64();
+    // Anchor: raw ed25519 over the same PAE bytes.
+    let paes: Vec<Vec<u8>> = lines
+        .iter()
+        .map(|l| {
+            dsse::pae(
+                dsse::INTOTO_PAYLOAD_TYPE,
+                &dsse::verify(l, &vk, dsse::INTOTO_PAYLOAD_TYPE)
+                    .unwrap()
+                    .payload,
+            )
+        })
+        .collect();
+    let t = Instant::now();
+    let sigs: Vec<_> = paes.iter().map(|p| key.sign(p)).collect();
+    let raw_sign = n as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for l in &lines {
+        let v = dsse::verify(l, &vk, dsse::INTOTO_PAYLOAD_TYPE).unwrap();
+        Statement::from_verified(&v.payload).unwrap();
+    }
+    let ours_verify = n as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for (p, s) in paes.iter().zip(&sigs) {
+        vk.verify_strict(p, s).unwrap();
+    }
+    let raw_verify = n as f64 / t.elapsed().as_secs_f64();
+    let _ = vk.verify(&paes[0], &sigs[0]);
+    println!("statement size: {} bytes of envelope JSON", lines[0].len());
+    println!("{:<52} {:>12} {:>12} {:>8}", "", "ours/s", "raw/s", "ratio");
+    println!(
+        "{:<52} {:>12.0} {:>12.0} {:>7.3}x",
+        "sign (build+JSON+PAE+sign+chain) vs ed25519 sign",
+        ours_sign,
+        raw_sign,
+        ours_sign / raw_sign
+    );
+    println!(
+        "{:<52} {:>12.0} {:>12.0} {:>7.3}x",
+        "verify (parse+b64+PAE+verify+parse) vs verify_strict",
+        ours_verify,
+        raw_verify,
+        ours_verify / raw_verify
+    );
 }
 
 fn bench_limiter() {
@@ -160,14 +302,7 @@ fn veth_throughput_overhead() {
     println!("\n-- TCP throughput over veth, 4 s each, cap 100 GB/s (never reached) --");
     let net = Net::new("bthr");
     let base = tcp_throughput(&net, 4.0);
-    let ifc = net.rack_if.clone();
-    let pins = PinPaths::new(&net.pin_root);
-    let p2 = pins.clone();
-    in_netns(&net.rack_ns, move || {
-        let mut l = Limiter::load_or_adopt(&p2).unwrap();
-        l.choose_kind(AttachMode::Auto, &ifc);
-        l.attach_all(std::slice::from_ref(&ifc)).unwrap();
-    });
+    let pins = net.attach_bare_limiter();
     let mut maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
     for d in Direction::ALL {
         let spec = CapSpec {
