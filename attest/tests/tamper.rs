@@ -57,6 +57,14 @@ fn make_log(key: &SigningKey, n: u64) -> Vec<Vec<u8>> {
     lines
 }
 
+/// One signed log line (with its newline) for `p`.
+fn signed_line(key: &SigningKey, p: EpochPredicate) -> Vec<u8> {
+    let st = Statement::new(vec![], p);
+    let mut l = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json()).to_json();
+    l.push(b'\n');
+    l
+}
+
 fn join(lines: &[Vec<u8>]) -> Vec<u8> {
     lines.concat()
 }
@@ -173,9 +181,7 @@ fn each_tamper_case_has_its_finding() {
 
     // A different statement with the same seq, correctly signed: a fork.
     let mut l = lines.clone();
-    let st = Statement::new(vec![], predicate(1, "ab".repeat(32), 5, 6));
-    let mut alt = dsse::sign(&k, INTOTO_PAYLOAD_TYPE, &st.to_json()).to_json();
-    alt.push(b'\n');
+    let alt = signed_line(&k, predicate(1, "ab".repeat(32), 5, 6));
     l.push(alt);
     let f = case(l);
     assert!(
@@ -194,9 +200,7 @@ fn each_tamper_case_has_its_finding() {
 
     // A correctly signed statement whose prev does not link.
     let mut l = lines[..2].to_vec();
-    let st = Statement::new(vec![], predicate(2, "cd".repeat(32), 3000, 3999));
-    let mut bad = dsse::sign(&k, INTOTO_PAYLOAD_TYPE, &st.to_json()).to_json();
-    bad.push(b'\n');
+    let bad = signed_line(&k, predicate(2, "cd".repeat(32), 3000, 3999));
     l.push(bad);
     assert!(matches!(case(l)[..], [(3, Finding::BrokenPrev { .. })]));
 
@@ -214,9 +218,7 @@ fn each_tamper_case_has_its_finding() {
         .unwrap();
         hex::encode(v.pae_sha3)
     };
-    let st = Statement::new(vec![], predicate(2, prev, 10, 20));
-    let mut back = dsse::sign(&k, INTOTO_PAYLOAD_TYPE, &st.to_json()).to_json();
-    back.push(b'\n');
+    let back = signed_line(&k, predicate(2, prev, 10, 20));
     l.push(back);
     assert!(matches!(case(l)[..], [(3, Finding::TimeBackwards { .. })]));
 

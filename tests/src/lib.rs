@@ -208,6 +208,18 @@ burst = "{burst}"
         self.dir.join("control.sock")
     }
 
+    /// Floods rack -> outside with 1400-byte UDP datagrams for `secs`; returns the frame bytes
+    /// that arrived and the sender's window in seconds.
+    pub fn egress_flood(&self, secs: f64) -> (u64, f64) {
+        let sink = UdpSink::start(&self.out_ns, OUT_ADDR);
+        let dst: SocketAddr = format!("{OUT_ADDR}:{}", sink.port).parse().unwrap();
+        let sent = udp_send(&self.rack_ns, dst, 1400, secs, None, None)
+            .join()
+            .unwrap();
+        let (b, p) = sink.finish();
+        (b + p * UDP_FRAME_OVERHEAD, window_secs(&[sent]))
+    }
+
     /// Loads and attaches the policer on the rack interface with the library alone (no
     /// daemon, no cap written: the config map stays zero until the caller writes one).
     pub fn attach_bare_limiter(&self) -> rackwarden::pins::PinPaths {

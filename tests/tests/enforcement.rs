@@ -1,6 +1,6 @@
 //! Fail-closed behaviour, run-time cap changes, and detection of detaches and config tampering.
 
-use std::{net::SocketAddr, process::Command, thread, time::Duration};
+use std::{process::Command, thread, time::Duration};
 
 use rackwarden::{limiter::Direction, pins::PinPaths};
 use rackwarden_common::BucketConfig;
@@ -15,33 +15,12 @@ fn spec(rate: u64, burst: u64) -> rackwarden::limiter::maps::CapSpec {
     }
 }
 
-fn dst(port: u16, addr: &str) -> SocketAddr {
-    format!("{addr}:{port}").parse().unwrap()
-}
-
-/// Frame bytes delivered rack -> outside by a flood of `secs`.
-fn egress_flood(net: &Net, secs: f64) -> (u64, f64) {
-    let sink = UdpSink::start(&net.out_ns, OUT_ADDR);
-    let sent = udp_send(
-        &net.rack_ns,
-        dst(sink.port, OUT_ADDR),
-        1400,
-        secs,
-        None,
-        None,
-    )
-    .join()
-    .unwrap();
-    let (b, p) = sink.finish();
-    (b + p * UDP_FRAME_OVERHEAD, window_secs(&[sent]))
-}
-
 #[test]
 fn zeroed_or_missing_config_drops_everything() {
     let net = Net::new("fail");
     // Load and attach with the library alone: nobody writes a cap, the config map is zero.
     let pins = net.attach_bare_limiter();
-    let (frames, _) = egress_flood(&net, 1.0);
+    let (frames, _) = net.egress_flood(1.0);
     assert_eq!(frames, 0, "an unconfigured policer must drop everything");
     let maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
     let c = maps.counters(Direction::Egress).unwrap();
@@ -54,12 +33,12 @@ fn zeroed_or_missing_config_drops_everything() {
         &rackwarden::limiter::maps::bucket_config(&spec(1_000_000, 262_144), 1),
     )
     .unwrap();
-    let (frames, _) = egress_flood(&net, 1.0);
+    let (frames, _) = net.egress_flood(1.0);
     assert!(frames > 0);
     maps.set_config(Direction::Egress, &BucketConfig::default())
         .unwrap();
     let before = maps.counters(Direction::Egress).unwrap().unconfigured_drops;
-    let (frames, _) = egress_flood(&net, 1.0);
+    let (frames, _) = net.egress_flood(1.0);
     assert_eq!(frames, 0, "a zeroed config slot must drop everything");
     assert!(maps.counters(Direction::Egress).unwrap().unconfigured_drops > before);
 }
@@ -82,7 +61,7 @@ fn cap_change_at_run_time_applies_and_says_whether_persisted() {
     );
     assert!(text.contains("persisted: no"), "{text}");
     // Drain the bucket, then measure a steady window at the new rate.
-    let (frames, t) = egress_flood(&net, 3.0);
+    let (frames, t) = net.egress_flood(3.0);
     let bound = 262_144.0 + 5_000_000.0 * t;
     println!("after cap set 5 MB/s: {frames} frame B in {t:.2} s (bound {bound:.0})");
     assert!(frames as f64 <= bound && frames as f64 >= 0.97 * bound);
@@ -185,7 +164,7 @@ fn detach_and_config_tampering_are_gaps_and_get_restored() {
         "cap not restored"
     );
     // The cap holds after the restore.
-    let (frames, t) = egress_flood(&net, 2.0);
+    let (frames, t) = net.egress_flood(2.0);
     assert!(frames as f64 <= 262_144.0 + 1_000_000.0 * t);
     // Gaps survive a daemon restart (they are on disk, fsynced).
     drop(_d);

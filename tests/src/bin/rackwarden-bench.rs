@@ -328,16 +328,6 @@ fn veth_throughput_overhead() {
 
 // ---- 3. accuracy: delivered vs burst + rate x T, ours next to kernel tbf ----
 
-fn udp_flood_frames(net: &Net, secs: f64) -> (u64, f64) {
-    let sink = UdpSink::start(&net.out_ns, OUT_ADDR);
-    let dst: SocketAddr = format!("{OUT_ADDR}:{}", sink.port).parse().unwrap();
-    let sent = udp_send(&net.rack_ns, dst, 1400, secs, None, None)
-        .join()
-        .unwrap();
-    let (b, p) = sink.finish();
-    (b + p * UDP_FRAME_OVERHEAD, window_secs(&[sent]))
-}
-
 fn accuracy_vs_tbf() {
     let rate = 1_000_000u64;
     let burst = 262_144u64;
@@ -373,7 +363,7 @@ fn accuracy_vs_tbf() {
         "tc tbf: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (tf, tt) = udp_flood_frames(&net, secs);
+    let (tf, tt) = net.egress_flood(secs);
     let tbf_ratio = tf as f64 / (burst as f64 + rate as f64 * tt);
     drop(net);
     // Ours, through the daemon with the same rate and burst.
@@ -381,7 +371,7 @@ fn accuracy_vs_tbf() {
     let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
     let _d = Daemon::start(&cfg, &net.socket_path());
     std::thread::sleep(Duration::from_millis(200));
-    let (of, ot) = udp_flood_frames(&net, secs);
+    let (of, ot) = net.egress_flood(secs);
     let our_ratio = of as f64 / (burst as f64 + rate as f64 * ot);
     println!("{:<40} {:>12} {:>10}", "limiter", "delivered B", "of bound");
     println!(
