@@ -7,12 +7,15 @@
 //! - [`statement`]: the in-toto Statement v1 and our epoch predicate;
 //! - [`evidence`]: the typed parts of the predicate (limiter, gaps, wipes, images);
 //! - [`log`]: the append-only local log with torn-tail detection;
+//! - [`merkle`]: the `merkle_sha3_256` file digest; [`manifest`]: the signed image manifest;
 //! - [`verify`]: checking a whole log (signatures, chain, time) line by line.
 
 pub mod dsse;
 pub mod evidence;
 pub mod keys;
 pub mod log;
+pub mod manifest;
+pub mod merkle;
 pub mod statement;
 pub mod verify;
 
