@@ -134,13 +134,17 @@ pub enum LimiterReport {
 pub struct WipeDeviceReport {
     pub backend: String,
     pub device: String,
+    /// `complete`, `interrupted`, `absent`, `unsupported` or `failed`; only `complete` with
+    /// `mismatches == 0` is a wipe of `bytes_verified` bytes.
     pub status: String,
     pub bytes_total: u64,
     pub bytes_filled: u64,
     pub bytes_verified: u64,
     pub mismatches: u64,
     pub residue_bytes: u64,
-    pub duration_ms: u64,
+    /// Time spent filling and verifying (GB/s = bytes / time).
+    pub fill_ms: u64,
+    pub verify_ms: u64,
     pub detail: Option<String>,
 }
 

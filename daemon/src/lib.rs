@@ -20,3 +20,4 @@ pub mod pins;
 pub mod progress;
 pub mod status;
 pub mod units;
+pub mod wipe;

@@ -58,6 +58,26 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Fill and verify memory with a stream keyed by a challenge nonce; report residue.
+    Wipe {
+        /// host, gpu, scratch or all.
+        #[arg(long, default_value = "all")]
+        backend: String,
+        /// Most bytes to take per device, e.g. "256 MiB" (default: all that is safe).
+        #[arg(long)]
+        max_bytes: Option<String>,
+        /// Hex of the 32-byte challenge (default: a fresh random one, printed).
+        #[arg(long)]
+        nonce: Option<String>,
+        /// Host memory to leave untouched.
+        #[arg(long, default_value = "1 GiB")]
+        reserve: String,
+        /// Scratch directories to empty (with --backend scratch or all).
+        #[arg(long)]
+        scratch: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Image digests and verified staging.
     Image {
         #[command(subcommand)]
@@ -349,6 +369,24 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Cmd::Image { cmd } => image_cmd(cmd)?,
+        Cmd::Wipe {
+            backend,
+            max_bytes,
+            nonce,
+            reserve,
+            scratch,
+            json,
+        } => {
+            let code = wipe_cmd(
+                backend,
+                max_bytes.as_deref(),
+                nonce.as_deref(),
+                reserve,
+                scratch,
+                *json,
+            )?;
+            std::process::exit(code);
+        }
         Cmd::Manifest { cmd } => manifest_cmd(cmd)?,
         Cmd::CheckConfig { json } => {
             let cfg = Config::load(&cli.config)?;
@@ -444,4 +482,114 @@ fn attest(
         st.predicate.incidents.len()
     );
     Ok(())
+}
+
+/// Exit code: 0 when every device is complete without mismatches, or absent; 1 on
+/// mismatches or failures; 2 when interrupted.
+fn wipe_cmd(
+    backend: &str,
+    max_bytes: Option<&str>,
+    nonce: Option<&str>,
+    reserve: &str,
+    scratch: &[PathBuf],
+    json: bool,
+) -> anyhow::Result<i32> {
+    use rackwarden::{units, wipe};
+    let backends = wipe::Backend::parse(backend).map_err(anyhow::Error::msg)?;
+    let max_bytes = max_bytes
+        .map(units::parse_size)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--max-bytes: {e}"))?;
+    let reserve_bytes =
+        units::parse_size(reserve).map_err(|e| anyhow::anyhow!("--reserve: {e}"))?;
+    let nonce: [u8; 32] = match nonce {
+        Some(h) => hex::decode(h)
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .ok_or_else(|| anyhow::anyhow!("--nonce must be 64 hex digits (32 bytes)"))?,
+        None => {
+            let mut n = [0u8; 32];
+            // SAFETY: getrandom fills the buffer we own.
+            let got = unsafe { libc::getrandom(n.as_mut_ptr() as *mut libc::c_void, 32, 0) };
+            if got != 32 {
+                bail!("getrandom failed");
+            }
+            n
+        }
+    };
+    let stop = rackwarden::agent::stop_on_signals();
+    let expect = 2 * max_bytes.unwrap_or_else(|| wipe::host::meminfo("MemAvailable").unwrap_or(0));
+    let progress = rackwarden::progress::Progress::start("wipe".into(), expect);
+    let req = wipe::WipeRequest {
+        nonce,
+        backends,
+        max_bytes,
+        reserve_bytes,
+        scratch_paths: scratch.to_vec(),
+        threads: rackwarden_attest::merkle::default_threads(),
+        progress: Some(progress.done.clone()),
+        corrupt_host_byte_for_test: None,
+    };
+    let report = wipe::run(&req, stop);
+    drop(progress);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "nonce {}{}",
+            report.nonce,
+            if report.interrupted {
+                "  (INTERRUPTED)"
+            } else {
+                ""
+            }
+        );
+        println!(
+            "{:<24} {:<12} {:>16} {:>16} {:>16} {:>10} {:>16} {:>9} {:>9}",
+            "device",
+            "status",
+            "total B",
+            "filled B",
+            "verified B",
+            "mismatch",
+            "residue B",
+            "fill GB/s",
+            "ver GB/s"
+        );
+        let gbps = |b: u64, ms: u64| {
+            if ms == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.2}", b as f64 / ms as f64 / 1e6)
+            }
+        };
+        for d in &report.devices {
+            println!(
+                "{:<24} {:<12} {:>16} {:>16} {:>16} {:>10} {:>16} {:>9} {:>9}",
+                d.device,
+                d.status,
+                d.bytes_total,
+                d.bytes_filled,
+                d.bytes_verified,
+                d.mismatches,
+                d.residue_bytes,
+                gbps(d.bytes_filled, d.fill_ms),
+                gbps(d.bytes_verified, d.verify_ms)
+            );
+            if let Some(x) = &d.detail {
+                println!("    {x}");
+            }
+        }
+    }
+    let bad = report
+        .devices
+        .iter()
+        .any(|d| d.mismatches > 0 || d.status == "failed");
+    Ok(if report.interrupted {
+        2
+    } else if bad {
+        1
+    } else {
+        0
+    })
 }
