@@ -10,6 +10,7 @@
 //! - [`merkle`]: the `merkle_sha3_256` file digest; [`manifest`]: the signed image manifest;
 //! - [`verify`]: checking a whole log (signatures, chain, time) line by line.
 
+pub mod budget;
 pub mod dsse;
 pub mod evidence;
 pub mod keys;
@@ -17,6 +18,7 @@ pub mod log;
 pub mod manifest;
 pub mod merkle;
 pub mod statement;
+pub mod units;
 pub mod verify;
 
 /// SHA3-256 of `data`.

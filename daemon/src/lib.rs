@@ -19,5 +19,5 @@ pub mod netns;
 pub mod pins;
 pub mod progress;
 pub mod status;
-pub mod units;
+pub use rackwarden_attest::units;
 pub mod wipe;
