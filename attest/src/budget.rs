@@ -116,16 +116,32 @@ mod tests {
     fn a_trillion_fp8_gradient_takes_about_a_day_at_10_mb_s() {
         let o = design_case().compute();
         assert_eq!(o.full_gradient_bytes, 1e12);
-        assert!((o.full_gradient_send_s - 1e5).abs() < 1.0, "{}", o.full_gradient_send_s);
+        assert!(
+            (o.full_gradient_send_s - 1e5).abs() < 1.0,
+            "{}",
+            o.full_gradient_send_s
+        );
     }
 
     #[test]
     fn sparseloco_sync_is_27_gb_46_min_and_a_10x_slowdown() {
         let o = design_case().compute();
-        assert!((o.compressed_sync_bytes / 1e9 - 27.4).abs() < 0.1, "{}", o.compressed_sync_bytes);
-        assert!((o.compressed_sync_send_s / 60.0 - 45.7).abs() < 0.2, "{}", o.compressed_sync_send_s / 60.0);
+        assert!(
+            (o.compressed_sync_bytes / 1e9 - 27.4).abs() < 0.1,
+            "{}",
+            o.compressed_sync_bytes
+        );
+        assert!(
+            (o.compressed_sync_send_s / 60.0 - 45.7).abs() < 0.2,
+            "{}",
+            o.compressed_sync_send_s / 60.0
+        );
         assert_eq!(o.compute_per_sync_s, 300.0);
-        assert!((o.slowdown_factor - 10.1).abs() < 0.1, "{}", o.slowdown_factor);
+        assert!(
+            (o.slowdown_factor - 10.1).abs() < 0.1,
+            "{}",
+            o.slowdown_factor
+        );
         // 15-minute wipes bound the state change to 9 GB of a 10 TB trainable state.
         assert!((o.bytes_per_wipe_epoch - 9e9).abs() < 1.0);
         assert!((o.epoch_fraction_of_state - 9e-4).abs() < 1e-9);

@@ -399,20 +399,41 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Cmd::Image { cmd } => image_cmd(cmd)?,
-        Cmd::Budget { params, dtype, compression, inner_steps, step_time, cap, wipe_interval, weight_bytes_per_param, optimizer_bytes_per_param, bytes_per_token, json } => {
+        Cmd::Budget {
+            params,
+            dtype,
+            compression,
+            inner_steps,
+            step_time,
+            cap,
+            wipe_interval,
+            weight_bytes_per_param,
+            optimizer_bytes_per_param,
+            bytes_per_token,
+            json,
+        } => {
             use rackwarden::units;
             use rackwarden_attest::budget::{BudgetInput, dtype_bytes};
             let input = BudgetInput {
                 params: *params,
-                bytes_per_param: dtype_bytes(dtype).ok_or_else(|| anyhow::anyhow!("--dtype: unknown dtype `{dtype}` (fp32, bf16, fp16, fp8, int8, fp4, int4)"))?,
+                bytes_per_param: dtype_bytes(dtype).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--dtype: unknown dtype `{dtype}` (fp32, bf16, fp16, fp8, int8, fp4, int4)"
+                    )
+                })?,
                 compression_vs_fp32: *compression,
                 inner_steps: *inner_steps,
-                step_time_s: units::parse_duration(step_time).map_err(|e| anyhow::anyhow!("--step-time: {e}"))?.as_secs_f64(),
+                step_time_s: units::parse_duration(step_time)
+                    .map_err(|e| anyhow::anyhow!("--step-time: {e}"))?
+                    .as_secs_f64(),
                 cap_bytes_per_s: units::parse_rate(cap)
                     .map_err(|e| anyhow::anyhow!("--cap: {e}"))?
                     .bytes_per_sec(Some(*bytes_per_token as u64))
-                    .map_err(|e| anyhow::anyhow!("--cap: {e}"))? as f64,
-                wipe_interval_s: units::parse_duration(wipe_interval).map_err(|e| anyhow::anyhow!("--wipe-interval: {e}"))?.as_secs_f64(),
+                    .map_err(|e| anyhow::anyhow!("--cap: {e}"))?
+                    as f64,
+                wipe_interval_s: units::parse_duration(wipe_interval)
+                    .map_err(|e| anyhow::anyhow!("--wipe-interval: {e}"))?
+                    .as_secs_f64(),
                 optimizer_bytes_per_param: *optimizer_bytes_per_param,
                 weight_bytes_per_param: *weight_bytes_per_param,
                 bytes_per_token: *bytes_per_token,
@@ -420,17 +441,63 @@ fn main() -> anyhow::Result<()> {
             input.validate().map_err(anyhow::Error::msg)?;
             let o = input.compute();
             if *json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({"input": input, "output": o}))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({"input": input, "output": o})
+                    )?
+                );
             } else {
-                let t = |s: f64| if s >= 86400.0 { format!("{:.2} days", s / 86400.0) } else if s >= 3600.0 { format!("{:.2} h", s / 3600.0) } else if s >= 60.0 { format!("{:.1} min", s / 60.0) } else { format!("{s:.1} s") };
-                println!("cap {}  wipe every {}", units::fmt_rate(input.cap_bytes_per_s), t(input.wipe_interval_s));
+                let t = |s: f64| {
+                    if s >= 86400.0 {
+                        format!("{:.2} days", s / 86400.0)
+                    } else if s >= 3600.0 {
+                        format!("{:.2} h", s / 3600.0)
+                    } else if s >= 60.0 {
+                        format!("{:.1} min", s / 60.0)
+                    } else {
+                        format!("{s:.1} s")
+                    }
+                };
+                println!(
+                    "cap {}  wipe every {}",
+                    units::fmt_rate(input.cap_bytes_per_s),
+                    t(input.wipe_interval_s)
+                );
                 println!("{:<48} {:>16} {:>14}", "", "bytes", "time at cap");
-                println!("{:<48} {:>16} {:>14}", format!("full gradient ({} B/param)", input.bytes_per_param), units::fmt_bytes(o.full_gradient_bytes), t(o.full_gradient_send_s));
-                println!("{:<48} {:>16} {:>14}", format!("compressed sync ({}x vs fp32)", input.compression_vs_fp32), units::fmt_bytes(o.compressed_sync_bytes), t(o.compressed_sync_send_s));
-                println!("{:<48} {:>16} {:>14}", format!("compute per sync ({} steps x {})", input.inner_steps, t(input.step_time_s)), "", t(o.compute_per_sync_s));
+                println!(
+                    "{:<48} {:>16} {:>14}",
+                    format!("full gradient ({} B/param)", input.bytes_per_param),
+                    units::fmt_bytes(o.full_gradient_bytes),
+                    t(o.full_gradient_send_s)
+                );
+                println!(
+                    "{:<48} {:>16} {:>14}",
+                    format!("compressed sync ({}x vs fp32)", input.compression_vs_fp32),
+                    units::fmt_bytes(o.compressed_sync_bytes),
+                    t(o.compressed_sync_send_s)
+                );
+                println!(
+                    "{:<48} {:>16} {:>14}",
+                    format!(
+                        "compute per sync ({} steps x {})",
+                        input.inner_steps,
+                        t(input.step_time_s)
+                    ),
+                    "",
+                    t(o.compute_per_sync_s)
+                );
                 println!("slowdown vs free syncing: {:.1}x", o.slowdown_factor);
-                println!("bytes that can cross per wipe epoch: {} = {:.4}% of the trainable state ({})", units::fmt_bytes(o.bytes_per_wipe_epoch), 100.0 * o.epoch_fraction_of_state, units::fmt_bytes(o.trainable_state_bytes));
-                println!("tokens/s the cap allows at {} B/token: {:.0}", input.bytes_per_token, o.tokens_per_s);
+                println!(
+                    "bytes that can cross per wipe epoch: {} = {:.4}% of the trainable state ({})",
+                    units::fmt_bytes(o.bytes_per_wipe_epoch),
+                    100.0 * o.epoch_fraction_of_state,
+                    units::fmt_bytes(o.trainable_state_bytes)
+                );
+                println!(
+                    "tokens/s the cap allows at {} B/token: {:.0}",
+                    input.bytes_per_token, o.tokens_per_s
+                );
             }
         }
         Cmd::Wipe {

@@ -29,9 +29,159 @@ fn main() {
     if all || what.iter().any(|w| w == "wipe") {
         bench_wipe();
     }
+    if all || what.iter().any(|w| w == "verifier") {
+        bench_verifier();
+    }
     if all || what.iter().any(|w| w == "limiter") {
         bench_limiter();
     }
+}
+
+// ---- verifier: statements ingested per second over HTTP vs raw signature verification ----
+
+fn bench_verifier() {
+    use rackwarden_attest::{dsse, keys, statement::*};
+    use std::time::Instant;
+    let hosts = 100usize;
+    let per_host = 100usize;
+    let batch = 50usize;
+    let clients = 8usize;
+    println!(
+        "== bench verifier: {} statements from {hosts} hosts, batches of {batch}, {clients} concurrent clients, loopback ==",
+        hosts * per_host
+    );
+    let dir = std::env::temp_dir().join(format!("rw-bench-verifier-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.join("verifier.toml");
+    std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\ndatabase = \"{}\"\nmax_body = \"16 MiB\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display())).unwrap();
+    // Enroll and pre-sign everything before the clock starts.
+    let mut bodies: Vec<Vec<u8>> = Vec::new();
+    let mut paes: Vec<(
+        ed25519_dalek::VerifyingKey,
+        Vec<u8>,
+        ed25519_dalek::Signature,
+    )> = Vec::new();
+    {
+        let cfg = rackwarden_verifier::config::VerifierConfig::load(&config).unwrap();
+        let store = rackwarden_verifier::store::Store::open(&cfg.database).unwrap();
+        let mut v = rackwarden_verifier::check::Verifier::new(store, cfg.policy).unwrap();
+        let mut per_host_lines: Vec<Vec<Vec<u8>>> = Vec::new();
+        for h in 0..hosts {
+            let key = keys::generate();
+            let host = format!("host-{h:03}");
+            v.enroll(
+                "rack-a17",
+                &host,
+                &keys::public_pem(&key.verifying_key()),
+                0,
+            )
+            .unwrap();
+            let mut prev = GENESIS_PREV.to_string();
+            let mut lines = Vec::new();
+            for seq in 0..per_host as u64 {
+                let mut p = sample_predicate(seq, prev);
+                p.host_id = host.clone();
+                let st = Statement::new(vec![], p);
+                let body = st.to_json();
+                let pae = dsse::pae(dsse::INTOTO_PAYLOAD_TYPE, &body);
+                prev = hex::encode(rackwarden_attest::sha3(&pae));
+                let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body);
+                use ed25519_dalek::Signer as _;
+                paes.push((key.verifying_key(), pae.clone(), key.sign(&pae)));
+                lines.push(env.to_json());
+            }
+            per_host_lines.push(lines);
+        }
+        // Batches keep each host's statements in order (one host per batch).
+        for lines in per_host_lines {
+            for chunk in lines.chunks(batch) {
+                let mut b = b"[".to_vec();
+                b.extend(chunk.join(&b","[..]));
+                b.push(b']');
+                bodies.push(b);
+            }
+        }
+    }
+    // Anchor: raw verify_strict of the same PAE bytes, one core and all cores.
+    let t = Instant::now();
+    for (vk, pae, sig) in &paes {
+        vk.verify_strict(pae, sig).unwrap();
+    }
+    let raw1 = paes.len() as f64 / t.elapsed().as_secs_f64();
+    let mut server = Command::new(bin("rackwarden-verifier"))
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = format!("http://127.0.0.1:{port}/v1/statements");
+    // Hosts are split between clients so each host's chain arrives in order.
+    let mut per_client: Vec<Vec<Vec<u8>>> = vec![Vec::new(); clients];
+    let per_host_batches = per_host.div_ceil(batch);
+    for (i, b) in bodies.into_iter().enumerate() {
+        per_client[(i / per_host_batches) % clients].push(b);
+    }
+    let t = Instant::now();
+    let handles: Vec<_> = per_client
+        .into_iter()
+        .map(|bs| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let c = reqwest::blocking::Client::new();
+                let mut ok = 0usize;
+                for b in bs {
+                    let v: serde_json::Value = c
+                        .post(&url)
+                        .header("Content-Type", "application/json")
+                        .body(b)
+                        .send()
+                        .unwrap()
+                        .json()
+                        .unwrap();
+                    ok += v["results"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|r| r["status"] == "accepted")
+                        .count();
+                }
+                ok
+            })
+        })
+        .collect();
+    let accepted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    let rate = accepted as f64 / t.elapsed().as_secs_f64();
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        accepted,
+        hosts * per_host,
+        "every statement must be accepted"
+    );
+    println!(
+        "{:<60} {:>12.0} /s",
+        "anchor: raw ed25519 verify_strict, one core", raw1
+    );
+    println!(
+        "{:<60} {:>12.0} /s",
+        "verifier over HTTP: checked, chained, policy, fsynced", rate
+    );
+    println!(
+        "ratio verifier / raw single-core verify: {:.3}; target >= 5000/s: {}",
+        rate / raw1,
+        if rate >= 5000.0 { "met" } else { "NOT met" }
+    );
 }
 
 // ---- wipe: fill + verify of host RAM vs memset + memcmp, and the stream alone ----

@@ -1,0 +1,275 @@
+//! The HTTP JSON API. Every bad input gets a 4xx with a reason; nothing here panics on input.
+//!
+//! - `POST /v1/challenges` `{"rack":R,"host":H}` -> `{"nonce":hex,"expires_at_ms":n}`
+//! - `POST /v1/statements` one envelope or an array of them -> one outcome per envelope
+//! - `GET /v1/racks`, `GET /v1/racks/{rack}`, `GET /v1/hosts/{rack}/{host}/statements?limit=N`
+//! - `GET /metrics` (Prometheus text)
+
+// Handlers return a ready `Response` as their error (axum's idiom); boxing it buys nothing.
+#![allow(clippy::result_large_err)]
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::{DefaultBodyLimit, Path, Query, State},
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde::Deserialize;
+
+use crate::check::{IngestOutcome, Verifier};
+
+pub struct AppState {
+    pub verifier: Mutex<Verifier>,
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn error(code: StatusCode, reason: impl Into<String>) -> Response {
+    (code, Json(serde_json::json!({ "error": reason.into() }))).into_response()
+}
+
+/// Runs `f` on the verifier off the async workers (SQLite is blocking).
+async fn with_verifier<T: Send + 'static>(
+    st: &Arc<AppState>,
+    f: impl FnOnce(&mut Verifier) -> T + Send + 'static,
+) -> Result<T, Response> {
+    let st = st.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut v = st
+            .verifier
+            .lock()
+            .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "verifier state poisoned"))?;
+        Ok(f(&mut v))
+    })
+    .await
+    .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+}
+
+pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Router {
+    Router::new()
+        .route("/v1/challenges", post(challenge))
+        .route("/v1/statements", post(statements))
+        .route("/v1/racks", get(racks))
+        .route("/v1/racks/{rack}", get(rack))
+        .route("/v1/hosts/{rack}/{host}/statements", get(history))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ))
+        .with_state(state)
+}
+
+fn require_json(headers: &HeaderMap) -> Result<(), Response> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if ct.split(';').next().map(str::trim) != Some("application/json") {
+        return Err(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("Content-Type must be application/json (got `{ct}`)"),
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChallengeReq {
+    rack: String,
+    host: String,
+}
+
+async fn challenge(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = require_json(&headers) {
+        return r;
+    }
+    let req: ChallengeReq = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("body: {e}")),
+    };
+    match with_verifier(&st, move |v| v.issue_nonce(&req.rack, &req.host, now_ms())).await {
+        Err(r) => r,
+        Ok(Ok((nonce, expires))) => {
+            Json(serde_json::json!({ "nonce": nonce, "expires_at_ms": expires })).into_response()
+        }
+        Ok(Err(e @ crate::check::VerifierError::NotEnrolled { .. })) => {
+            error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn statements(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = require_json(&headers) {
+        return r;
+    }
+    let value: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")),
+    };
+    let items: Vec<Vec<u8>> = match value {
+        serde_json::Value::Array(a) => {
+            // Each element re-serialized from the parsed body would not be verbatim: take the
+            // raw bytes of each element instead.
+            match raw_elements(&body) {
+                Some(raw) if raw.len() == a.len() => raw,
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "could not split the batch into its elements",
+                    );
+                }
+            }
+        }
+        serde_json::Value::Object(_) => vec![body.to_vec()],
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "body must be one envelope object or an array of them",
+            );
+        }
+    };
+    let n = items.len();
+    // Signatures and parsing first, outside the lock (concurrent requests run in parallel).
+    let keys = match with_verifier(&st, |v| v.keys()).await {
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    let prepared = match tokio::task::spawn_blocking(move || {
+        let p: Vec<_> = items
+            .iter()
+            .map(|it| crate::check::prepare(&keys, it))
+            .collect();
+        (items, p)
+    })
+    .await
+    {
+        Ok(x) => x,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    match with_verifier(&st, move |v| {
+        let (items, prepared) = prepared;
+        let now = now_ms();
+        v.store
+            .conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| e.to_string())?;
+        let mut out: Vec<Result<IngestOutcome, String>> = Vec::with_capacity(n);
+        for (it, p) in items.iter().zip(prepared) {
+            out.push(v.commit(p, it, now).map_err(|e| e.to_string()));
+        }
+        // One durable commit per request: acknowledged only once it is on disk.
+        if let Err(e) = v.store.conn.execute_batch("COMMIT") {
+            let _ = v.store.conn.execute_batch("ROLLBACK");
+            return Err(e.to_string());
+        }
+        Ok(out)
+    })
+    .await
+    {
+        Err(r) => r,
+        Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("storage: {e}")),
+        Ok(Ok(outcomes)) => {
+            let body: Vec<serde_json::Value> = outcomes
+                .into_iter()
+                .enumerate()
+                .map(|(i, o)| match o {
+                    Ok(o) => serde_json::json!({ "index": i, "status": o.status, "result": o.result, "reason": o.reason }),
+                    Err(e) => serde_json::json!({ "index": i, "status": "error", "reason": e }),
+                })
+                .collect();
+            Json(serde_json::json!({ "results": body })).into_response()
+        }
+    }
+}
+
+/// The raw bytes of each element of a top-level JSON array (statements are stored verbatim).
+fn raw_elements(body: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let raws: Vec<&serde_json::value::RawValue> = serde_json::from_slice(body).ok()?;
+    Some(
+        raws.into_iter()
+            .map(|r| r.get().as_bytes().to_vec())
+            .collect(),
+    )
+}
+
+async fn racks(State(st): State<Arc<AppState>>) -> Response {
+    match with_verifier(&st, |v| {
+        let now = now_ms();
+        v.racks().into_iter().filter_map(|r| v.rack_standing(&r, now).ok()).map(|s| serde_json::json!({"rack": s.rack, "status": s.status, "hosts": s.hosts.len(), "findings": s.findings})).collect::<Vec<_>>()
+    })
+    .await
+    {
+        Err(r) => r,
+        Ok(list) => Json(list).into_response(),
+    }
+}
+
+async fn rack(State(st): State<Arc<AppState>>, Path(rack): Path<String>) -> Response {
+    match with_verifier(&st, move |v| {
+        if !v.racks().contains(&rack) {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                format!("unknown rack `{rack}`"),
+            ));
+        }
+        v.rack_standing(&rack, now_ms())
+            .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+    })
+    .await
+    {
+        Err(r) | Ok(Err(r)) => r,
+        Ok(Ok(s)) => Json(s).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    limit: Option<u32>,
+}
+
+async fn history(
+    State(st): State<Arc<AppState>>,
+    Path((rack, host)): Path<(String, String)>,
+    Query(q): Query<HistoryQuery>,
+) -> Response {
+    let limit = q.limit.unwrap_or(100).min(10_000);
+    match with_verifier(&st, move |v| v.store.history(&rack, &host, limit)).await {
+        Err(r) => r,
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(Ok(rows)) => Json(
+            rows.into_iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "seq": s.seq, "received_ms": s.received_ms, "epoch_end_ms": s.epoch_end_ms, "status": s.status,
+                        "result": serde_json::from_str::<serde_json::Value>(&s.result).unwrap_or_default(),
+                        "envelope": s.envelope,
+                    })
+                })
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
+    }
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    match with_verifier(&st, |v| v.metrics_text(now_ms())).await {
+        Err(r) => r,
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+    }
+}

@@ -1,0 +1,287 @@
+//! `verifier.toml`: where to listen, where the database lives, and the policy. Errors name
+//! the file, the line and the key.
+//!
+//! ```toml
+//! listen = "127.0.0.1:7700"
+//! database = "/var/lib/rackwarden-verifier/verifier.sqlite"
+//! max_body = "4 MiB"
+//! request_timeout = "10 s"
+//!
+//! [policy]
+//! id = "inference-only-2026-12"
+//! nonce_ttl = "10 min"
+//! max_wipe_interval = "15 min"    # also the longest a host may stay silent
+//! max_residue_host = "4 GiB"
+//! max_residue_gpu = "1 GiB"
+//! trainable_state = "10 TB"
+//! max_epoch_fraction = 0.01       # bytes received in one epoch / trainable state
+//! # manifest = "/etc/rackwarden-verifier/manifest.dsse.json"
+//! # manifest_key = "/etc/rackwarden-verifier/verifier.pub"
+//!
+//! [racks.rack-a17]
+//! egress = "10 MB/s"
+//! ingress = "10 MB/s"
+//! ```
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use rackwarden_attest::units;
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct RackAgreement {
+    pub egress_bytes_per_s: u64,
+    pub ingress_bytes_per_s: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub id: String,
+    pub nonce_ttl: Duration,
+    pub max_wipe_interval: Duration,
+    pub max_residue_host: u64,
+    pub max_residue_gpu: u64,
+    pub trainable_state_bytes: u64,
+    pub max_epoch_fraction: f64,
+    /// Digests (merkle_sha3_256) the signed manifest allows, if a manifest is configured.
+    pub allowed_images: Option<Vec<String>>,
+    pub racks: BTreeMap<String, RackAgreement>,
+}
+
+#[derive(Debug, Clone)]
+pub struct VerifierConfig {
+    pub path: PathBuf,
+    pub listen: SocketAddr,
+    pub database: PathBuf,
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+    pub policy: Policy,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    listen: Spanned<String>,
+    database: Spanned<String>,
+    max_body: Option<Spanned<String>>,
+    request_timeout: Option<Spanned<String>>,
+    policy: RawPolicy,
+    #[serde(default)]
+    racks: BTreeMap<String, Spanned<RawRack>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    id: Spanned<String>,
+    nonce_ttl: Spanned<String>,
+    max_wipe_interval: Spanned<String>,
+    max_residue_host: Spanned<String>,
+    max_residue_gpu: Spanned<String>,
+    trainable_state: Spanned<String>,
+    max_epoch_fraction: Spanned<f64>,
+    manifest: Option<Spanned<String>>,
+    manifest_key: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRack {
+    egress: Spanned<String>,
+    ingress: Spanned<String>,
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
+}
+
+impl VerifierConfig {
+    pub fn load(path: &Path) -> Result<VerifierConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<VerifierConfig, ConfigError> {
+        let err = |span: Option<std::ops::Range<usize>>, message: String| ConfigError::Invalid {
+            path: path.into(),
+            line: span.map(|s| line_of(text, s.start)).unwrap_or(1),
+            message,
+        };
+        let raw: Raw =
+            toml::from_str(text).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
+        let size = |key: &str, s: &Spanned<String>| {
+            units::parse_size(s.get_ref()).map_err(|e| err(Some(s.span()), format!("`{key}`: {e}")))
+        };
+        let dur = |key: &str, s: &Spanned<String>| {
+            units::parse_duration(s.get_ref())
+                .map_err(|e| err(Some(s.span()), format!("`{key}`: {e}")))
+        };
+        let rate = |key: &str, s: &Spanned<String>| -> Result<u64, ConfigError> {
+            let r = units::parse_rate(s.get_ref())
+                .and_then(|r| r.bytes_per_sec(None))
+                .map_err(|e| err(Some(s.span()), format!("`{key}`: {e}")))?;
+            if r == 0 {
+                return Err(err(Some(s.span()), format!("`{key}` must be above zero")));
+            }
+            Ok(r)
+        };
+        let listen: SocketAddr = raw
+            .listen
+            .get_ref()
+            .parse()
+            .map_err(|e| err(Some(raw.listen.span()), format!("`listen`: {e}")))?;
+        let p = &raw.policy;
+        let frac = *p.max_epoch_fraction.get_ref();
+        if !(frac > 0.0 && frac <= 1.0) {
+            return Err(err(
+                Some(p.max_epoch_fraction.span()),
+                "`policy.max_epoch_fraction` must be > 0 and <= 1".into(),
+            ));
+        }
+        let allowed_images = match (&p.manifest, &p.manifest_key) {
+            (None, None) => None,
+            (Some(m), Some(k)) => {
+                let key = rackwarden_attest::keys::load_verifying_key(Path::new(k.get_ref()))
+                    .map_err(|e| err(Some(k.span()), format!("`policy.manifest_key`: {e}")))?;
+                let bytes = std::fs::read(m.get_ref())
+                    .map_err(|e| err(Some(m.span()), format!("`policy.manifest`: {e}")))?;
+                let trimmed = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+                let vm = rackwarden_attest::manifest::verify_manifest(trimmed, &key)
+                    .map_err(|e| err(Some(m.span()), format!("`policy.manifest`: {e}")))?;
+                Some(
+                    vm.manifest
+                        .images
+                        .into_iter()
+                        .map(|i| i.merkle_sha3_256)
+                        .collect(),
+                )
+            }
+            (Some(m), None) => {
+                return Err(err(
+                    Some(m.span()),
+                    "`policy.manifest` needs `policy.manifest_key`".into(),
+                ));
+            }
+            (None, Some(k)) => {
+                return Err(err(
+                    Some(k.span()),
+                    "`policy.manifest_key` without `policy.manifest`".into(),
+                ));
+            }
+        };
+        let mut racks = BTreeMap::new();
+        for (name, r) in &raw.racks {
+            let rr = r.get_ref();
+            racks.insert(
+                name.clone(),
+                RackAgreement {
+                    egress_bytes_per_s: rate(&format!("racks.{name}.egress"), &rr.egress)?,
+                    ingress_bytes_per_s: rate(&format!("racks.{name}.ingress"), &rr.ingress)?,
+                },
+            );
+        }
+        let max_body = match &raw.max_body {
+            Some(s) => size("max_body", s)? as usize,
+            None => 4 << 20,
+        };
+        Ok(VerifierConfig {
+            path: path.into(),
+            listen,
+            database: PathBuf::from(raw.database.get_ref()),
+            max_body_bytes: max_body,
+            request_timeout: match &raw.request_timeout {
+                Some(s) => dur("request_timeout", s)?,
+                None => Duration::from_secs(10),
+            },
+            policy: Policy {
+                id: p.id.get_ref().clone(),
+                nonce_ttl: dur("policy.nonce_ttl", &p.nonce_ttl)?,
+                max_wipe_interval: dur("policy.max_wipe_interval", &p.max_wipe_interval)?,
+                max_residue_host: size("policy.max_residue_host", &p.max_residue_host)?,
+                max_residue_gpu: size("policy.max_residue_gpu", &p.max_residue_gpu)?,
+                trainable_state_bytes: size("policy.trainable_state", &p.trainable_state)?,
+                max_epoch_fraction: frac,
+                allowed_images,
+                racks,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "listen = \"127.0.0.1:7700\"\ndatabase = \"/tmp/v.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n";
+
+    #[test]
+    fn good_config() {
+        let c = VerifierConfig::parse(Path::new("v.toml"), GOOD).unwrap();
+        assert_eq!(c.policy.racks["r1"].egress_bytes_per_s, 10_000_000);
+        assert_eq!(c.policy.trainable_state_bytes, 10_000_000_000_000);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        for (from, to, want) in [
+            (
+                "listen = \"127.0.0.1:7700\"",
+                "listen = \"nowhere\"",
+                "v.toml:1: `listen`",
+            ),
+            (
+                "nonce_ttl = \"10 min\"",
+                "nonce_ttl = \"10 eons\"",
+                "v.toml:6: `policy.nonce_ttl`",
+            ),
+            (
+                "max_epoch_fraction = 0.01",
+                "max_epoch_fraction = 2.0",
+                "v.toml:11: `policy.max_epoch_fraction`",
+            ),
+            (
+                "egress = \"10 MB/s\"",
+                "egress = \"0 MB/s\"",
+                "v.toml:14: `racks.r1.egress` must be above zero",
+            ),
+            (
+                "id = \"p\"",
+                "id = \"p\"\ncolour = 1",
+                "v.toml:6: unknown field `colour`",
+            ),
+        ] {
+            let e = VerifierConfig::parse(Path::new("v.toml"), &GOOD.replace(from, to))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(want), "{to}: got `{e}`, want `{want}`");
+        }
+    }
+}

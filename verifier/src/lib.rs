@@ -1,0 +1,6 @@
+pub mod api;
+pub mod check;
+pub mod config;
+pub mod recheck;
+pub mod status;
+pub mod store;

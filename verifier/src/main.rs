@@ -1,0 +1,115 @@
+//! rackwarden-verifier: the verifying party's service. All logic is in the library.
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use rackwarden_verifier::{api, check::Verifier, config::VerifierConfig, recheck, store::Store};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Checks rackwarden attestations and shows each rack's standing"
+)]
+struct Cli {
+    #[arg(
+        long,
+        global = true,
+        default_value = "/etc/rackwarden-verifier/verifier.toml"
+    )]
+    config: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve the HTTP API.
+    Serve,
+    /// Enroll (or rotate) a host's public key.
+    Enroll {
+        #[arg(long)]
+        rack: String,
+        #[arg(long)]
+        host: String,
+        #[arg(long)]
+        key: PathBuf,
+    },
+    /// Re-derive every stored verdict from the stored statements; exits 1 on any difference.
+    Recheck {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn open(cfg: &VerifierConfig) -> anyhow::Result<Verifier> {
+    let store = Store::open(&cfg.database)
+        .with_context(|| format!("database {}", cfg.database.display()))?;
+    Ok(Verifier::new(store, cfg.policy.clone())?)
+}
+
+fn main() -> anyhow::Result<()> {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let cfg = VerifierConfig::load(&cli.config)?;
+    match cli.cmd {
+        Cmd::Serve => {
+            let v = open(&cfg)?;
+            let state = Arc::new(api::AppState {
+                verifier: Mutex::new(v),
+            });
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(cfg.listen)
+                    .await
+                    .with_context(|| format!("listen on {}", cfg.listen))?;
+                log::info!(
+                    "listening on {} (policy {})",
+                    listener.local_addr()?,
+                    cfg.policy.id
+                );
+                axum::serve(
+                    listener,
+                    api::router(state, cfg.max_body_bytes, cfg.request_timeout),
+                )
+                .with_graceful_shutdown(async {
+                    let _ = tokio::signal::ctrl_c().await;
+                })
+                .await?;
+                anyhow::Ok(())
+            })?;
+        }
+        Cmd::Enroll { rack, host, key } => {
+            let pem =
+                std::fs::read_to_string(&key).with_context(|| format!("{}", key.display()))?;
+            let mut v = open(&cfg)?;
+            let keyid = v.enroll(&rack, &host, &pem, api::now_ms())?;
+            println!("enrolled {rack}/{host} with keyid {keyid}");
+        }
+        Cmd::Recheck { json } => {
+            let v = open(&cfg)?;
+            let r = recheck::recheck(&v.store, &cfg.policy)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "{} statements re-derived, {} differences",
+                    r.statements,
+                    r.differences.len()
+                );
+                for d in &r.differences {
+                    println!(
+                        "  {}/{} seq {}: stored {} re-derived {}",
+                        d.rack, d.host, d.seq, d.stored_status, d.rederived_status
+                    );
+                }
+            }
+            if !r.differences.is_empty() {
+                std::process::exit(1);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! Per-rack and per-host standing. A host that has not reported within the maximum wipe
+//! interval is contraindicated with no statement arriving: a missing epoch is evidence.
+
+use serde::Serialize;
+
+use crate::check::{AttestationResult, Status, Verifier, VerifierError, stored_statement};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HostStanding {
+    pub host: String,
+    pub status: Status,
+    pub last_seq: Option<u64>,
+    pub last_epoch_end_ms: Option<u64>,
+    pub last_result: Option<AttestationResult>,
+    pub findings: Vec<String>,
+    /// Current egress cap reported by the host (for the rack sum).
+    pub egress_cap_bytes_per_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RackStanding {
+    pub rack: String,
+    pub status: Status,
+    pub policy_id: String,
+    pub hosts: Vec<HostStanding>,
+    pub findings: Vec<String>,
+}
+
+impl Verifier {
+    pub fn racks(&self) -> Vec<String> {
+        let mut r: Vec<String> = self.host_list().into_iter().map(|(r, _, _)| r).collect();
+        r.extend(self.policy.racks.keys().cloned());
+        r.sort();
+        r.dedup();
+        r
+    }
+
+    /// (rack, host, enrolled_ms) of current (non-retired) keys.
+    fn host_list(&self) -> Vec<(String, String, u64)> {
+        let mut v: Vec<(String, String, u64)> = self
+            .store
+            .host_keys()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|k| k.retired_ms.is_none())
+            .map(|k| (k.rack, k.host, k.enrolled_ms))
+            .collect();
+        v.sort();
+        v.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        v
+    }
+
+    pub fn rack_standing(&self, rack: &str, now_ms: u64) -> Result<RackStanding, VerifierError> {
+        let max = self.policy.max_wipe_interval.as_millis() as u64;
+        let mut hosts = Vec::new();
+        for (_, host, enrolled) in self.host_list().into_iter().filter(|(r, _, _)| r == rack) {
+            let mut findings = Vec::new();
+            let last = self.store.history(rack, &host, 1)?.into_iter().next();
+            let last_result: Option<AttestationResult> = last
+                .as_ref()
+                .and_then(|s| serde_json::from_str(&s.result).ok());
+            let mut status = last_result
+                .as_ref()
+                .map(|r| r.status)
+                .unwrap_or(Status::Warning);
+            let since = last.as_ref().map(|s| s.epoch_end_ms).unwrap_or(enrolled);
+            if now_ms.saturating_sub(since) > max {
+                status = Status::Contraindicated;
+                findings.push(format!(
+                    "silent: no epoch since {since} ms (more than {} s)",
+                    max / 1000
+                ));
+            } else if last.is_none() {
+                findings.push("no statement yet".into());
+            }
+            let seqs = self.store.seqs(rack, &host)?;
+            if let Some(&top) = seqs.last()
+                && seqs.len() as u64 != top + 1
+            {
+                status = status.max(Status::Warning);
+                findings.push(format!("gap: {} of seqs 0..={top} stored", seqs.len()));
+            }
+            let egress_cap =
+                last.as_ref()
+                    .and_then(stored_statement)
+                    .and_then(|s| match s.predicate.limiter {
+                        rackwarden_attest::evidence::LimiterReport::Present(e) => e
+                            .caps
+                            .iter()
+                            .find(|c| c.direction.name() == "egress")
+                            .map(|c| c.rate_bytes_per_s),
+                        _ => None,
+                    });
+            hosts.push(HostStanding {
+                host,
+                status,
+                last_seq: last.as_ref().map(|s| s.seq),
+                last_epoch_end_ms: last.as_ref().map(|s| s.epoch_end_ms),
+                last_result,
+                findings,
+                egress_cap_bytes_per_s: egress_cap,
+            });
+        }
+        let mut findings = Vec::new();
+        let mut status = hosts
+            .iter()
+            .map(|h| h.status)
+            .max()
+            .unwrap_or(Status::Warning);
+        if hosts.is_empty() {
+            findings.push("no enrolled hosts".into());
+        }
+        match self.policy.racks.get(rack) {
+            None => {
+                status = Status::Contraindicated;
+                findings.push("no agreed cap for this rack in the policy".into());
+            }
+            Some(a) => {
+                let sum: u64 = hosts.iter().filter_map(|h| h.egress_cap_bytes_per_s).sum();
+                if sum > a.egress_bytes_per_s {
+                    status = Status::Contraindicated;
+                    findings.push(format!(
+                        "hosts' egress caps sum to {sum} B/s, above the agreed {} B/s",
+                        a.egress_bytes_per_s
+                    ));
+                }
+            }
+        }
+        Ok(RackStanding {
+            rack: rack.into(),
+            status,
+            policy_id: self.policy.id.clone(),
+            hosts,
+            findings,
+        })
+    }
+
+    /// Prometheus text exposition.
+    pub fn metrics_text(&self, now_ms: u64) -> String {
+        let m = &self.metrics;
+        let mut s = String::new();
+        s += "# HELP rackwarden_statements_total Statements received, by outcome.\n# TYPE rackwarden_statements_total counter\n";
+        for (k, v) in [
+            ("accepted", m.accepted),
+            ("duplicate", m.duplicate),
+            ("rejected", m.rejected),
+        ] {
+            s += &format!("rackwarden_statements_total{{outcome=\"{k}\"}} {v}\n");
+        }
+        s += "# HELP rackwarden_verdicts_total Verdicts on accepted statements.\n# TYPE rackwarden_verdicts_total counter\n";
+        for (k, v) in [
+            ("affirming", m.affirming),
+            ("warning", m.warning),
+            ("contraindicated", m.contraindicated),
+        ] {
+            s += &format!("rackwarden_verdicts_total{{status=\"{k}\"}} {v}\n");
+        }
+        s += &format!(
+            "# HELP rackwarden_challenges_total Nonces issued.\n# TYPE rackwarden_challenges_total counter\nrackwarden_challenges_total {}\n",
+            m.challenges
+        );
+        s += "# HELP rackwarden_rack_status Rack standing (0 affirming, 1 warning, 2 contraindicated).\n# TYPE rackwarden_rack_status gauge\n";
+        for r in self.racks() {
+            if let Ok(st) = self.rack_standing(&r, now_ms) {
+                s += &format!(
+                    "rackwarden_rack_status{{rack=\"{}\"}} {}\n",
+                    r.replace('"', ""),
+                    st.status as u8
+                );
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,280 @@
+//! SQLite storage. Statements are kept verbatim (the envelope exactly as received), so every
+//! verdict can be re-derived (`rackwarden-verifier recheck`). Commits are durable
+//! (`synchronous=FULL`) before a response is sent: an acknowledged statement is never lost.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+pub use rusqlite::Error as DbError;
+
+pub struct Store {
+    pub conn: Connection,
+}
+
+#[derive(Debug, Clone)]
+pub struct HostKey {
+    pub rack: String,
+    pub host: String,
+    pub keyid: String,
+    pub pubkey_pem: String,
+    pub enrolled_ms: u64,
+    pub retired_ms: Option<u64>,
+}
+
+/// A challenge nonce as issued.
+#[derive(Debug, Clone)]
+pub struct NonceRecord {
+    pub nonce: String,
+    pub rack: String,
+    pub host: String,
+    pub issued_ms: u64,
+    pub expires_ms: u64,
+    pub used_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoredStatement {
+    pub id: i64,
+    pub rack: String,
+    pub host: String,
+    pub seq: u64,
+    pub pae_sha3: String,
+    pub envelope: String,
+    pub received_ms: u64,
+    pub epoch_end_ms: u64,
+    pub status: String,
+    pub result: String,
+    /// Epoch end of a statement that carried a complete wipe.
+    pub wipe_ms: Option<u64>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS host_keys (
+  id INTEGER PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL, keyid TEXT NOT NULL UNIQUE,
+  pubkey_pem TEXT NOT NULL, enrolled_ms INTEGER NOT NULL, retired_ms INTEGER);
+CREATE TABLE IF NOT EXISTS nonces (
+  nonce TEXT PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL,
+  issued_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, used_ms INTEGER);
+CREATE TABLE IF NOT EXISTS statements (
+  id INTEGER PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL, seq INTEGER NOT NULL,
+  pae_sha3 TEXT NOT NULL, envelope TEXT NOT NULL, received_ms INTEGER NOT NULL,
+  epoch_end_ms INTEGER NOT NULL, status TEXT NOT NULL, result TEXT NOT NULL,
+  wipe_ms INTEGER,
+  UNIQUE(rack, host, pae_sha3));
+CREATE INDEX IF NOT EXISTS statements_by_seq ON statements(rack, host, seq);
+";
+
+fn row_statement(r: &rusqlite::Row) -> rusqlite::Result<StoredStatement> {
+    Ok(StoredStatement {
+        id: r.get(0)?,
+        rack: r.get(1)?,
+        host: r.get(2)?,
+        seq: r.get::<_, i64>(3)? as u64,
+        pae_sha3: r.get(4)?,
+        envelope: r.get(5)?,
+        received_ms: r.get::<_, i64>(6)? as u64,
+        epoch_end_ms: r.get::<_, i64>(7)? as u64,
+        status: r.get(8)?,
+        result: r.get(9)?,
+        wipe_ms: r.get::<_, Option<i64>>(10)?.map(|v| v as u64),
+    })
+}
+fn row_nonce(r: &rusqlite::Row) -> rusqlite::Result<NonceRecord> {
+    Ok(NonceRecord {
+        nonce: r.get(0)?,
+        rack: r.get(1)?,
+        host: r.get(2)?,
+        issued_ms: r.get::<_, i64>(3)? as u64,
+        expires_ms: r.get::<_, i64>(4)? as u64,
+        used_ms: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
+    })
+}
+
+const STATEMENT_COLS: &str =
+    "id, rack, host, seq, pae_sha3, envelope, received_ms, epoch_end_ms, status, result, wipe_ms";
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store, DbError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let conn = Connection::open(path)?;
+        Self::init(conn)
+    }
+
+    pub fn in_memory() -> Result<Store, DbError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<Store, DbError> {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store { conn })
+    }
+
+    /// Enrolls `pubkey_pem` for rack/host; an earlier key of the same host is retired, not
+    /// deleted (key rotation keeps history).
+    pub fn enroll(
+        &mut self,
+        rack: &str,
+        host: &str,
+        keyid: &str,
+        pubkey_pem: &str,
+        now_ms: u64,
+    ) -> Result<(), DbError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE host_keys SET retired_ms = ?1 WHERE rack = ?2 AND host = ?3 AND retired_ms IS NULL AND keyid != ?4",
+            params![now_ms as i64, rack, host, keyid],
+        )?;
+        tx.execute(
+            "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(keyid) DO NOTHING",
+            params![rack, host, keyid, pubkey_pem, now_ms as i64],
+        )?;
+        tx.commit()
+    }
+
+    pub fn host_keys(&self) -> Result<Vec<HostKey>, DbError> {
+        let mut st = self.conn.prepare_cached("SELECT rack, host, keyid, pubkey_pem, enrolled_ms, retired_ms FROM host_keys ORDER BY id")?;
+        let rows = st.query_map([], |r| {
+            Ok(HostKey {
+                rack: r.get(0)?,
+                host: r.get(1)?,
+                keyid: r.get(2)?,
+                pubkey_pem: r.get(3)?,
+                enrolled_ms: r.get::<_, i64>(4)? as u64,
+                retired_ms: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
+            })
+        })?;
+        rows.collect()
+    }
+
+    pub fn insert_nonce(
+        &self,
+        nonce: &str,
+        rack: &str,
+        host: &str,
+        issued_ms: u64,
+        expires_ms: u64,
+    ) -> Result<(), DbError> {
+        self.conn.execute(
+            "INSERT INTO nonces (nonce, rack, host, issued_ms, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![nonce, rack, host, issued_ms as i64, expires_ms as i64],
+        )?;
+        Ok(())
+    }
+
+    pub fn nonce(&self, nonce: &str) -> Result<Option<NonceRecord>, DbError> {
+        self.conn
+            .prepare_cached("SELECT nonce, rack, host, issued_ms, expires_ms, used_ms FROM nonces WHERE nonce = ?1")?
+            .query_row(params![nonce], row_nonce)
+            .optional()
+    }
+
+    pub fn use_nonce(&self, nonce: &str, now_ms: u64) -> Result<(), DbError> {
+        self.conn.execute(
+            "UPDATE nonces SET used_ms = ?1 WHERE nonce = ?2",
+            params![now_ms as i64, nonce],
+        )?;
+        Ok(())
+    }
+
+    pub fn by_pae(
+        &self,
+        rack: &str,
+        host: &str,
+        pae: &str,
+    ) -> Result<Option<StoredStatement>, DbError> {
+        self.conn
+            .prepare_cached(&format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND pae_sha3 = ?3"))?
+            .query_row(params![rack, host, pae], row_statement)
+            .optional()
+    }
+
+    pub fn by_seq(
+        &self,
+        rack: &str,
+        host: &str,
+        seq: u64,
+    ) -> Result<Vec<StoredStatement>, DbError> {
+        let mut st = self.conn.prepare_cached(&format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND seq = ?3 ORDER BY id"))?;
+        let rows = st.query_map(params![rack, host, seq as i64], row_statement)?;
+        rows.collect()
+    }
+
+    /// The statement with the highest seq below `seq` (the chain's predecessor, or the last
+    /// one before a gap).
+    pub fn before(
+        &self,
+        rack: &str,
+        host: &str,
+        seq: u64,
+    ) -> Result<Option<StoredStatement>, DbError> {
+        self.conn
+            .query_row(
+                &format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND seq < ?3 ORDER BY seq DESC, id DESC LIMIT 1"),
+                params![rack, host, seq as i64],
+                row_statement,
+            )
+            .optional()
+    }
+
+    pub fn insert_statement(&self, s: &StoredStatement) -> Result<i64, DbError> {
+        self.conn.prepare_cached(
+            "INSERT INTO statements (rack, host, seq, pae_sha3, envelope, received_ms, epoch_end_ms, status, result, wipe_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )?.execute(params![s.rack, s.host, s.seq as i64, s.pae_sha3, s.envelope, s.received_ms as i64, s.epoch_end_ms as i64, s.status, s.result, s.wipe_ms.map(|v| v as i64)],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// A host's statements, newest first.
+    pub fn history(
+        &self,
+        rack: &str,
+        host: &str,
+        limit: u32,
+    ) -> Result<Vec<StoredStatement>, DbError> {
+        let mut st = self.conn.prepare_cached(&format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 ORDER BY seq DESC, id DESC LIMIT ?3"))?;
+        let rows = st.query_map(params![rack, host, limit as i64], row_statement)?;
+        rows.collect()
+    }
+
+    /// Every statement in the order received (for recheck).
+    pub fn all_statements(&self) -> Result<Vec<StoredStatement>, DbError> {
+        let mut st = self.conn.prepare_cached(&format!(
+            "SELECT {STATEMENT_COLS} FROM statements ORDER BY id"
+        ))?;
+        let rows = st.query_map([], row_statement)?;
+        rows.collect()
+    }
+
+    /// All seqs stored for a host, ascending (to find gaps).
+    pub fn seqs(&self, rack: &str, host: &str) -> Result<Vec<u64>, DbError> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT DISTINCT seq FROM statements WHERE rack = ?1 AND host = ?2 ORDER BY seq",
+        )?;
+        let rows = st.query_map(params![rack, host], |r| Ok(r.get::<_, i64>(0)? as u64))?;
+        rows.collect()
+    }
+
+    /// Epoch end of the host's latest statement with a complete wipe.
+    pub fn last_wipe(&self, rack: &str, host: &str) -> Result<Option<u64>, DbError> {
+        self.conn
+            .prepare_cached("SELECT MAX(wipe_ms) FROM statements WHERE rack = ?1 AND host = ?2")?
+            .query_row(params![rack, host], |r| {
+                Ok(r.get::<_, Option<i64>>(0)?.map(|v| v as u64))
+            })
+    }
+
+    pub fn all_nonces(&self) -> Result<Vec<NonceRecord>, DbError> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT nonce, rack, host, issued_ms, expires_ms, used_ms FROM nonces",
+        )?;
+        let rows = st.query_map([], row_nonce)?;
+        rows.collect()
+    }
+}

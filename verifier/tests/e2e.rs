@@ -1,0 +1,797 @@
+//! The verifier over real HTTP on loopback: enrollment, challenges, signed statements from the
+//! evidence library, every finding provoked on purpose, bad input, a restart with nothing
+//! lost, recheck, and concurrent posts from many hosts.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    time::Duration,
+};
+
+use ed25519_dalek::SigningKey;
+use rackwarden_attest::{
+    dsse::{self, INTOTO_PAYLOAD_TYPE},
+    evidence::*,
+    keys,
+    statement::*,
+};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rackwarden-verifier");
+
+struct Server {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    config: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, config: &Path, port: u16) -> Server {
+        let child = Command::new(BIN)
+            .args(["--config"])
+            .arg(config)
+            .arg("serve")
+            .spawn()
+            .unwrap();
+        let s = Server {
+            child: Some(child),
+            port,
+            dir: dir.into(),
+            config: config.into(),
+        };
+        for _ in 0..200 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("verifier did not start");
+    }
+    fn url(&self, p: &str) -> String {
+        format!("http://127.0.0.1:{}{p}", self.port)
+    }
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let _ = c.wait();
+        }
+    }
+}
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn setup(
+    tag: &str,
+    max_interval: &str,
+    manifest: Option<(&Path, &Path)>,
+) -> (PathBuf, PathBuf, u16) {
+    let dir = std::env::temp_dir().join(format!("rwv-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let m = manifest
+        .map(|(m, k)| {
+            format!(
+                "manifest = \"{}\"\nmanifest_key = \"{}\"\n",
+                m.display(),
+                k.display()
+            )
+        })
+        .unwrap_or_default();
+    let config = dir.join("verifier.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen = "127.0.0.1:{port}"
+database = "{db}"
+max_body = "64 KiB"
+request_timeout = "1 s"
+
+[policy]
+id = "test-policy"
+nonce_ttl = "10 min"
+max_wipe_interval = "{max_interval}"
+max_residue_host = "2 GiB"
+max_residue_gpu = "1 GiB"
+trainable_state = "10 GB"
+max_epoch_fraction = 0.01
+{m}
+[racks.rack-a]
+egress = "10 MB/s"
+ingress = "10 MB/s"
+"#,
+            db = dir.join("v.sqlite").display()
+        ),
+    )
+    .unwrap();
+    (dir, config, port)
+}
+
+fn enroll(config: &Path, dir: &Path, rack: &str, host: &str) -> SigningKey {
+    let k = keys::generate();
+    let p = dir.join(format!("{host}.pub"));
+    std::fs::write(&p, keys::public_pem(&k.verifying_key())).unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(["enroll", "--rack", rack, "--host", host, "--key"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    k
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A host's statement chain, built with the evidence library.
+struct Host {
+    key: SigningKey,
+    rack: String,
+    host: String,
+    seq: u64,
+    prev: String,
+    last_end: u64,
+    passed: [u64; 2],
+}
+
+struct Epoch {
+    nonce: Option<String>,
+    cap: u64,
+    egress_delta: u64,
+    ingress_delta: u64,
+    wipe_residue: Option<u64>,
+    images: Vec<(String, String)>,
+    duration_ms: u64,
+}
+
+impl Default for Epoch {
+    fn default() -> Self {
+        Epoch {
+            nonce: None,
+            cap: 5_000_000,
+            egress_delta: 1_000_000,
+            ingress_delta: 1_000_000,
+            wipe_residue: Some(1 << 30),
+            images: vec![],
+            duration_ms: 1000,
+        }
+    }
+}
+
+impl Host {
+    fn new(key: SigningKey, rack: &str, host: &str) -> Host {
+        Host {
+            key,
+            rack: rack.into(),
+            host: host.into(),
+            seq: 0,
+            prev: GENESIS_PREV.into(),
+            last_end: now() - 10_000,
+            passed: [0, 0],
+        }
+    }
+
+    /// Signs the next statement (advancing the chain) and returns its envelope JSON.
+    fn next(&mut self, e: Epoch) -> Vec<u8> {
+        let start = self.last_end;
+        let end = start + e.duration_ms;
+        self.passed[0] += e.egress_delta;
+        self.passed[1] += e.ingress_delta;
+        let counters = |p: u64| LimiterCounters {
+            passed_bytes: p,
+            passed_packets: p / 1000,
+            ..Default::default()
+        };
+        let limiter = LimiterReport::Present(LimiterEvidence {
+            attach_kind: "tcx".into(),
+            pin_root: "/sys/fs/bpf/rackwarden".into(),
+            programs: vec![],
+            attach_points: Direction::ALL
+                .iter()
+                .map(|d| AttachPoint {
+                    interface: "eth0".into(),
+                    direction: *d,
+                    attached: true,
+                    foreign_ahead: vec![],
+                })
+                .collect(),
+            caps: Direction::ALL
+                .iter()
+                .map(|d| CapInForce {
+                    direction: *d,
+                    rate_bytes_per_s: e.cap,
+                    burst_bytes: 262_144,
+                    small_reserve_bytes: 16_384,
+                    generation: 1,
+                })
+                .collect(),
+            counters: vec![
+                DirectionCounters {
+                    direction: Direction::Egress,
+                    counters: counters(self.passed[0]),
+                },
+                DirectionCounters {
+                    direction: Direction::Ingress,
+                    counters: counters(self.passed[1]),
+                },
+            ],
+            gaps: vec![],
+        });
+        let wipe = e.wipe_residue.map(|r| WipeReport {
+            nonce: e.nonce.clone().unwrap_or_else(|| "00".repeat(32)),
+            interrupted: false,
+            devices: vec![WipeDeviceReport {
+                backend: "host".into(),
+                device: "host-ram".into(),
+                status: "complete".into(),
+                bytes_total: 24 << 30,
+                bytes_filled: (24 << 30) - r,
+                bytes_verified: (24 << 30) - r,
+                mismatches: 0,
+                residue_bytes: r,
+                fill_ms: 1,
+                verify_ms: 1,
+                detail: None,
+            }],
+        });
+        let subject = e
+            .images
+            .iter()
+            .map(|(n, d)| Subject {
+                name: n.clone(),
+                digest: [(IMAGE_DIGEST.to_string(), d.clone())].into(),
+            })
+            .collect();
+        let st = Statement::new(
+            subject,
+            EpochPredicate {
+                rack_id: self.rack.clone(),
+                host_id: self.host.clone(),
+                seq: self.seq,
+                prev: self.prev.clone(),
+                challenge: e
+                    .nonce
+                    .map(|n| Challenge::Nonce { nonce: n })
+                    .unwrap_or(Challenge::Unchallenged),
+                epoch_start_unix_ms: start,
+                epoch_end_unix_ms: end,
+                limiter,
+                wipe,
+                images: None,
+                incidents: vec![],
+                producer: ProducerIdentity {
+                    name: "test".into(),
+                    version: "0".into(),
+                    binary_sha3_256: "00".repeat(32),
+                },
+            },
+        );
+        let body = st.to_json();
+        self.prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
+            INTOTO_PAYLOAD_TYPE,
+            &body,
+        )));
+        self.seq += 1;
+        self.last_end = end;
+        dsse::sign(&self.key, INTOTO_PAYLOAD_TYPE, &body).to_json()
+    }
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+fn post(s: &Server, path: &str, body: Vec<u8>) -> (u16, Value) {
+    let r = client()
+        .post(s.url(path))
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .unwrap();
+    let code = r.status().as_u16();
+    (code, r.json().unwrap_or(Value::Null))
+}
+
+fn post_one(s: &Server, env: Vec<u8>) -> Value {
+    let (code, v) = post(s, "/v1/statements", env);
+    assert_eq!(code, 200, "{v}");
+    v["results"][0].clone()
+}
+
+fn challenge(s: &Server, rack: &str, host: &str) -> String {
+    let (code, v) = post(
+        s,
+        "/v1/challenges",
+        serde_json::to_vec(&json!({"rack": rack, "host": host})).unwrap(),
+    );
+    assert_eq!(code, 200, "{v}");
+    v["nonce"].as_str().unwrap().to_string()
+}
+
+fn codes(r: &Value) -> Vec<String> {
+    r["result"]["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|f| f["code"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn get(s: &Server, path: &str) -> Value {
+    client().get(s.url(path)).send().unwrap().json().unwrap()
+}
+
+#[test]
+fn end_to_end_findings_restart_and_recheck() {
+    // A signed manifest with one allowed image.
+    let tmp = std::env::temp_dir().join(format!("rwv-man-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let vkey = keys::generate();
+    std::fs::write(
+        tmp.join("verifier.pub"),
+        keys::public_pem(&vkey.verifying_key()),
+    )
+    .unwrap();
+    let allowed = "ab".repeat(32);
+    let manifest = rackwarden_attest::manifest::Manifest {
+        version: 1,
+        images: vec![rackwarden_attest::manifest::ManifestImage {
+            name: "w".into(),
+            path: "w.bin".into(),
+            size: 1,
+            merkle_sha3_256: allowed.clone(),
+            leaves: None,
+        }],
+    };
+    std::fs::write(tmp.join("m.json"), manifest.sign(&vkey).to_json()).unwrap();
+
+    let (dir, config, port) = setup(
+        "e2e",
+        "1 h",
+        Some((&tmp.join("m.json"), &tmp.join("verifier.pub"))),
+    );
+    let k1 = enroll(&config, &dir, "rack-a", "h1");
+    let k2 = enroll(&config, &dir, "rack-a", "h2");
+    let mut s = Server::start(&dir, &config, port);
+    let mut h1 = Host::new(k1, "rack-a", "h1");
+
+    // Affirming: challenged, limiter in order, wipe bound to the nonce, allowed image.
+    let n = challenge(&s, "rack-a", "h1");
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            nonce: Some(n.clone()),
+            images: vec![("w".into(), allowed.clone())],
+            ..Default::default()
+        }),
+    );
+    assert_eq!(r["status"], "accepted");
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+    assert_eq!(r["result"]["policy_id"], "test-policy");
+    assert_eq!(r["result"]["trustworthiness"]["freshness"], "affirming");
+
+    // Re-posting is an idempotent duplicate.
+    let env0 = {
+        let v: Value = get(&s, "/v1/hosts/rack-a/h1/statements");
+        v[0]["envelope"].as_str().unwrap().as_bytes().to_vec()
+    };
+    assert_eq!(post_one(&s, env0.clone())["status"], "duplicate");
+
+    // Nonce reuse, a nonce for another host, an unknown nonce.
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            nonce: Some(n.clone()),
+            ..Default::default()
+        }),
+    );
+    assert!(codes(&r).contains(&"nonce_reused".to_string()), "{r}");
+    let other = challenge(&s, "rack-a", "h2");
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            nonce: Some(other),
+            ..Default::default()
+        }),
+    );
+    assert!(codes(&r).contains(&"nonce_other_host".to_string()), "{r}");
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            nonce: Some("cd".repeat(32)),
+            ..Default::default()
+        }),
+    );
+    assert!(codes(&r).contains(&"nonce_unknown".to_string()), "{r}");
+    // Unchallenged is a warning.
+    let r = post_one(&s, h1.next(Epoch::default()));
+    assert_eq!(r["result"]["status"], "warning", "{r}");
+    assert!(codes(&r).contains(&"unchallenged".to_string()));
+
+    // Policy: cap above agreement; counters above cap x elapsed + burst; too many bytes in one
+    // epoch for the state bound; residue above max; image not in the manifest; no wipe.
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            cap: 20_000_000,
+            ..Default::default()
+        }),
+    );
+    assert!(
+        codes(&r).contains(&"cap_above_agreement".to_string()),
+        "{r}"
+    );
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            egress_delta: 50_000_000,
+            duration_ms: 1000,
+            ..Default::default()
+        }),
+    );
+    assert!(codes(&r).contains(&"counters_above_cap".to_string()), "{r}");
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            ingress_delta: 200_000_000,
+            duration_ms: 100_000,
+            ..Default::default()
+        }),
+    );
+    assert!(
+        codes(&r).contains(&"state_bound_exceeded".to_string()),
+        "{r}"
+    );
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            wipe_residue: Some(3 << 30),
+            ..Default::default()
+        }),
+    );
+    assert!(codes(&r).contains(&"residue_above_max".to_string()), "{r}");
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            images: vec![("x".into(), "ef".repeat(32))],
+            ..Default::default()
+        }),
+    );
+    assert!(
+        codes(&r).contains(&"image_not_in_manifest".to_string()),
+        "{r}"
+    );
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            wipe_residue: None,
+            ..Default::default()
+        }),
+    );
+    assert!(codes(&r).contains(&"no_wipe".to_string()), "{r}");
+
+    // A gap: seq n+1 before n, then n arrives.
+    let mut ahead = Host {
+        key: h1.key.clone(),
+        ..Host::new(h1.key.clone(), "rack-a", "h1")
+    };
+    ahead.seq = h1.seq;
+    ahead.prev = h1.prev.clone();
+    ahead.last_end = h1.last_end;
+    ahead.passed = h1.passed;
+    let missing = ahead.next(Epoch::default());
+    let after = ahead.next(Epoch::default());
+    let r = post_one(&s, after);
+    assert!(codes(&r).contains(&"gap".to_string()), "{r}");
+    let rack = get(&s, "/v1/racks/rack-a");
+    assert!(
+        rack["hosts"][0]["findings"].to_string().contains("gap"),
+        "{rack}"
+    );
+    assert_eq!(post_one(&s, missing)["status"], "accepted");
+    let rack = get(&s, "/v1/racks/rack-a");
+    assert!(
+        !rack["hosts"][0]["findings"].to_string().contains("gap"),
+        "gap must close: {rack}"
+    );
+    // A fork: a different statement with an already-used seq.
+    let mut fork = Host::new(h1.key.clone(), "rack-a", "h1");
+    fork.seq = 1;
+    fork.prev = "11".repeat(32);
+    let r = post_one(&s, fork.next(Epoch::default()));
+    assert!(codes(&r).contains(&"fork".to_string()), "{r}");
+    assert_eq!(r["result"]["status"], "contraindicated");
+
+    // Rejections: unknown key, bad signature, bad base64, a key enrolled for another host.
+    let mut stranger = Host::new(keys::generate(), "rack-a", "h1");
+    let r = post_one(&s, stranger.next(Epoch::default()));
+    assert_eq!(r["status"], "rejected");
+    let mut env: Value = serde_json::from_slice(&h1.next(Epoch::default())).unwrap();
+    let sig = env["signatures"][0]["sig"].as_str().unwrap().to_string();
+    env["signatures"][0]["sig"] = json!(format!(
+        "{}{}",
+        if sig.starts_with('A') { "B" } else { "A" },
+        &sig[1..]
+    ));
+    let r = post_one(&s, serde_json::to_vec(&env).unwrap());
+    assert_eq!(r["status"], "rejected");
+    assert!(r["reason"].as_str().unwrap().contains("signature"), "{r}");
+    env["payload"] = json!("!!!not base64");
+    assert_eq!(
+        post_one(&s, serde_json::to_vec(&env).unwrap())["status"],
+        "rejected"
+    );
+    let mut liar = Host::new(k2.clone(), "rack-a", "h1");
+    let r = post_one(&s, liar.next(Epoch::default()));
+    assert!(
+        r["reason"].as_str().unwrap().contains("enrolled for"),
+        "{r}"
+    );
+
+    // Rack sum: h1 and h2 each at 6 MB/s of a 10 MB/s rack.
+    let mut h2 = Host::new(k2, "rack-a", "h2");
+    post_one(
+        &s,
+        h2.next(Epoch {
+            cap: 6_000_000,
+            ..Default::default()
+        }),
+    );
+    post_one(
+        &s,
+        h1.next(Epoch {
+            cap: 6_000_000,
+            ..Default::default()
+        }),
+    );
+    let rack = get(&s, "/v1/racks/rack-a");
+    assert_eq!(rack["status"], "contraindicated");
+    assert!(
+        rack["findings"].to_string().contains("sum to 12000000"),
+        "{rack}"
+    );
+
+    // Bad input at the HTTP layer.
+    let c = client();
+    let r = c
+        .post(s.url("/v1/statements"))
+        .header("Content-Type", "text/plain")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 415);
+    let (code, v) = post(&s, "/v1/statements", b"{not json".to_vec());
+    assert_eq!(code, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("not JSON"));
+    let (code, _) = post(&s, "/v1/statements", b"42".to_vec());
+    assert_eq!(code, 400);
+    let (code, _) = post(&s, "/v1/statements", vec![b' '; 100 * 1024]);
+    assert_eq!(code, 413, "body over max_body");
+    let (code, v) = post(
+        &s,
+        "/v1/challenges",
+        serde_json::to_vec(&json!({"rack": "rack-a", "host": "nobody"})).unwrap(),
+    );
+    assert_eq!(code, 404, "{v}");
+    let (code, _) = post(&s, "/v1/challenges", b"{\"rack\": 1}".to_vec());
+    assert_eq!(code, 400);
+    // A slow client: headers promise 100 bytes, 10 arrive, then silence.
+    let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    t.write_all(b"POST /v1/statements HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[{\"payload").unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 64];
+    let n = t.read(&mut buf).unwrap_or(0);
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).contains("408"),
+        "slow client: {:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    let m = c.get(s.url("/metrics")).send().unwrap().text().unwrap();
+    assert!(
+        m.contains("rackwarden_statements_total{outcome=\"accepted\"}")
+            && m.contains("rackwarden_rack_status{rack=\"rack-a\"} 2"),
+        "{m}"
+    );
+
+    // Restart: nothing lost; a re-post is still a duplicate; every verdict re-derives.
+    let before = get(&s, "/v1/hosts/rack-a/h1/statements?limit=1000")
+        .as_array()
+        .unwrap()
+        .len();
+    s.stop();
+    let s = Server::start(&dir, &config, port);
+    assert_eq!(
+        get(&s, "/v1/hosts/rack-a/h1/statements?limit=1000")
+            .as_array()
+            .unwrap()
+            .len(),
+        before
+    );
+    assert_eq!(post_one(&s, env0)["status"], "duplicate");
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&s.config)
+        .args(["recheck"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("0 differences"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&s.dir);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn a_silent_host_turns_its_rack_contraindicated() {
+    let (dir, config, port) = setup("silent", "2 s", None);
+    let k = enroll(&config, &dir, "rack-a", "h1");
+    let s = Server::start(&dir, &config, port);
+    let mut h = Host::new(k, "rack-a", "h1");
+    h.last_end = now() - 500;
+    let r = post_one(
+        &s,
+        h.next(Epoch {
+            duration_ms: 400,
+            ..Default::default()
+        }),
+    );
+    assert_eq!(r["status"], "accepted");
+    assert_ne!(get(&s, "/v1/racks/rack-a")["status"], "contraindicated");
+    std::thread::sleep(Duration::from_millis(2600));
+    let rack = get(&s, "/v1/racks/rack-a");
+    assert_eq!(rack["status"], "contraindicated", "{rack}");
+    assert!(rack["hosts"][0]["findings"].to_string().contains("silent"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn concurrent_posts_from_many_hosts() {
+    let (dir, config, port) = setup("conc", "1 h", None);
+    let hosts: Vec<Host> = (0..16)
+        .map(|i| {
+            Host::new(
+                enroll(&config, &dir, "rack-a", &format!("c{i}")),
+                "rack-a",
+                &format!("c{i}"),
+            )
+        })
+        .collect();
+    let s = Server::start(&dir, &config, port);
+    let url = s.url("/v1/statements");
+    let handles: Vec<_> = hosts
+        .into_iter()
+        .map(|mut h| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let c = client();
+                let mut accepted = 0;
+                for _ in 0..3 {
+                    let batch: Vec<Value> = (0..10)
+                        .map(|_| {
+                            serde_json::from_slice(&h.next(Epoch {
+                                cap: 500_000,
+                                ..Default::default()
+                            }))
+                            .unwrap()
+                        })
+                        .collect();
+                    let v: Value = c
+                        .post(&url)
+                        .header("Content-Type", "application/json")
+                        .body(serde_json::to_vec(&batch).unwrap())
+                        .send()
+                        .unwrap()
+                        .json()
+                        .unwrap();
+                    accepted += v["results"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|r| r["status"] == "accepted")
+                        .count();
+                }
+                accepted
+            })
+        })
+        .collect();
+    let total: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(total, 16 * 30);
+    let rack = get(&s, "/v1/racks/rack-a");
+    assert_eq!(rack["hosts"].as_array().unwrap().len(), 16);
+    for h in rack["hosts"].as_array().unwrap() {
+        assert_eq!(h["last_seq"], 29, "{h}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn key_rotation_keeps_history_and_flags_the_retired_key() {
+    let (dir, config, port) = setup("rot", "1 h", None);
+    let old = enroll(&config, &dir, "rack-a", "h1");
+    let s = Server::start(&dir, &config, port);
+    let mut h = Host::new(old.clone(), "rack-a", "h1");
+    assert_eq!(post_one(&s, h.next(Epoch::default()))["status"], "accepted");
+    // Rotate while the service runs; it reloads its key table on the first unknown keyid.
+    let new = enroll(&config, &dir, "rack-a", "h1");
+    std::thread::sleep(Duration::from_millis(1100));
+    h.key = new;
+    let r = post_one(&s, h.next(Epoch::default()));
+    assert_eq!(r["status"], "accepted", "{r}");
+    // A statement still signed with the retired key, for an epoch after the rotation.
+    h.key = old;
+    h.last_end = now() + 1000;
+    let r = post_one(&s, h.next(Epoch::default()));
+    assert!(codes(&r).contains(&"retired_key".to_string()), "{r}");
+    assert_eq!(
+        get(&s, "/v1/hosts/rack-a/h1/statements")
+            .as_array()
+            .unwrap()
+            .len(),
+        3,
+        "history is kept"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_expired_nonce_is_contraindicated() {
+    use rackwarden_verifier::{check::Verifier, config::VerifierConfig, store::Store};
+    let (dir, config, _) = setup("exp", "1 h", None);
+    let cfg = VerifierConfig::load(&config).unwrap();
+    let mut v = Verifier::new(Store::in_memory().unwrap(), cfg.policy.clone()).unwrap();
+    let key = keys::generate();
+    v.enroll("rack-a", "h1", &keys::public_pem(&key.verifying_key()), 0)
+        .unwrap();
+    let t0 = now();
+    let (nonce, expires) = v.issue_nonce("rack-a", "h1", t0).unwrap();
+    assert_eq!(expires, t0 + 600_000);
+    let mut h = Host::new(key, "rack-a", "h1");
+    let out = v
+        .ingest(
+            &h.next(Epoch {
+                nonce: Some(nonce),
+                ..Default::default()
+            }),
+            expires + 1,
+        )
+        .unwrap();
+    let r = serde_json::to_value(&out).unwrap();
+    assert!(codes(&r).contains(&"nonce_expired".to_string()), "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
