@@ -104,6 +104,43 @@ pub struct DirectionCounters {
     pub counters: LimiterCounters,
 }
 
+/// A protection the daemon tried to put in place: `present` or `absent` (never assumed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Protection {
+    pub state: String,
+    pub detail: String,
+    pub cgroup: Option<String>,
+    pub program_id: Option<u32>,
+}
+
+/// Bypass socket options refused so far (monotonic), with the latest offender.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefusalCounts {
+    pub qdisc_bypass: u64,
+    pub xdp_umem_reg: u64,
+    pub last_tgid: u32,
+    pub last_cgroup_id: u64,
+}
+
+/// Paths around the limiter: what is refused, and what software here cannot block.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BypassReport {
+    /// The system-wide refusal of PACKET_QDISC_BYPASS and XDP_UMEM_REG.
+    pub refusal: Protection,
+    pub refusals: Option<RefusalCounts>,
+    /// RDMA / InfiniBand / RoCE devices (traffic never passes tc).
+    pub rdma_devices: Vec<String>,
+    /// PCI devices bound to vfio-pci (NICs handed to userspace).
+    pub vfio_devices: Vec<String>,
+    /// Network interfaces other than loopback that no cap covers.
+    pub uncapped_interfaces: Vec<String>,
+    /// Open AF_XDP sockets, when they can be counted.
+    pub af_xdp_sockets: Option<u64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimiterEvidence {
@@ -117,13 +154,16 @@ pub struct LimiterEvidence {
     pub counters: Vec<DirectionCounters>,
     /// Enforcement gaps detected within the epoch.
     pub gaps: Vec<EnforcementGap>,
+    /// Absent in statements of producers that do not report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bypass: Option<BypassReport>,
 }
 
 /// The limiter part of a statement: present with its evidence, or absent with the reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum LimiterReport {
-    Present(LimiterEvidence),
+    Present(Box<LimiterEvidence>),
     Absent { finding: String },
 }
 

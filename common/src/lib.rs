@@ -81,17 +81,42 @@ impl Counters {
     }
 }
 
+/// `setsockopt` levels and options refused system-wide: each lets traffic skip tc.
+pub const SOL_PACKET: i32 = 263;
+pub const PACKET_QDISC_BYPASS: i32 = 20;
+pub const SOL_XDP: i32 = 283;
+pub const XDP_UMEM_REG: i32 = 4;
+
+/// Refusals by the `cgroup/setsockopt` program, per CPU (summed by the daemon).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RefusalCounters {
+    /// `setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS)` refused.
+    pub qdisc_bypass: u64,
+    /// `setsockopt(SOL_XDP, XDP_UMEM_REG)` refused (no AF_XDP socket can send without it).
+    pub xdp_umem_reg: u64,
+    /// `bpf_ktime_get_ns` of the latest refusal on this CPU.
+    pub last_ns: u64,
+    /// Cgroup id and tgid of the latest refused caller on this CPU.
+    pub last_cgroup_id: u64,
+    pub last_tgid: u32,
+    /// The option of the latest refusal (PACKET_QDISC_BYPASS or XDP_UMEM_REG).
+    pub last_optname: i32,
+}
+
 /// Map names, as they appear in the ELF object and under the pin root.
 pub mod map_names {
     pub const CONFIG: &str = "RW_CONFIG";
     pub const STATE: &str = "RW_STATE";
     pub const COUNTERS: &str = "RW_COUNTERS";
+    pub const REFUSALS: &str = "RW_REFUSALS";
 }
 
 /// Program names in the ELF object.
 pub mod prog_names {
     pub const EGRESS: &str = "rw_egress";
     pub const INGRESS: &str = "rw_ingress";
+    pub const SOCKOPT: &str = "rw_sockopt";
 }
 
 #[cfg(feature = "user")]
@@ -100,4 +125,5 @@ mod pod {
     unsafe impl aya::Pod for super::BucketConfig {}
     unsafe impl aya::Pod for super::BucketState {}
     unsafe impl aya::Pod for super::Counters {}
+    unsafe impl aya::Pod for super::RefusalCounters {}
 }

@@ -78,6 +78,8 @@ pub struct Agent {
     /// per check.
     reported_ahead: BTreeMap<(String, Direction), Vec<u32>>,
     samples: VecDeque<(Instant, [Counters; 2])>,
+    /// The system-wide refusal program was attached at the last check.
+    refusal_present: bool,
 }
 
 impl Agent {
@@ -114,8 +116,16 @@ impl Agent {
             last_ok: BTreeMap::new(),
             reported_ahead: BTreeMap::new(),
             samples: VecDeque::new(),
+            refusal_present: false,
         };
         log::info!("attach mode: {kind:?}");
+        let (refusal, _) = crate::limiter::sockopt::ensure(&pins, crate::limiter::loader::OBJECT);
+        if refusal.state == "present" {
+            log::info!("bypass refusal present: {}", refusal.detail);
+        } else {
+            log::warn!("bypass refusal ABSENT: {}", refusal.detail);
+        }
+        agent.refusal_present = refusal.state == "present";
         agent.write_caps_from_config()?;
         agent.check_hooks(true)?;
         agent.state = if agent.all_enforcing() {
@@ -203,6 +213,28 @@ impl Agent {
                     restored: true,
                 })?;
             }
+        }
+        // The refusal program: a detach (or an unpinned link) is a gap, and it is reattached.
+        if self.refusal_present || !at_start {
+            let (state, reattached) = crate::limiter::sockopt::ensure(
+                self.limiter.pins(),
+                crate::limiter::loader::OBJECT,
+            );
+            if reattached && self.refusal_present {
+                self.gaps.record(EnforcementGap {
+                    kind: GapKind::Detached,
+                    interface: Some(format!(
+                        "cgroup:{}",
+                        state.cgroup.clone().unwrap_or_default()
+                    )),
+                    direction: None,
+                    last_verified_at_ms: None,
+                    detected_at_ms: now,
+                    detail: "the cgroup/setsockopt refusal program was not attached".into(),
+                    restored: state.state == "present",
+                })?;
+            }
+            self.refusal_present = state.state == "present";
         }
         let mut degraded = false;
         for iface in self.cfg.interfaces.clone() {
@@ -365,6 +397,7 @@ impl Agent {
             hooks,
             gaps_total: n,
             recent_gaps: self.gaps.gaps[n.saturating_sub(20)..].to_vec(),
+            bypass: crate::evidence::bypass_report(&self.cfg, self.limiter.pins()),
         })
     }
 

@@ -17,7 +17,7 @@ use crate::{
 /// interfaces' network namespace (the CLI enters `cfg.netns` first).
 pub fn limiter_report(cfg: &Config, since_ms: u64) -> LimiterReport {
     match collect(cfg, since_ms) {
-        Ok(e) => LimiterReport::Present(e),
+        Ok(e) => LimiterReport::Present(Box::new(e)),
         Err(finding) => LimiterReport::Absent { finding },
     }
 }
@@ -87,7 +87,22 @@ fn collect(cfg: &Config, since_ms: u64) -> Result<LimiterEvidence, String> {
         caps,
         counters,
         gaps,
+        bypass: Some(bypass_report(cfg, &pins)),
     })
+}
+
+/// The refusal protection, its counts, and the surface software cannot block.
+pub fn bypass_report(cfg: &Config, pins: &PinPaths) -> rackwarden_attest::evidence::BypassReport {
+    let (rdma_devices, vfio_devices, uncapped_interfaces, af_xdp_sockets) =
+        crate::bypass::scan(&cfg.interfaces);
+    rackwarden_attest::evidence::BypassReport {
+        refusal: crate::limiter::sockopt::inspect(pins),
+        refusals: crate::limiter::sockopt::refusal_counts(pins),
+        rdma_devices,
+        vfio_devices,
+        uncapped_interfaces,
+        af_xdp_sockets,
+    }
 }
 
 /// This binary's name, version and SHA3-256 (of `/proc/self/exe`).

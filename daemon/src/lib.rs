@@ -8,6 +8,7 @@
 //! - the control socket: [`control`]; what `status` shows: [`status`].
 
 pub mod agent;
+pub mod bypass;
 pub mod config;
 pub mod config_edit;
 pub mod control;

@@ -8,6 +8,9 @@
 //!   maps/RW_COUNTERS           per-CPU counters per direction (Counters)
 //!   progs/rw_egress            the egress policer program
 //!   progs/rw_ingress           the ingress policer program
+//!   maps/RW_REFUSALS           per-CPU counts of refused bypass socket options
+//!   progs/rw_sockopt           the cgroup/setsockopt refusal program
+//!   links/cgroup_setsockopt    its link at the cgroup v2 root
 //!   links/<ifname>_egress      tcx link holding the egress attachment (tcx mode only)
 //!   links/<ifname>_ingress
 //! ```
@@ -54,6 +57,9 @@ impl PinPaths {
     pub fn link(&self, ifname: &str, dir: Direction) -> PathBuf {
         let escaped = ifname.replace('%', "%25").replace('.', "%2E");
         self.links_dir().join(format!("{escaped}_{}", dir.name()))
+    }
+    pub fn sockopt_link(&self) -> PathBuf {
+        self.links_dir().join("cgroup_setsockopt")
     }
     pub fn create_dirs(&self) -> std::io::Result<()> {
         for d in [self.maps_dir(), self.progs_dir(), self.links_dir()] {

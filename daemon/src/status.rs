@@ -54,6 +54,7 @@ pub struct StatusReport {
     pub gaps_total: usize,
     /// The most recent gaps (newest last).
     pub recent_gaps: Vec<EnforcementGap>,
+    pub bypass: rackwarden_attest::evidence::BypassReport,
 }
 
 impl StatusReport {
@@ -140,6 +141,42 @@ impl StatusReport {
             s,
             "maps: config #{} state #{} counters #{} under {}",
             self.map_ids.config, self.map_ids.state, self.map_ids.counters, self.pin_root
+        );
+        let b = &self.bypass;
+        let _ = writeln!(
+            s,
+            "\nbypass refusal (cgroup/setsockopt): {}  {}",
+            b.refusal.state.to_uppercase(),
+            b.refusal.detail
+        );
+        if let Some(r) = &b.refusals {
+            let _ = writeln!(
+                s,
+                "  refused: PACKET_QDISC_BYPASS {}  XDP_UMEM_REG {}  (last by tgid {} cgroup {})",
+                r.qdisc_bypass, r.xdp_umem_reg, r.last_tgid, r.last_cgroup_id
+            );
+        }
+        let list = |v: &Vec<String>| {
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let _ = writeln!(s, "bypass surface (not blockable here, reported):");
+        let _ = writeln!(s, "  RDMA/InfiniBand devices: {}", list(&b.rdma_devices));
+        let _ = writeln!(s, "  NICs bound to vfio-pci:  {}", list(&b.vfio_devices));
+        let _ = writeln!(
+            s,
+            "  interfaces without cap:  {}",
+            list(&b.uncapped_interfaces)
+        );
+        let _ = writeln!(
+            s,
+            "  AF_XDP sockets open:     {}",
+            b.af_xdp_sockets
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "unknown".into())
         );
         let _ = writeln!(s, "\nenforcement gaps: {} in total", self.gaps_total);
         for g in &self.recent_gaps {

@@ -115,6 +115,16 @@ fn detach_and_config_tampering_are_gaps_and_get_restored() {
     let st = status_json(&net.socket_path());
     assert_eq!(st["gaps_total"], 0);
     assert_eq!(st["agent_state"], "enforcing");
+    assert_eq!(st["bypass"]["refusal"]["state"], "present", "{st}");
+    // Another process removes the refusal's link pin: detected as a gap and reattached.
+    std::fs::remove_file(net.pin_root.join("links/cgroup_setsockopt")).unwrap();
+    thread::sleep(Duration::from_millis(1500));
+    let st = status_json(&net.socket_path());
+    assert!(
+        st["recent_gaps"].to_string().contains("cgroup/setsockopt"),
+        "{st}"
+    );
+    assert_eq!(st["bypass"]["refusal"]["state"], "present");
 
     // Another process removes our link pin: the tcx link is destroyed, the hook is empty.
     let link = net
@@ -127,7 +137,7 @@ fn detach_and_config_tampering_are_gaps_and_get_restored() {
     let gaps = st["recent_gaps"].as_array().unwrap();
     let g = gaps
         .iter()
-        .find(|g| g["kind"] == "detached")
+        .find(|g| g["kind"] == "detached" && g["interface"] == net.rack_if.as_str())
         .unwrap_or_else(|| panic!("no detached gap: {st}"));
     assert_eq!(g["restored"], true);
     assert!(g["last_verified_at_ms"].as_u64().unwrap() <= g["detected_at_ms"].as_u64().unwrap());

@@ -563,6 +563,46 @@ fn check_limiter(j: &mut Judge, st: &Statement, prev: Option<&Statement>) {
             );
         }
     }
+    match &e.bypass {
+        None => j.add(
+            "limiter",
+            "bypass_unreported",
+            Status::Warning,
+            "the statement does not report the bypass surface",
+        ),
+        Some(b) => {
+            if b.refusal.state != "present" {
+                j.add(
+                    "limiter",
+                    "bypass_refusal_absent",
+                    Status::Warning,
+                    b.refusal.detail.clone(),
+                );
+            }
+            for (what, v) in [
+                ("rdma_devices", &b.rdma_devices),
+                ("vfio_devices", &b.vfio_devices),
+                ("uncapped_interfaces", &b.uncapped_interfaces),
+            ] {
+                if !v.is_empty() {
+                    j.add(
+                        "limiter",
+                        what,
+                        Status::Warning,
+                        format!("{what}: {}", v.join(", ")),
+                    );
+                }
+            }
+            if b.af_xdp_sockets.unwrap_or(0) > 0 {
+                j.add(
+                    "limiter",
+                    "af_xdp_sockets",
+                    Status::Warning,
+                    format!("{:?} AF_XDP sockets open", b.af_xdp_sockets),
+                );
+            }
+        }
+    }
     for g in &e.gaps {
         let sev = if g.restored {
             Status::Warning

@@ -170,6 +170,7 @@ struct Epoch {
     wipe_residue: Option<u64>,
     images: Vec<(String, String)>,
     duration_ms: u64,
+    bypass_reported: bool,
 }
 
 impl Default for Epoch {
@@ -182,6 +183,7 @@ impl Default for Epoch {
             wipe_residue: Some(1 << 30),
             images: vec![],
             duration_ms: 1000,
+            bypass_reported: true,
         }
     }
 }
@@ -210,7 +212,7 @@ impl Host {
             passed_packets: p / 1000,
             ..Default::default()
         };
-        let limiter = LimiterReport::Present(LimiterEvidence {
+        let limiter = LimiterReport::Present(Box::new(LimiterEvidence {
             attach_kind: "tcx".into(),
             pin_root: "/sys/fs/bpf/rackwarden".into(),
             programs: vec![],
@@ -244,7 +246,20 @@ impl Host {
                 },
             ],
             gaps: vec![],
-        });
+            bypass: e.bypass_reported.then(|| BypassReport {
+                refusal: Protection {
+                    state: "present".into(),
+                    detail: "test".into(),
+                    cgroup: None,
+                    program_id: None,
+                },
+                refusals: None,
+                rdma_devices: vec![],
+                vfio_devices: vec![],
+                uncapped_interfaces: vec![],
+                af_xdp_sockets: Some(0),
+            }),
+        }));
         let wipe = e.wipe_residue.map(|r| WipeReport {
             nonce: e.nonce.clone().unwrap_or_else(|| "00".repeat(32)),
             interrupted: false,
@@ -503,6 +518,14 @@ fn end_to_end_findings_restart_and_recheck() {
         }),
     );
     assert!(codes(&r).contains(&"no_wipe".to_string()), "{r}");
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            bypass_reported: false,
+            ..Default::default()
+        }),
+    );
+    assert!(codes(&r).contains(&"bypass_unreported".to_string()), "{r}");
 
     // A gap: seq n+1 before n, then n arrives.
     let mut ahead = Host {

@@ -63,7 +63,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root)\n  bench [attest|images|wipe|verifier|limiter]  benchmarks, each next to its anchor\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
+                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root)\n  bench [attest|images|wipe|verifier|limiter|bypass]  benchmarks, each next to its anchor\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
             );
             bail!("unknown command {:?}", args.first());
         }

@@ -20,7 +20,8 @@ use super::{Direction, HookDirection, LimiterError, maps::LimiterMaps};
 use crate::{config::AttachMode, pins::PinPaths};
 
 /// The policer object, compiled by `build.rs` from `../ebpf`.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rackwarden-ebpf"));
+pub(crate) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rackwarden-ebpf"));
 
 /// Netlink priority and handle of our clsact filters: priority 1 runs before any filter added
 /// with a default priority, and a fixed handle lets us replace our own filter in place.

@@ -6,6 +6,8 @@
 
 pub mod loader;
 pub mod maps;
+pub mod raw;
+pub mod sockopt;
 pub mod watch;
 
 pub use loader::{AttachKind, Limiter, ProgramIdentity, remove};

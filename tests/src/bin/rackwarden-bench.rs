@@ -35,6 +35,13 @@ fn main() {
     if all || what.iter().any(|w| w == "limiter") {
         bench_limiter();
     }
+    if all || what.iter().any(|w| w == "bypass") {
+        println!("== bench bypass: bytes crossing a 1 MB/s cap in 3 s, per path ==");
+        print!(
+            "{}",
+            rackwarden_tests::redteam::render(&rackwarden_tests::redteam::run())
+        );
+    }
 }
 
 // ---- verifier: statements ingested per second over HTTP vs raw signature verification ----
@@ -397,7 +404,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
         },
         epoch_start_unix_ms: 1_796_000_000_000 + seq * 900_000,
         epoch_end_unix_ms: 1_796_000_000_000 + (seq + 1) * 900_000,
-        limiter: LimiterReport::Present(LimiterEvidence {
+        limiter: LimiterReport::Present(Box::new(LimiterEvidence {
             attach_kind: "tcx".into(),
             pin_root: "/sys/fs/bpf/rackwarden".into(),
             programs: Direction::ALL
@@ -435,7 +442,8 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
                 })
                 .collect(),
             gaps: vec![],
-        }),
+            bypass: None,
+        })),
         wipe: None,
         images: None,
         incidents: vec![],

@@ -1,0 +1,109 @@
+//! The few raw `bpf()` commands aya 0.14 does not offer for cgroup sockopt links: create a
+//! link, pin it, open a pinned object, query a cgroup's programs, read a program's id.
+
+use std::{
+    ffi::CString,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    path::Path,
+};
+
+const BPF_OBJ_PIN: libc::c_long = 6;
+const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_PROG_QUERY: libc::c_long = 16;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+const BPF_LINK_CREATE: libc::c_long = 28;
+/// `enum bpf_attach_type`: BPF_CGROUP_SETSOCKOPT.
+pub const ATTACH_CGROUP_SETSOCKOPT: u32 = 22;
+
+fn bpf(cmd: libc::c_long, attr: &mut [u8; 128]) -> std::io::Result<i64> {
+    // SAFETY: `attr` is a zero-padded bpf_attr for `cmd`, larger than any we use.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len()) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn put32(a: &mut [u8; 128], off: usize, v: u32) {
+    a[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+}
+fn put64(a: &mut [u8; 128], off: usize, v: u64) {
+    a[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+}
+
+fn cpath(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::other("path contains NUL"))
+}
+
+/// Opens a pinned program, map or link.
+pub fn obj_get(path: &Path) -> std::io::Result<OwnedFd> {
+    let c = cpath(path)?;
+    let mut a = [0u8; 128];
+    put64(&mut a, 0, c.as_ptr() as u64);
+    let fd = bpf(BPF_OBJ_GET, &mut a)?;
+    // SAFETY: the kernel returned a new fd we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+pub fn obj_pin(fd: &OwnedFd, path: &Path) -> std::io::Result<()> {
+    let c = cpath(path)?;
+    let mut a = [0u8; 128];
+    put64(&mut a, 0, c.as_ptr() as u64);
+    put32(&mut a, 8, fd.as_raw_fd() as u32);
+    bpf(BPF_OBJ_PIN, &mut a).map(|_| ())
+}
+
+/// `BPF_LINK_CREATE` of `prog` on the object `target` (a cgroup directory fd).
+pub fn link_create(prog: &OwnedFd, target: &OwnedFd, attach_type: u32) -> std::io::Result<OwnedFd> {
+    let mut a = [0u8; 128];
+    put32(&mut a, 0, prog.as_raw_fd() as u32);
+    put32(&mut a, 4, target.as_raw_fd() as u32);
+    put32(&mut a, 8, attach_type);
+    let fd = bpf(BPF_LINK_CREATE, &mut a)?;
+    // SAFETY: a new link fd we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Ids of the programs attached to `target` for `attach_type`, in run order.
+pub fn prog_query(target: &OwnedFd, attach_type: u32) -> std::io::Result<Vec<u32>> {
+    let mut ids = vec![0u32; 64];
+    let mut a = [0u8; 128];
+    put32(&mut a, 0, target.as_raw_fd() as u32);
+    put32(&mut a, 4, attach_type);
+    put64(&mut a, 16, ids.as_mut_ptr() as u64);
+    put32(&mut a, 24, ids.len() as u32);
+    bpf(BPF_PROG_QUERY, &mut a)?;
+    let n = u32::from_ne_bytes([a[24], a[25], a[26], a[27]]) as usize;
+    ids.truncate(n.min(64));
+    Ok(ids)
+}
+
+/// The kernel id of a program fd (`bpf_prog_info.id`, at offset 4).
+pub fn prog_id(fd: &OwnedFd) -> std::io::Result<u32> {
+    let mut info = [0u8; 256];
+    let mut a = [0u8; 128];
+    put32(&mut a, 0, fd.as_raw_fd() as u32);
+    put32(&mut a, 4, info.len() as u32);
+    put64(&mut a, 8, info.as_mut_ptr() as u64);
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
+    Ok(u32::from_ne_bytes([info[4], info[5], info[6], info[7]]))
+}
+
+/// Opens a directory (a cgroup) as an fd for link creation and queries.
+pub fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
+    let c = cpath(path)?;
+    // SAFETY: open(2) on a NUL-terminated path; checked below.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

@@ -1,0 +1,162 @@
+//! System-wide refusal of the socket options that let traffic skip tc: a `cgroup/setsockopt`
+//! program at the cgroup v2 root refuses `PACKET_QDISC_BYPASS` (AF_PACKET's direct transmit
+//! path) and `XDP_UMEM_REG` (without which an AF_XDP socket cannot send) for every process,
+//! and counts each refusal. Pinned beside the limiter; survives daemon restarts.
+
+use std::path::{Path, PathBuf};
+
+use aya::{EbpfLoader, programs::CgroupSockopt};
+use rackwarden_common::{RefusalCounters, map_names, prog_names};
+
+use super::raw;
+use crate::pins::PinPaths;
+
+/// Where cgroup v2 is mounted (the root the refusal attaches to), from /proc/self/mountinfo.
+pub fn cgroup2_root() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        if post.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        pre.split_whitespace().nth(4).map(PathBuf::from)
+    })
+}
+
+pub use rackwarden_attest::evidence::Protection as RefusalState;
+
+fn absent(detail: String) -> RefusalState {
+    RefusalState {
+        state: "absent".into(),
+        detail,
+        cgroup: None,
+        program_id: None,
+    }
+}
+
+/// The refusal as it stands, read-only: present only if our pinned program is attached at
+/// the cgroup v2 root right now.
+pub fn inspect(pins: &PinPaths) -> RefusalState {
+    let Some(root) = cgroup2_root() else {
+        return absent("no cgroup v2 hierarchy is mounted".into());
+    };
+    let prog_path = pins.prog(prog_names::SOCKOPT);
+    let prog = match raw::obj_get(&prog_path) {
+        Ok(p) => p,
+        Err(e) => {
+            return absent(format!(
+                "refusal program not pinned ({}: {e})",
+                prog_path.display()
+            ));
+        }
+    };
+    let id = raw::prog_id(&prog).ok();
+    let attached = raw::open_dir(&root)
+        .and_then(|cg| raw::prog_query(&cg, raw::ATTACH_CGROUP_SETSOCKOPT))
+        .map(|ids| id.is_some_and(|i| ids.contains(&i)));
+    match attached {
+        Ok(true) => RefusalState {
+            state: "present".into(),
+            detail: format!(
+                "PACKET_QDISC_BYPASS and XDP_UMEM_REG refused for every process under {}",
+                root.display()
+            ),
+            cgroup: Some(root.display().to_string()),
+            program_id: id,
+        },
+        Ok(false) => RefusalState {
+            program_id: id,
+            ..absent(format!("program not attached at {}", root.display()))
+        },
+        Err(e) => absent(format!("cannot query {}: {e}", root.display())),
+    }
+}
+
+/// Loads (or adopts) the refusal program, and attaches and pins it at the cgroup v2 root
+/// unless it is already there. Returns the state and whether it had to (re)attach.
+pub fn ensure(pins: &PinPaths, object: &[u8]) -> (RefusalState, bool) {
+    let Some(root) = cgroup2_root() else {
+        return (absent("no cgroup v2 hierarchy is mounted".into()), false);
+    };
+    let prog_path = pins.prog(prog_names::SOCKOPT);
+    if !prog_path.exists()
+        && let Err(e) = load_and_pin(pins, object)
+    {
+        return (
+            absent(format!(
+                "the kernel refused the cgroup/setsockopt program: {e}"
+            )),
+            false,
+        );
+    }
+    let now = inspect(pins);
+    if now.state == "present" {
+        return (now, false);
+    }
+    let attach = raw::obj_get(&prog_path).and_then(|prog| {
+        let cg = raw::open_dir(&root)?;
+        let link_path = pins.sockopt_link();
+        let _ = std::fs::remove_file(&link_path);
+        raw::link_create(&prog, &cg, raw::ATTACH_CGROUP_SETSOCKOPT)
+            .and_then(|l| raw::obj_pin(&l, &link_path))
+    });
+    match attach {
+        Ok(()) => (inspect(pins), true),
+        Err(e) => (
+            absent(format!("attaching to {}: {e}", root.display())),
+            false,
+        ),
+    }
+}
+
+fn load_and_pin(pins: &PinPaths, object: &[u8]) -> Result<(), String> {
+    pins.create_dirs().map_err(|e| e.to_string())?;
+    // Same object, same pinned maps: only the sockopt program is loaded here.
+    let mut ebpf = EbpfLoader::new()
+        .default_map_pin_directory(pins.maps_dir())
+        .load(object)
+        .map_err(|e| e.to_string())?;
+    let prog: &mut CgroupSockopt = ebpf
+        .program_mut(prog_names::SOCKOPT)
+        .ok_or("no rw_sockopt in the object")?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    prog.load().map_err(|e| e.to_string())?;
+    prog.pin(pins.prog(prog_names::SOCKOPT))
+        .map_err(|e| e.to_string())
+}
+
+/// Refusals so far as evidence.
+pub fn refusal_counts(pins: &PinPaths) -> Option<rackwarden_attest::evidence::RefusalCounts> {
+    refusals(pins).map(|r| rackwarden_attest::evidence::RefusalCounts {
+        qdisc_bypass: r.qdisc_bypass,
+        xdp_umem_reg: r.xdp_umem_reg,
+        last_tgid: r.last_tgid,
+        last_cgroup_id: r.last_cgroup_id,
+    })
+}
+
+/// Refusals so far, summed over CPUs, with the latest offender.
+pub fn refusals(pins: &PinPaths) -> Option<RefusalCounters> {
+    let data = aya::maps::MapData::from_pin(pins.map(map_names::REFUSALS)).ok()?;
+    let arr: aya::maps::PerCpuArray<_, RefusalCounters> =
+        aya::maps::PerCpuArray::try_from(aya::maps::Map::PerCpuArray(data)).ok()?;
+    let per_cpu = arr.get(&0, 0).ok()?;
+    let mut total = RefusalCounters::default();
+    for c in per_cpu.iter() {
+        total.qdisc_bypass += c.qdisc_bypass;
+        total.xdp_umem_reg += c.xdp_umem_reg;
+        if c.last_ns > total.last_ns {
+            total.last_ns = c.last_ns;
+            total.last_cgroup_id = c.last_cgroup_id;
+            total.last_tgid = c.last_tgid;
+            total.last_optname = c.last_optname;
+        }
+    }
+    Some(total)
+}
+
+/// Whether `path` exists (for tests that look for the link pin).
+pub fn link_pinned(pins: &PinPaths) -> bool {
+    Path::new(&pins.sockopt_link()).exists()
+}

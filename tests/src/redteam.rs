@@ -1,0 +1,421 @@
+//! The red-team matrix: each known way around (or through) the limiter, tried for real in the
+//! fixture's namespaces against a daemon capping 1 MB/s. Shared by the `bypass` test and
+//! `cargo xtask bench bypass`.
+
+use std::{
+    net::SocketAddr,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    process::Command,
+    time::Duration,
+};
+
+use rackwarden::{limiter::raw, pins::PinPaths};
+
+use crate::{
+    Daemon, Net, OUT_ADDR, RACK_ADDR, UDP_FRAME_OVERHEAD, UdpSink, in_netns, status_json, udp_send,
+    window_secs,
+};
+
+pub const CAP: u64 = 1_000_000;
+pub const BURST: u64 = 256 * 1024;
+pub const SECS: f64 = 3.0;
+
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub path: &'static str,
+    pub expected: &'static str,
+    /// Frame bytes that crossed in the window (UDP payload + headers).
+    pub bytes_through: u64,
+    pub window_s: f64,
+    /// Whether the refusal or the gap was counted / detected.
+    pub counted: bool,
+    pub note: String,
+}
+
+impl Row {
+    pub fn bound(&self) -> f64 {
+        BURST as f64 + CAP as f64 * self.window_s
+    }
+}
+
+pub fn render(rows: &[Row]) -> String {
+    let mut s = format!(
+        "{:<40} {:<36} {:>14} {:>10} {:>8}  note\n",
+        "path", "expected", "bytes through", "of bound", "counted"
+    );
+    for r in rows {
+        s += &format!(
+            "{:<40} {:<36} {:>14} {:>9.1}% {:>8}  {}\n",
+            r.path,
+            r.expected,
+            r.bytes_through,
+            100.0 * r.bytes_through as f64 / r.bound(),
+            if r.counted { "yes" } else { "NO" },
+            r.note
+        );
+    }
+    s
+}
+
+fn mac(ns: &str, ifc: &str) -> [u8; 6] {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-j", "link", "show", ifc])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = v[0]["address"].as_str().unwrap();
+    let mut m = [0u8; 6];
+    for (i, p) in s.split(':').enumerate() {
+        m[i] = u8::from_str_radix(p, 16).unwrap();
+    }
+    m
+}
+
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for c in h.chunks(2) {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// An Ethernet + IPv4 + UDP frame from the rack to `port` on the outside.
+fn udp_frame(src_mac: [u8; 6], dst_mac: [u8; 6], port: u16, payload: usize) -> Vec<u8> {
+    let mut f = Vec::with_capacity(42 + payload);
+    f.extend_from_slice(&dst_mac);
+    f.extend_from_slice(&src_mac);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = (20 + 8 + payload) as u16;
+    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&RACK_ADDR.parse::<std::net::Ipv4Addr>().unwrap().octets());
+    ip.extend_from_slice(&OUT_ADDR.parse::<std::net::Ipv4Addr>().unwrap().octets());
+    let c = ipv4_checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&40000u16.to_be_bytes());
+    f.extend_from_slice(&port.to_be_bytes());
+    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]); // no UDP checksum (allowed for IPv4)
+    f.resize(42 + payload, 0x33);
+    f
+}
+
+/// An AF_PACKET socket bound to the rack interface; with `bypass`, PACKET_QDISC_BYPASS is
+/// requested first. Returns the socket and the setsockopt errno (0 if it succeeded).
+fn packet_socket(net: &Net, bypass: bool) -> (OwnedFd, i32) {
+    let ifc = net.rack_if.clone();
+    in_netns(&net.rack_ns, move || {
+        // SAFETY: plain socket calls; every return value is checked.
+        unsafe {
+            let fd = libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW,
+                (libc::ETH_P_ALL as u16).to_be() as i32,
+            );
+            assert!(
+                fd >= 0,
+                "AF_PACKET socket: {}",
+                std::io::Error::last_os_error()
+            );
+            let owned = OwnedFd::from_raw_fd(fd);
+            let mut errno = 0;
+            if bypass {
+                let one: libc::c_int = 1;
+                let r = libc::setsockopt(fd, 263, 20, &one as *const _ as *const libc::c_void, 4);
+                if r != 0 {
+                    errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(-1);
+                }
+            }
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+            sll.sll_ifindex = rackwarden::netns::ifindex(&ifc).unwrap() as i32;
+            let r = libc::bind(
+                fd,
+                &sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            assert_eq!(r, 0, "bind AF_PACKET: {}", std::io::Error::last_os_error());
+            (owned, errno)
+        }
+    })
+}
+
+/// Sends `frame` on `fd` as fast as possible for `secs`; returns the window.
+fn packet_flood(fd: &OwnedFd, frame: &[u8], secs: f64) -> f64 {
+    let t0 = std::time::Instant::now();
+    let mut end = t0;
+    while t0.elapsed().as_secs_f64() < secs {
+        // SAFETY: sending our own buffer on our own socket.
+        unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                frame.as_ptr() as *const libc::c_void,
+                frame.len(),
+                0,
+            )
+        };
+        end = std::time::Instant::now();
+    }
+    end.duration_since(t0).as_secs_f64()
+}
+
+fn udp_flood(net: &Net, secs: f64) -> (u64, f64) {
+    let sink = UdpSink::start(&net.out_ns, OUT_ADDR);
+    let dst: SocketAddr = format!("{OUT_ADDR}:{}", sink.port).parse().unwrap();
+    let sent = udp_send(&net.rack_ns, dst, 1400, secs, None, None)
+        .join()
+        .unwrap();
+    let (b, p) = sink.finish();
+    (b + p * UDP_FRAME_OVERHEAD, window_secs(&[sent]))
+}
+
+fn refusals(net: &Net) -> (u64, u64) {
+    let r =
+        rackwarden::limiter::sockopt::refusals(&PinPaths::new(&net.pin_root)).unwrap_or_default();
+    (r.qdisc_bypass, r.xdp_umem_reg)
+}
+
+fn gaps_of(net: &Net, kind: &str) -> usize {
+    let st = status_json(&net.socket_path());
+    st["recent_gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["kind"] == kind)
+        .count()
+}
+
+/// `r0 = TC_ACT_OK; exit`: a foreign classifier that passes everything.
+fn load_pass_all() -> OwnedFd {
+    let insns: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
+    let license = c"GPL";
+    let mut a = [0u8; 128];
+    a[0..4].copy_from_slice(&3u32.to_ne_bytes()); // BPF_PROG_TYPE_SCHED_CLS
+    a[4..8].copy_from_slice(&2u32.to_ne_bytes());
+    a[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
+    a[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
+    // SAFETY: a zero-padded bpf_attr for BPF_PROG_LOAD.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, 5, a.as_mut_ptr(), a.len()) };
+    assert!(
+        fd >= 0,
+        "load pass-all: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: new fd.
+    unsafe { OwnedFd::from_raw_fd(fd as i32) }
+}
+
+/// Attaches `prog` to tcx egress of `ifindex` *before* every other program.
+fn tcx_attach_first(prog: &OwnedFd, ifindex: u32) -> OwnedFd {
+    let mut a = [0u8; 128];
+    a[0..4].copy_from_slice(&(prog.as_raw_fd() as u32).to_ne_bytes());
+    a[4..8].copy_from_slice(&ifindex.to_ne_bytes());
+    a[8..12].copy_from_slice(&47u32.to_ne_bytes()); // BPF_TCX_EGRESS
+    a[12..16].copy_from_slice(&8u32.to_ne_bytes()); // BPF_F_BEFORE
+    // SAFETY: a zero-padded bpf_attr for BPF_LINK_CREATE.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, 28, a.as_mut_ptr(), a.len()) };
+    assert!(
+        fd >= 0,
+        "tcx attach first: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: new fd.
+    unsafe { OwnedFd::from_raw_fd(fd as i32) }
+}
+
+/// Runs every path; each on a fresh fixture and daemon.
+pub fn run() -> Vec<Row> {
+    let mut rows = Vec::new();
+    let fresh = |tag: &str| {
+        let net = Net::new(tag);
+        let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
+        let d = Daemon::start(&cfg, &net.socket_path());
+        (net, d)
+    };
+
+    // 1. Plain UDP.
+    let (net, _d) = fresh("rudp");
+    let (b, t) = udp_flood(&net, SECS);
+    rows.push(Row {
+        path: "UDP socket",
+        expected: "capped",
+        bytes_through: b,
+        window_s: t,
+        counted: true,
+        note: "policed at tc".into(),
+    });
+    drop(_d);
+    drop(net);
+
+    // 2 and 3. AF_PACKET without and with PACKET_QDISC_BYPASS.
+    for bypass in [false, true] {
+        let (net, _d) = fresh(if bypass { "rbyp" } else { "rpkt" });
+        let before = refusals(&net);
+        let (fd, errno) = packet_socket(&net, bypass);
+        let sink = UdpSink::start(&net.out_ns, OUT_ADDR);
+        let frame = udp_frame(
+            mac(&net.rack_ns, &net.rack_if),
+            mac(&net.out_ns, &net.out_if),
+            sink.port,
+            1400,
+        );
+        let t = packet_flood(&fd, &frame, SECS);
+        let (b, p) = sink.finish();
+        let after = refusals(&net);
+        if bypass {
+            rows.push(Row {
+                path: "AF_PACKET + PACKET_QDISC_BYPASS",
+                expected: "refused (EPERM), cap held",
+                bytes_through: b + p * UDP_FRAME_OVERHEAD,
+                window_s: t,
+                counted: errno == libc::EPERM && after.0 == before.0 + 1,
+                note: format!(
+                    "setsockopt errno {errno}; refusals {} -> {}",
+                    before.0, after.0
+                ),
+            });
+        } else {
+            rows.push(Row {
+                path: "raw AF_PACKET",
+                expected: "capped",
+                bytes_through: b + p * UDP_FRAME_OVERHEAD,
+                window_s: t,
+                counted: true,
+                note: "policed at tc".into(),
+            });
+        }
+    }
+
+    // 4. AF_XDP UMEM registration.
+    let (net, _d) = fresh("rxdp");
+    let before = refusals(&net);
+    let errno = in_netns(&net.rack_ns, || {
+        // SAFETY: plain socket calls on our own buffers; results checked.
+        unsafe {
+            let fd = libc::socket(44, libc::SOCK_RAW, 0); // AF_XDP
+            if fd < 0 {
+                return -std::io::Error::last_os_error().raw_os_error().unwrap_or(1);
+            }
+            let mut area = vec![0u8; 1 << 16];
+            // struct xdp_umem_reg { u64 addr, u64 len, u32 chunk_size, u32 headroom, u32 flags, u32 tx_metadata_len }
+            let mut reg = [0u8; 32];
+            reg[0..8].copy_from_slice(&(area.as_mut_ptr() as u64).to_ne_bytes());
+            reg[8..16].copy_from_slice(&(area.len() as u64).to_ne_bytes());
+            reg[16..20].copy_from_slice(&2048u32.to_ne_bytes());
+            let r = libc::setsockopt(fd, 283, 4, reg.as_ptr() as *const libc::c_void, 24);
+            let e = if r == 0 {
+                0
+            } else {
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+            };
+            libc::close(fd);
+            e
+        }
+    });
+    let after = refusals(&net);
+    rows.push(Row {
+        path: "AF_XDP UMEM registration",
+        expected: "refused (EPERM): no AF_XDP sends",
+        bytes_through: 0,
+        window_s: SECS,
+        counted: errno == libc::EPERM && after.1 == before.1 + 1,
+        note: format!(
+            "setsockopt errno {errno}; refusals {} -> {}",
+            before.1, after.1
+        ),
+    });
+    drop(_d);
+    drop(net);
+
+    // 5. Another process detaches our tc link with raw bpf(BPF_LINK_DETACH).
+    let (net, _d) = fresh("rdet");
+    let link = raw::obj_get(
+        &PinPaths::new(&net.pin_root).link(&net.rack_if, rackwarden::limiter::Direction::Egress),
+    )
+    .unwrap();
+    let mut a = [0u8; 128];
+    a[0..4].copy_from_slice(&(link.as_raw_fd() as u32).to_ne_bytes());
+    // SAFETY: BPF_LINK_DETACH (34) on a link fd we opened.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, 34, a.as_mut_ptr(), a.len()) };
+    assert_eq!(r, 0, "BPF_LINK_DETACH: {}", std::io::Error::last_os_error());
+    let (b, t) = udp_flood(&net, SECS);
+    let gaps = gaps_of(&net, "detached");
+    let st = status_json(&net.socket_path());
+    let restored = st["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|h| h["attached"] == true);
+    rows.push(Row {
+        path: "detach via bpf(BPF_LINK_DETACH)",
+        expected: "gap detected, limiter restored",
+        bytes_through: b,
+        window_s: t,
+        counted: gaps >= 1 && restored,
+        note: format!(
+            "{gaps} detached gap(s); restored: {restored}; uncapped until the next check"
+        ),
+    });
+    drop(_d);
+    drop(net);
+
+    // 6. Another process rewrites the cap in the config map.
+    let (net, _d) = fresh("rcfg");
+    let mut maps = rackwarden::limiter::LimiterMaps::open(&PinPaths::new(&net.pin_root)).unwrap();
+    let spec = rackwarden::limiter::maps::CapSpec {
+        rate_bytes_per_s: 1_000_000_000,
+        burst_bytes: 1 << 30,
+        small_reserve_bytes: 0,
+        small_max_len: 1024,
+    };
+    maps.set_config(
+        rackwarden::limiter::Direction::Egress,
+        &rackwarden::limiter::maps::bucket_config(&spec, 77),
+    )
+    .unwrap();
+    let (b, t) = udp_flood(&net, SECS);
+    let gaps = gaps_of(&net, "config_changed");
+    let now_rate = maps
+        .config(rackwarden::limiter::Direction::Egress)
+        .unwrap()
+        .rate_bytes_per_s;
+    rows.push(Row {
+        path: "write to the config map",
+        expected: "gap detected, cap restored",
+        bytes_through: b,
+        window_s: t,
+        counted: gaps >= 1 && now_rate == CAP,
+        note: format!(
+            "{gaps} config_changed gap(s); cap now {now_rate} B/s; 1 GB burst leaked until restored"
+        ),
+    });
+    drop(_d);
+    drop(net);
+
+    // 7. A foreign tc program attached ahead of ours (it passes everything).
+    let (net, _d) = fresh("rfor");
+    let ifc = net.rack_if.clone();
+    let link = in_netns(&net.rack_ns, move || {
+        let prog = load_pass_all();
+        let l = tcx_attach_first(&prog, rackwarden::netns::ifindex(&ifc).unwrap());
+        (prog, l)
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    let (b, t) = udp_flood(&net, SECS);
+    let gaps = gaps_of(&net, "foreign_ahead");
+    rows.push(Row {
+        path: "foreign tc program ahead of ours",
+        expected: "gap detected (not preventable here)",
+        bytes_through: b,
+        window_s: t,
+        counted: gaps >= 1,
+        note: format!("{gaps} foreign_ahead gap(s); BPF LSM would refuse the attach"),
+    });
+    drop(link);
+    rows
+}
