@@ -300,17 +300,47 @@ impl Agent {
                     }
                     continue;
                 }
-                let ahead: Vec<u32> = hook.foreign_ahead.iter().map(|p| p.id).collect();
+                let mut ahead: Vec<u32> = hook.foreign_ahead.iter().map(|p| p.id).collect();
                 if !ahead.is_empty() && self.reported_ahead.get(&key) != Some(&ahead) {
+                    // Restore our place first, then record what was found and whether it worked.
+                    let moved = match self.limiter.move_first(&iface, d) {
+                        Ok(m) => m,
+                        Err(e) => {
+                            log::error!(
+                                "cannot move {} first on {iface} {}: {e}",
+                                d.prog_name(),
+                                d.name()
+                            );
+                            degraded = true;
+                            false
+                        }
+                    };
+                    let restored = moved
+                        && self
+                            .limiter
+                            .inspect(&iface, d)
+                            .map(|h| h.enforcing())
+                            .unwrap_or(false);
                     self.gaps.record(EnforcementGap {
                         kind: GapKind::ForeignAhead,
                         interface: Some(iface.clone()),
                         direction: Some(d),
                         last_verified_at_ms: last_ok,
                         detected_at_ms: now,
-                        detail: format!("programs ahead of ours: {:?}", hook.foreign_ahead),
-                        restored: false,
+                        detail: format!(
+                            "programs ahead of ours: {:?}{}",
+                            hook.foreign_ahead,
+                            if restored {
+                                "; ours moved back to first"
+                            } else {
+                                ""
+                            }
+                        ),
+                        restored,
                     })?;
+                    if restored {
+                        ahead.clear();
+                    }
                 }
                 if ahead.is_empty() {
                     self.reported_ahead.remove(&key);

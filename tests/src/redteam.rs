@@ -408,13 +408,20 @@ pub fn run() -> Vec<Row> {
     std::thread::sleep(Duration::from_millis(1200));
     let (b, t) = udp_flood(&net, SECS);
     let gaps = gaps_of(&net, "foreign_ahead");
+    let st = status_json(&net.socket_path());
+    let first_again = st["hooks"].as_array().unwrap().iter().all(|h| {
+        h["foreign_ahead"]
+            .as_array()
+            .map(|a| a.is_empty())
+            .unwrap_or(false)
+    });
     rows.push(Row {
         path: "foreign tc program ahead of ours",
-        expected: "gap detected (not preventable here)",
+        expected: "gap detected, ours moved first",
         bytes_through: b,
         window_s: t,
-        counted: gaps >= 1,
-        note: format!("{gaps} foreign_ahead gap(s); BPF LSM would refuse the attach"),
+        counted: gaps >= 1 && first_again,
+        note: format!("{gaps} foreign_ahead gap(s); ours first again: {first_again}; BPF LSM would refuse the attach"),
     });
     drop(link);
     rows

@@ -206,6 +206,20 @@ impl Limiter {
         Ok(())
     }
 
+    /// Puts our program back in first place on a tcx hook where a foreign program was
+    /// attached ahead of it. The kernel refuses a second attachment of the same program, so
+    /// our link is released (unpinned) and attached again first: the hook is without our
+    /// policer only between those two system calls. clsact has no such order to restore
+    /// beyond our priority 1, so there this only reports.
+    pub fn move_first(&mut self, iface: &str, dir: Direction) -> Result<bool, LimiterError> {
+        if self.kind != Some(AttachKind::Tcx) {
+            return Ok(false);
+        }
+        let _ = std::fs::remove_file(self.pins.link(iface, dir));
+        self.attach(iface, dir)?;
+        Ok(true)
+    }
+
     /// Attaches to every interface and direction (used at start).
     pub fn attach_all(&mut self, ifaces: &[String]) -> Result<(), LimiterError> {
         for iface in ifaces {
