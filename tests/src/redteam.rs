@@ -3,7 +3,6 @@
 //! `cargo xtask bench bypass`.
 
 use std::{
-    net::SocketAddr,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     process::Command,
     time::Duration,
@@ -11,10 +10,7 @@ use std::{
 
 use rackwarden::{limiter::raw, pins::PinPaths};
 
-use crate::{
-    Daemon, Net, OUT_ADDR, RACK_ADDR, UDP_FRAME_OVERHEAD, UdpSink, in_netns, status_json, udp_send,
-    window_secs,
-};
+use crate::{Daemon, Net, OUT_ADDR, RACK_ADDR, UDP_FRAME_OVERHEAD, UdpSink, in_netns, status_json};
 
 pub const CAP: u64 = 1_000_000;
 pub const BURST: u64 = 256 * 1024;
@@ -164,16 +160,6 @@ fn packet_flood(fd: &OwnedFd, frame: &[u8], secs: f64) -> f64 {
     end.duration_since(t0).as_secs_f64()
 }
 
-fn udp_flood(net: &Net, secs: f64) -> (u64, f64) {
-    let sink = UdpSink::start(&net.out_ns, OUT_ADDR);
-    let dst: SocketAddr = format!("{OUT_ADDR}:{}", sink.port).parse().unwrap();
-    let sent = udp_send(&net.rack_ns, dst, 1400, secs, None, None)
-        .join()
-        .unwrap();
-    let (b, p) = sink.finish();
-    (b + p * UDP_FRAME_OVERHEAD, window_secs(&[sent]))
-}
-
 fn refusals(net: &Net) -> (u64, u64) {
     let r =
         rackwarden::limiter::sockopt::refusals(&PinPaths::new(&net.pin_root)).unwrap_or_default();
@@ -240,7 +226,7 @@ pub fn run() -> Vec<Row> {
 
     // 1. Plain UDP.
     let (net, _d) = fresh("rudp");
-    let (b, t) = udp_flood(&net, SECS);
+    let (b, t) = net.egress_flood(SECS);
     rows.push(Row {
         path: "UDP socket",
         expected: "capped",
@@ -343,7 +329,7 @@ pub fn run() -> Vec<Row> {
     // SAFETY: BPF_LINK_DETACH (34) on a link fd we opened.
     let r = unsafe { libc::syscall(libc::SYS_bpf, 34, a.as_mut_ptr(), a.len()) };
     assert_eq!(r, 0, "BPF_LINK_DETACH: {}", std::io::Error::last_os_error());
-    let (b, t) = udp_flood(&net, SECS);
+    let (b, t) = net.egress_flood(SECS);
     let gaps = gaps_of(&net, "detached");
     let st = status_json(&net.socket_path());
     let restored = st["hooks"]
@@ -378,7 +364,7 @@ pub fn run() -> Vec<Row> {
         &rackwarden::limiter::maps::bucket_config(&spec, 77),
     )
     .unwrap();
-    let (b, t) = udp_flood(&net, SECS);
+    let (b, t) = net.egress_flood(SECS);
     let gaps = gaps_of(&net, "config_changed");
     let now_rate = maps
         .config(rackwarden::limiter::Direction::Egress)
@@ -406,7 +392,7 @@ pub fn run() -> Vec<Row> {
         (prog, l)
     });
     std::thread::sleep(Duration::from_millis(1200));
-    let (b, t) = udp_flood(&net, SECS);
+    let (b, t) = net.egress_flood(SECS);
     let gaps = gaps_of(&net, "foreign_ahead");
     let st = status_json(&net.socket_path());
     let first_again = st["hooks"].as_array().unwrap().iter().all(|h| {
