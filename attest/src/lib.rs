@@ -11,6 +11,7 @@
 //! - [`verify`]: checking a whole log (signatures, chain, time) line by line.
 
 pub mod budget;
+pub mod config_error;
 pub mod dsse;
 pub mod evidence;
 pub mod keys;

@@ -43,20 +43,7 @@ pub const DEFAULT_SMALL_RESERVE: u64 = 16 * 1024;
 /// Default largest packet that counts as small (frame bytes).
 pub const DEFAULT_SMALL_MAX: u32 = 1024;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}: {message}")]
-    Invalid {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
-}
+pub use rackwarden_attest::config_error::{ConfigError, line_of};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -377,16 +364,6 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
         Some(t) => format!("{t}.{key}"),
         None => key.to_string(),
     })
-}
-
-/// 1-based line number of a byte offset.
-pub fn line_of(text: &str, offset: usize) -> usize {
-    let end = offset.min(text.len());
-    text.as_bytes()[..end]
-        .iter()
-        .filter(|b| **b == b'\n')
-        .count()
-        + 1
 }
 
 #[derive(Deserialize)]

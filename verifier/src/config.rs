@@ -34,20 +34,7 @@ use rackwarden_attest::units;
 use serde::Deserialize;
 use toml::Spanned;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}: {message}")]
-    Invalid {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
-}
+pub use rackwarden_attest::config_error::{ConfigError, line_of};
 
 #[derive(Debug, Clone)]
 pub struct RackAgreement {
@@ -110,14 +97,6 @@ struct RawPolicy {
 struct RawRack {
     egress: Spanned<String>,
     ingress: Spanned<String>,
-}
-
-fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())]
-        .iter()
-        .filter(|b| **b == b'\n')
-        .count()
-        + 1
 }
 
 impl VerifierConfig {
