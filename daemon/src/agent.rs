@@ -193,6 +193,8 @@ impl Agent {
     /// gap when the limiter was adopted (it was enforcing before and someone removed it).
     pub fn check_hooks(&mut self, at_start: bool) -> Result<(), AgentError> {
         let now = now_ms();
+        // Gap records a full disk held back are written first, in order.
+        self.gaps.flush();
         // The config map first: a foreign write is undone before anything else.
         for d in Direction::ALL {
             let want = self.expected[&d];
@@ -211,7 +213,7 @@ impl Agent {
                         want.rate_bytes_per_s, want.burst_bytes, want.generation
                     ),
                     restored: true,
-                })?;
+                });
             }
         }
         // The refusal program: a detach (or an unpinned link) is a gap, and it is reattached.
@@ -232,7 +234,7 @@ impl Agent {
                     detected_at_ms: now,
                     detail: "the cgroup/setsockopt refusal program was not attached".into(),
                     restored: state.state == "present",
-                })?;
+                });
             }
             self.refusal_present = state.state == "present";
         }
@@ -253,7 +255,7 @@ impl Agent {
                             detected_at_ms: now,
                             detail: e.to_string(),
                             restored: false,
-                        })?;
+                        });
                         continue;
                     }
                 };
@@ -291,7 +293,7 @@ impl Agent {
                                 hook.programs
                             ),
                             restored,
-                        })?;
+                        });
                     } else if restored {
                         log::info!("attached {} to {iface} {}", d.prog_name(), d.name());
                     }
@@ -337,7 +339,7 @@ impl Agent {
                             }
                         ),
                         restored,
-                    })?;
+                    });
                     if restored {
                         ahead.clear();
                     }
@@ -426,6 +428,7 @@ impl Agent {
             directions,
             hooks,
             gaps_total: n,
+            gaps_unpersisted: self.gaps.unpersisted(),
             recent_gaps: self.gaps.gaps[n.saturating_sub(20)..].to_vec(),
             bypass: crate::evidence::bypass_report(&self.cfg, self.limiter.pins()),
         })

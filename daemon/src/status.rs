@@ -52,6 +52,8 @@ pub struct StatusReport {
     pub directions: Vec<DirectionStatus>,
     pub hooks: Vec<HookStatus>,
     pub gaps_total: usize,
+    /// Gaps known to the daemon but not yet written to disk (storage full or failing).
+    pub gaps_unpersisted: usize,
     /// The most recent gaps (newest last).
     pub recent_gaps: Vec<EnforcementGap>,
     pub bypass: rackwarden_attest::evidence::BypassReport,
@@ -178,7 +180,19 @@ impl StatusReport {
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| "unknown".into())
         );
-        let _ = writeln!(s, "\nenforcement gaps: {} in total", self.gaps_total);
+        let _ = writeln!(
+            s,
+            "\nenforcement gaps: {} in total{}",
+            self.gaps_total,
+            if self.gaps_unpersisted > 0 {
+                format!(
+                    " ({} NOT YET ON DISK: the state directory cannot be written)",
+                    self.gaps_unpersisted
+                )
+            } else {
+                String::new()
+            }
+        );
         for g in &self.recent_gaps {
             let _ = writeln!(
                 s,
