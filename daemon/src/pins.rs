@@ -19,7 +19,8 @@
 //! ```text
 //! ```
 //! Pins keep the programs attached and the maps (bucket and counters) alive across daemon
-//! crashes and restarts; only a reboot or an explicit `rackwarden limiter remove` clears them.
+//! crashes and restarts; only a reboot or removing the pin root clears them (README,
+//! "Operating it").
 
 use std::path::{Path, PathBuf};
 
@@ -68,6 +69,7 @@ impl PinPaths {
         Ok(())
     }
     /// Removes every pin under the root (and the root). Unpinning a tcx link detaches it.
+    /// Used by the benchmarks; operators remove the directory by hand (README).
     pub fn remove_all(&self) -> std::io::Result<()> {
         match std::fs::remove_dir_all(&self.root) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

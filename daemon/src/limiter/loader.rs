@@ -264,27 +264,3 @@ fn load_and_pin(pins: &PinPaths) -> Result<(), LimiterError> {
     }
     Ok(())
 }
-
-/// Removes the limiter: unpins links (which detaches tcx attachments), programs and maps,
-/// and deletes our clsact filters. Enforcement ends and counters are lost: only for
-/// uninstalling and for test fixtures. Must run in the interfaces' network namespace.
-pub fn remove(pins: &PinPaths, ifaces: &[String]) -> std::io::Result<()> {
-    for iface in ifaces {
-        for d in Direction::ALL {
-            // Best effort: on a tcx host there is no such filter and tc says so.
-            let _ = std::process::Command::new("tc")
-                .args([
-                    "filter",
-                    "del",
-                    "dev",
-                    iface,
-                    d.name(),
-                    "pref",
-                    &CLSACT_PRIORITY.to_string(),
-                ])
-                .stderr(std::process::Stdio::null())
-                .status();
-        }
-    }
-    pins.remove_all()
-}

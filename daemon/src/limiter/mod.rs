@@ -10,7 +10,7 @@ pub mod raw;
 pub mod sockopt;
 pub mod watch;
 
-pub use loader::{AttachKind, Limiter, ProgramIdentity, remove};
+pub use loader::{AttachKind, Limiter, ProgramIdentity};
 pub use maps::LimiterMaps;
 
 use rackwarden_common::{DIR_EGRESS, DIR_INGRESS};

@@ -3,7 +3,7 @@
 //! path) and `XDP_UMEM_REG` (without which an AF_XDP socket cannot send) for every process,
 //! and counts each refusal. Pinned beside the limiter; survives daemon restarts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use aya::{EbpfLoader, programs::CgroupSockopt};
 use rackwarden_common::{RefusalCounters, map_names, prog_names};
@@ -154,9 +154,4 @@ pub fn refusals(pins: &PinPaths) -> Option<RefusalCounters> {
         }
     }
     Some(total)
-}
-
-/// Whether `path` exists (for tests that look for the link pin).
-pub fn link_pinned(pins: &PinPaths) -> bool {
-    Path::new(&pins.sockopt_link()).exists()
 }
