@@ -128,28 +128,11 @@ impl Agent {
         agent.refusal_present = refusal.state == "present";
         agent.write_caps_from_config()?;
         agent.check_hooks(true)?;
-        agent.state = if agent.all_enforcing() {
-            AgentState::Enforcing
-        } else {
-            AgentState::Degraded
-        };
-        log::info!("state: {}", agent.state.name());
         Ok(agent)
     }
 
     pub fn state(&self) -> AgentState {
         self.state
-    }
-
-    fn all_enforcing(&self) -> bool {
-        self.cfg.interfaces.iter().all(|i| {
-            Direction::ALL.iter().all(|d| {
-                self.limiter
-                    .inspect(i, *d)
-                    .map(|h| h.attached)
-                    .unwrap_or(false)
-            })
-        })
     }
 
     fn host_cap(&self, dir: Direction) -> u64 {
@@ -352,14 +335,19 @@ impl Agent {
                 }
             }
         }
-        if self.state != AgentState::Starting && self.state != AgentState::Stopping {
+        // Starting ends here too: the first check decides Enforcing or Degraded.
+        if self.state != AgentState::Stopping {
             let next = if degraded {
                 AgentState::Degraded
             } else {
                 AgentState::Enforcing
             };
             if next != self.state {
-                log::warn!("state: {} -> {}", self.state.name(), next.name());
+                if next == AgentState::Degraded {
+                    log::warn!("state: {} -> {}", self.state.name(), next.name());
+                } else {
+                    log::info!("state: {} -> {}", self.state.name(), next.name());
+                }
                 self.state = next;
             }
         }
