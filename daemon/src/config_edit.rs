@@ -1,8 +1,7 @@
 //! Rewrites the `[cap]` values of the config file in place (comments and layout kept), for
-//! `rackwarden cap set --persist`. Written to a temporary file, fsynced, then renamed, so a
-//! crash leaves either the old or the new file, never half of one.
+//! `rackwarden cap set --persist`, with [`crate::atomic_file::replace`].
 
-use std::{io::Write, path::Path};
+use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigEditError {
@@ -37,16 +36,6 @@ pub fn set_caps(
     // Refuse to write a file the daemon would not load.
     crate::config::Config::parse(path, &new_text)
         .map_err(|e| err(format!("edited config would be invalid: {e}")))?;
-    let tmp = path.with_extension("toml.rackwarden-tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(|e| err(e.to_string()))?;
-    f.write_all(new_text.as_bytes())
-        .map_err(|e| err(e.to_string()))?;
-    f.sync_all().map_err(|e| err(e.to_string()))?;
-    std::fs::rename(&tmp, path).map_err(|e| err(e.to_string()))?;
-    if let Some(dir) = path.parent()
-        && let Ok(d) = std::fs::File::open(dir)
-    {
-        let _ = d.sync_all();
-    }
+    crate::atomic_file::replace(path, new_text.as_bytes()).map_err(|e| err(e.to_string()))?;
     Ok(())
 }

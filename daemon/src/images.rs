@@ -17,7 +17,6 @@
 
 use std::{
     fs::{File, OpenOptions},
-    io::Write,
     os::unix::fs::{OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
     sync::atomic::AtomicU64,
@@ -179,16 +178,8 @@ pub fn create_manifest(
     })?;
     let mut line = m.sign(verifier_key).to_json();
     line.push(b'\n');
-    write_synced(out, &line)?;
+    crate::atomic_file::replace(out, &line).map_err(io(out))?;
     Ok(m)
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), ImageError> {
-    let tmp = path.with_extension("rackwarden-tmp");
-    let mut f = File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(bytes).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))
 }
 
 pub fn read_manifest(path: &Path, verifier: &VerifyingKey) -> Result<VerifiedManifest, ImageError> {

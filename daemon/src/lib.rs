@@ -8,6 +8,7 @@
 //! - the control socket: [`control`]; what `status` shows: [`status`].
 
 pub mod agent;
+pub mod atomic_file;
 pub mod bypass;
 pub mod config;
 pub mod config_edit;
