@@ -3,6 +3,8 @@
 //! layout is the contract between the kernel side and userspace.
 #![no_std]
 
+pub mod wipe;
+
 /// Index of the egress bucket in [`BucketConfig`] / [`BucketState`] / [`Counters`] arrays.
 pub const DIR_EGRESS: u32 = 0;
 /// Index of the ingress bucket.

@@ -1,30 +1,76 @@
-//! The keyed fill stream: AES-128 in counter mode.
+//! The keyed fill stream, v2: an AES-128 seed per 64 KiB segment, expanded per word by a
+//! keyed bijection (the definition and the reason for two levels are in
+//! `rackwarden_common::wipe`, which the GPU kernels share).
 //!
 //! ```text
-//! key        = SHA3-256("rackwarden/wipe-stream/v1" || 0x00 || nonce[32] || device_id)[0..16]
-//! block i    = AES-128(key, i as a 128-bit big-endian integer)     (16 bytes)
-//! byte at o  = block (o / 16), byte (o % 16)
+//! key        = SHA3-256("rackwarden/wipe-stream/v2" || 0x00 || nonce[32] || device_id)[0..16]
+//! seed(s)    = AES-128(key, s as a 128-bit big-endian integer)      s = offset / 65536
+//! word(s, j) = lowbias32(j ^ k0) ^ k1                                 j = (offset % 65536) / 4
 //! ```
-//! Identical to `openssl enc -aes-128-ctr -K <key> -iv 00..00` over zeros (tested), so anyone
-//! holding the nonce can recompute any block without computing the ones before it, and
-//! nobody can predict a byte before the verifier reveals the nonce. AES-NI runs it at several
-//! GB/s per core, above memory bandwidth.
+//! Anyone holding the nonce recomputes any segment without the ones before it; nobody
+//! predicts a byte before the verifier reveals the nonce. `testdata/wipe_stream_v2.py` is an
+//! independent reference (hashlib + openssl) and the known answers below come from it.
 
 use aes::cipher::{BlockEncrypt, KeyInit, generic_array::GenericArray};
+use rackwarden_common::wipe::{self as common, SEGMENT_BYTES, SegmentSeed};
 use sha3::{Digest, Sha3_256};
 
-pub const DOMAIN: &[u8] = b"rackwarden/wipe-stream/v1";
-/// Bytes generated per AES block.
-pub const BLOCK: usize = 16;
-/// Bytes generated and compared at once during verification (fits in L1).
+pub const DOMAIN: &[u8] = b"rackwarden/wipe-stream/v2";
+/// The unit of mismatch counting (one differing byte = one bad 16-byte block).
+pub const BLOCK: usize = common::BLOCK_BYTES as usize;
+/// Bytes compared at once during verification; a span that differs is recounted block by
+/// block.
 const VERIFY_SPAN: usize = 4096;
+
+/// The instruction set the per-word loops run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Simd {
+    Avx512,
+    Avx2,
+    Scalar,
+}
+
+impl Simd {
+    fn detect() -> Simd {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Simd::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Simd::Avx2;
+            }
+        }
+        Simd::Scalar
+    }
+
+    fn fill(self, seed: SegmentSeed, j0: u32, out: &mut [u8]) {
+        match self {
+            // SAFETY: `detect` chose these only when the CPU has the feature.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512 => unsafe { common::host::fill_avx512(seed, j0, out) },
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => unsafe { common::host::fill_avx2(seed, j0, out) },
+            _ => common::host::fill_scalar(seed, j0, out),
+        }
+    }
+
+    fn equal(self, seed: SegmentSeed, j0: u32, data: &[u8]) -> bool {
+        match self {
+            // SAFETY: as in `fill`.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512 => unsafe { common::host::equal_avx512(seed, j0, data) },
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => unsafe { common::host::equal_avx2(seed, j0, data) },
+            _ => common::host::equal_scalar(seed, j0, data),
+        }
+    }
+}
 
 #[derive(Clone)]
 pub struct KeyedStream {
     cipher: aes::Aes128,
-    /// Round keys for the VAES path, when this CPU has it.
-    #[cfg(target_arch = "x86_64")]
-    vaes: Option<super::vaes::RoundKeys>,
+    simd: Simd,
 }
 
 /// The AES key for `nonce` and `device`.
@@ -42,99 +88,101 @@ pub fn derive_key(nonce: &[u8; 32], device: &str) -> [u8; 16] {
 
 impl KeyedStream {
     pub fn new(nonce: &[u8; 32], device: &str) -> KeyedStream {
-        let key = derive_key(nonce, device);
-        KeyedStream {
-            cipher: aes::Aes128::new(&GenericArray::from(key)),
-            // SAFETY: `expand` needs AES-NI, which `available` checked.
-            #[cfg(target_arch = "x86_64")]
-            vaes: super::vaes::available().then(|| unsafe { super::vaes::expand(&key) }),
-        }
+        KeyedStream::with_simd(nonce, device, Simd::detect())
     }
 
-    /// The portable stream only (the `aes` crate), whatever the CPU: the reference the VAES
-    /// path is tested against.
-    pub fn portable(nonce: &[u8; 32], device: &str) -> KeyedStream {
+    /// The plain scalar loops whatever the CPU: the reference the vector paths are tested
+    /// against.
+    pub fn scalar(nonce: &[u8; 32], device: &str) -> KeyedStream {
+        KeyedStream::with_simd(nonce, device, Simd::Scalar)
+    }
+
+    fn with_simd(nonce: &[u8; 32], device: &str, simd: Simd) -> KeyedStream {
         KeyedStream {
             cipher: aes::Aes128::new(&GenericArray::from(derive_key(nonce, device))),
-            #[cfg(target_arch = "x86_64")]
-            vaes: None,
+            simd,
         }
     }
 
-    /// Whether the VAES path is in use.
-    pub fn accelerated(&self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        return self.vaes.is_some();
-        #[cfg(not(target_arch = "x86_64"))]
-        false
+    pub fn simd(&self) -> Simd {
+        self.simd
+    }
+
+    /// The seed of segment `s`.
+    pub fn seed(&self, s: u64) -> SegmentSeed {
+        let mut b = GenericArray::from((s as u128).to_be_bytes());
+        self.cipher.encrypt_block(&mut b);
+        SegmentSeed::from_aes_block(&b.into())
+    }
+
+    /// Seeds of segments `first..first + out.len()` (the GPU's seed table), AES in batches so
+    /// AES-NI pipelines.
+    pub fn seeds(&self, first: u64, out: &mut [SegmentSeed]) {
+        const BATCH: usize = 64;
+        let mut blocks = [aes::Block::default(); BATCH];
+        for (c, chunk) in out.chunks_mut(BATCH).enumerate() {
+            let base = first + (c * BATCH) as u64;
+            for (i, b) in blocks[..chunk.len()].iter_mut().enumerate() {
+                *b = GenericArray::from(((base + i as u64) as u128).to_be_bytes());
+            }
+            self.cipher.encrypt_blocks(&mut blocks[..chunk.len()]);
+            for (seed, b) in chunk.iter_mut().zip(&blocks) {
+                *seed = SegmentSeed::from_aes_block(&(*b).into());
+            }
+        }
+    }
+
+    /// Calls `f(seed, first word, range in the buffer)` for each segment piece of the stream
+    /// bytes `[offset, offset + len)`.
+    fn pieces(
+        &self,
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(SegmentSeed, u32, std::ops::Range<usize>),
+    ) {
+        let mut done = 0usize;
+        while done < len {
+            let at = offset + done as u64;
+            let within = at % SEGMENT_BYTES;
+            let n = ((SEGMENT_BYTES - within) as usize).min(len - done);
+            f(
+                self.seed(at / SEGMENT_BYTES),
+                (within / 4) as u32,
+                done..done + n,
+            );
+            done += n;
+        }
     }
 
     /// Writes the stream bytes for `[offset, offset + out.len())` into `out`.
     /// `offset` and `out.len()` must be multiples of 16 (callers work in 1 MiB blocks).
     pub fn fill(&self, offset: u64, out: &mut [u8]) {
         debug_assert!(offset.is_multiple_of(BLOCK as u64) && out.len().is_multiple_of(BLOCK));
-        #[cfg(target_arch = "x86_64")]
-        if let Some(rk) = &self.vaes {
-            let head = out.len() - out.len() % 512;
-            // SAFETY: `vaes` is only set when the CPU passed `vaes::available`.
-            unsafe { super::vaes::fill(rk, offset / BLOCK as u64, &mut out[..head]) };
-            if head < out.len() {
-                self.fill_portable(offset + head as u64, &mut out[head..]);
-            }
-            return;
-        }
-        self.fill_portable(offset, out);
+        self.pieces(offset, out.len(), |seed, j0, r| {
+            self.simd.fill(seed, j0, &mut out[r])
+        });
     }
 
-    fn fill_portable(&self, offset: u64, out: &mut [u8]) {
-        let first = (offset / BLOCK as u64) as u128;
-        for (i, b) in out.chunks_exact_mut(BLOCK).enumerate() {
-            b.copy_from_slice(&(first + i as u128).to_be_bytes());
-        }
-        // SAFETY: `out` is a multiple of 16 bytes; aes::Block is [u8; 16] with alignment 1.
-        let blocks = unsafe {
-            std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut aes::Block, out.len() / BLOCK)
-        };
-        self.cipher.encrypt_blocks(blocks);
-    }
-
-    /// Number of 16-byte blocks of `data` (which starts at stream byte `offset`) that differ
-    /// from the stream.
+    /// Number of 16-byte blocks of `data` (which starts at stream byte `offset`, a multiple
+    /// of 16) that differ from the stream.
     pub fn count_mismatches(&self, offset: u64, data: &[u8]) -> u64 {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(rk) = &self.vaes
-            && data.len().is_multiple_of(512)
-        {
-            // Fast path: compare in registers; only a differing span is recounted in detail.
-            let mut bad = 0;
-            for (i, span) in data.chunks(VERIFY_SPAN).enumerate() {
-                let off = offset + (i * VERIFY_SPAN) as u64;
-                // SAFETY: as in `fill`.
-                if span.len() % 512 != 0
-                    || !unsafe { super::vaes::equal(rk, off / BLOCK as u64, span) }
-                {
-                    bad += self.count_portable(off, span);
+        debug_assert!(offset.is_multiple_of(BLOCK as u64) && data.len().is_multiple_of(BLOCK));
+        let mut bad = 0u64;
+        self.pieces(offset, data.len(), |seed, j0, r| {
+            let piece = &data[r];
+            for (i, span) in piece.chunks(VERIFY_SPAN).enumerate() {
+                let js = j0 + (i * VERIFY_SPAN / 4) as u32;
+                if !self.simd.equal(seed, js, span) {
+                    bad += span
+                        .chunks(BLOCK)
+                        .enumerate()
+                        .filter(|(b, blk)| {
+                            !common::host::equal_scalar(seed, js + (b * BLOCK / 4) as u32, blk)
+                        })
+                        .count() as u64;
                 }
             }
-            return bad;
-        }
-        self.count_portable(offset, data)
-    }
-
-    fn count_portable(&self, offset: u64, data: &[u8]) -> u64 {
-        let mut expect = [0u8; VERIFY_SPAN];
-        let mut bad = 0u64;
-        for (i, span) in data.chunks(VERIFY_SPAN).enumerate() {
-            let e = &mut expect[..span.len()];
-            self.fill(offset + (i * VERIFY_SPAN) as u64, e);
-            if e != span {
-                bad += span
-                    .chunks(BLOCK)
-                    .zip(e.chunks(BLOCK))
-                    .filter(|(a, b)| a != b)
-                    .count() as u64;
-            }
-        }
+        });
         bad
     }
 }
@@ -146,9 +194,9 @@ mod tests {
     #[test]
     fn random_access_equals_sequential() {
         let s = KeyedStream::new(&[9u8; 32], "host-ram");
-        let mut all = vec![0u8; 1 << 16];
+        let mut all = vec![0u8; 1 << 18];
         s.fill(0, &mut all);
-        for off in [0usize, 16, 4096, 40_000, (1 << 16) - 32] {
+        for off in [0usize, 16, 4096, 40_000, 65_520, 131_072, (1 << 18) - 32] {
             let mut part = vec![0u8; 32];
             s.fill(off as u64, &mut part);
             assert_eq!(&part[..], &all[off..off + 32], "offset {off}");
@@ -157,17 +205,20 @@ mod tests {
         let mut bad = all.clone();
         bad[5000] ^= 1;
         bad[9000] ^= 1;
-        assert_eq!(s.count_mismatches(0, &bad), 2);
+        bad[70_000] ^= 0x80;
+        assert_eq!(s.count_mismatches(0, &bad), 3);
+        assert_eq!(s.count_mismatches(65_536, &bad[65_536..]), 1);
     }
 
     #[test]
-    fn accelerated_path_equals_the_portable_one() {
+    fn vector_paths_equal_the_scalar_one() {
         let fast = KeyedStream::new(&[3u8; 32], "gpu0");
-        let slow = KeyedStream::portable(&[3u8; 32], "gpu0");
-        println!("VAES path in use: {}", fast.accelerated());
+        let slow = KeyedStream::scalar(&[3u8; 32], "gpu0");
+        println!("vector path in use: {:?}", fast.simd());
         for (off, len) in [
             (0u64, 512usize),
             (16, 4096),
+            (65_536 - 48, 4096),
             (1 << 20, (1 << 20) + 48),
             (4096 * 1000 + 32, 1040),
         ] {
@@ -179,6 +230,17 @@ mod tests {
             assert_eq!(fast.count_mismatches(off, &b), 0);
             b[len / 2] ^= 1;
             assert_eq!(fast.count_mismatches(off, &b), 1);
+            assert_eq!(slow.count_mismatches(off, &b), 1);
+        }
+    }
+
+    #[test]
+    fn seed_table_equals_single_seeds() {
+        let s = KeyedStream::new(&[5u8; 32], "gpu1");
+        let mut table = vec![SegmentSeed::default(); 200];
+        s.seeds(1000, &mut table);
+        for (i, seed) in table.iter().enumerate() {
+            assert_eq!(*seed, s.seed(1000 + i as u64), "segment {}", 1000 + i);
         }
     }
 
@@ -194,44 +256,70 @@ mod tests {
         assert_ne!(a, c);
     }
 
-    /// Known answer for nonce = 32 zero bytes, device `host-ram`, computed outside this code:
-    /// the key with Python's hashlib.sha3_256, the first 32 stream bytes with
-    /// `openssl enc -aes-128-ctr -nosalt -K <key> -iv 00..00` over zeros.
+    /// Known answers from `testdata/wipe_stream_v2.py`, which computes the key with Python's
+    /// hashlib and the seeds with `openssl enc -aes-128-ecb`: nothing of ours.
     #[test]
-    fn known_answer() {
-        let key = derive_key(&[0u8; 32], "host-ram");
-        assert_eq!(hex::encode(key), KAT_KEY);
-        let mut out = [0u8; 32];
-        KeyedStream::new(&[0u8; 32], "host-ram").fill(0, &mut out);
-        assert_eq!(hex::encode(out), KAT_STREAM);
+    fn known_answers_from_the_independent_reference() {
+        let raw = include_str!("../../testdata/wipe_stream_v2.json");
+        let vectors: Vec<serde_json::Value> = serde_json::from_str(raw).unwrap();
+        assert_eq!(vectors.len(), 5);
+        for v in vectors {
+            let nonce: [u8; 32] = hex::decode(v["nonce"].as_str().unwrap())
+                .unwrap()
+                .try_into()
+                .unwrap();
+            let device = v["device"].as_str().unwrap();
+            let offset = v["offset"].as_u64().unwrap();
+            let want = hex::decode(v["bytes"].as_str().unwrap()).unwrap();
+            assert_eq!(
+                hex::encode(derive_key(&nonce, device)),
+                v["key"].as_str().unwrap()
+            );
+            let mut got = vec![0u8; want.len()];
+            KeyedStream::new(&nonce, device).fill(offset, &mut got);
+            assert_eq!(
+                hex::encode(&got),
+                hex::encode(&want),
+                "{device} at {offset}"
+            );
+            KeyedStream::scalar(&nonce, device).fill(offset, &mut got);
+            assert_eq!(
+                hex::encode(&got),
+                hex::encode(&want),
+                "{device} at {offset} (scalar)"
+            );
+        }
     }
 
-    const KAT_KEY: &str = "6045ba8decd46bf47711ff6aec2d5ba7";
-    const KAT_STREAM: &str = "cd8b6d74b6be89f6a78bc9c684f82329486a7d184b721bece3c69ad65a9c0c01";
-
+    /// The seeds are AES-128 of big-endian counters: the same as `openssl enc -aes-128-ecb`
+    /// over those counters, run here and now.
     #[test]
-    fn matches_openssl_aes_128_ctr() {
+    fn seeds_match_openssl_aes_128_ecb() {
         let nonce = [0x42u8; 32];
         let key = derive_key(&nonce, "gpu3");
-        let mut ours = vec![0u8; 4096];
-        KeyedStream::new(&nonce, "gpu3").fill(0, &mut ours);
+        let counters: Vec<u8> = (0u128..256).flat_map(|c| c.to_be_bytes()).collect();
         let mut child = std::process::Command::new("openssl")
             .args([
                 "enc",
-                "-aes-128-ctr",
+                "-aes-128-ecb",
+                "-nopad",
                 "-nosalt",
                 "-K",
                 &hex::encode(key),
-                "-iv",
-                &"00".repeat(16),
             ])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("openssl (installed by cargo xtask setup)");
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(&[0u8; 4096]).unwrap();
+        child.stdin.take().unwrap().write_all(&counters).unwrap();
         let out = child.wait_with_output().unwrap();
-        assert_eq!(out.stdout, ours);
+        assert_eq!(out.stdout.len(), 4096);
+        let mut table = vec![SegmentSeed::default(); 256];
+        KeyedStream::new(&nonce, "gpu3").seeds(0, &mut table);
+        for (i, seed) in table.iter().enumerate() {
+            let block: [u8; 16] = out.stdout[i * 16..i * 16 + 16].try_into().unwrap();
+            assert_eq!(*seed, SegmentSeed::from_aes_block(&block), "segment {i}");
+        }
     }
 }
