@@ -659,7 +659,7 @@ fn wipe_cmd(
         scratch_paths: scratch.to_vec(),
         threads: rackwarden_attest::merkle::default_threads(),
         progress: Some(progress.done.clone()),
-        corrupt_host_byte_for_test: None,
+        corrupt_byte_for_test: None,
     };
     let report = wipe::run(&req, stop);
     drop(progress);

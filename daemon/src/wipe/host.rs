@@ -273,7 +273,7 @@ pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> WipeDeviceReport {
     let locked: u64 = segs.iter().filter(|s| s.lock()).map(|s| s.len as u64).sum();
     notes.push(format!("{locked} B of {taken} B locked in RAM"));
 
-    if let Some(at) = req.corrupt_host_byte_for_test
+    if let Some(at) = req.corrupt_byte_for_test
         && let Some(&(seg, off, len, soff)) =
             list.iter().find(|b| (b.3..b.3 + b.2 as u64).contains(&at))
     {

@@ -1,7 +1,8 @@
 //! The wipe engine: fill memory with a stream keyed by the verifier's nonce, read it all
 //! back, and report per device what was covered and what was not.
 //!
-//! - [`stream`]: the keyed stream (AES-128-CTR under a key derived from nonce and device);
+//! - [`stream`]: the keyed stream (an AES-128 seed per 64 KiB segment under a key derived
+//!   from nonce and device, expanded per word; shared with the GPU kernels);
 //! - [`host`]: host RAM (anonymous, locked, huge-page-advised mappings, all cores);
 //! - [`gpu`]: GPU memory through the CUDA driver API loaded at run time;
 //! - [`scratch`]: configured scratch directories, emptied.
@@ -9,12 +10,11 @@
 //! Residue = `bytes_total - bytes_verified`, per device, never rounded. A report never claims
 //! more than was read back and compared.
 
+pub mod cuda;
 pub mod gpu;
 pub mod host;
 pub mod scratch;
 pub mod stream;
-#[cfg(target_arch = "x86_64")]
-mod vaes;
 
 use std::{
     path::PathBuf,
@@ -60,9 +60,10 @@ pub struct WipeRequest {
     pub threads: usize,
     /// Bytes filled or verified so far (progress display).
     pub progress: Option<Arc<AtomicU64>>,
-    /// TEST HOOK: flip the byte at this offset of the host fill between fill and verify, to
-    /// prove a corruption is counted. The CLI and the daemon never set it.
-    pub corrupt_host_byte_for_test: Option<u64>,
+    /// TEST HOOK: flip the byte at this stream offset of each device's fill (host RAM and
+    /// every GPU) between fill and verify, to prove a corruption is counted. The CLI and the
+    /// daemon never set it.
+    pub corrupt_byte_for_test: Option<u64>,
 }
 
 /// Runs each requested backend in turn. `stop` (set by SIGTERM/SIGINT) ends the wipe promptly;
