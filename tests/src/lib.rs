@@ -6,6 +6,7 @@
 //! Addresses are TEST-NET-1 (192.0.2.0/24) and exist only inside the fixture's namespaces.
 
 pub mod demo;
+pub mod gpu;
 pub mod redteam;
 
 use std::{

@@ -19,7 +19,7 @@ fn request(max: u64, backends: Vec<Backend>) -> WipeRequest {
         scratch_paths: vec![],
         threads: 2,
         progress: None,
-        corrupt_host_byte_for_test: None,
+        corrupt_byte_for_test: None,
     }
 }
 
@@ -48,7 +48,7 @@ fn host_wipe_verifies_and_coverage_adds_up() {
 #[test]
 fn a_corrupted_byte_between_fill_and_verify_is_counted() {
     let mut req = request(64 * MIB, vec![Backend::Host]);
-    req.corrupt_host_byte_for_test = Some(33 * MIB + 12_345);
+    req.corrupt_byte_for_test = Some(33 * MIB + 12_345);
     let d = &wipe::run(&req, &AtomicBool::new(false)).devices[0];
     assert_eq!(d.mismatches, 1, "{d:?}");
     assert_eq!(
