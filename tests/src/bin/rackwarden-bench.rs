@@ -288,6 +288,96 @@ fn bench_wipe() {
         (n << 20) as f64 / fill_s / 1e9,
         (n << 20) as f64 / t.elapsed().as_secs_f64() / 1e9
     );
+    bench_wipe_gpu(rounds);
+}
+
+/// The GPU part of `bench wipe`: over the same allocations (all the memory the driver
+/// gives), `cuMemsetD32` + a compare kernel as the anchor, against our fill + verify
+/// kernels; alternating rounds, medians.
+fn bench_wipe_gpu(rounds: usize) {
+    use rackwarden::wipe::{gpu, stream::KeyedStream};
+    use std::{sync::atomic::AtomicBool, time::Instant};
+    let (cuda, d) = match rackwarden_tests::gpu::first_device() {
+        Ok(x) => x,
+        Err(why) => {
+            println!("== bench wipe, GPU: SKIP: needs a GPU: {why} ==");
+            return;
+        }
+    };
+    let run = || -> Result<(), rackwarden::wipe::cuda::CudaError> {
+        let ctx = cuda.context(d.handle)?;
+        let k = gpu::load_kernels(&ctx, &d)?;
+        let t = gpu::take(&ctx, None)?;
+        let bytes = t.covered();
+        println!(
+            "== bench wipe, GPU: {} ({} SMs), {bytes} B of {} B in one run ==",
+            d.name, d.sm_count, t.total
+        );
+        let start = Instant::now();
+        gpu::upload_seeds(
+            &ctx,
+            &t,
+            &KeyedStream::new(&[7u8; 32], &gpu::device_id(&d)),
+            16,
+        )?;
+        println!("seed table computed and uploaded in {:?}", start.elapsed());
+        let never = AtomicBool::new(false);
+        let mut anchor = Vec::new();
+        let mut ours = Vec::new();
+        for _ in 0..rounds.max(1) {
+            let (ms, cmp, bad) = gpu::anchor_memset_compare(&ctx, &k, &t)?;
+            assert_eq!(bad, 0);
+            anchor.push((ms.as_secs_f64(), cmp.as_secs_f64()));
+            let s = Instant::now();
+            gpu::fill(&ctx, &k, &t, &never, |_| {})?;
+            let f = s.elapsed().as_secs_f64();
+            let s = Instant::now();
+            let (read, bad) = gpu::verify(&ctx, &k, &t, &never, |_| {})?;
+            assert_eq!((read, bad), (bytes, 0));
+            ours.push((f, s.elapsed().as_secs_f64()));
+        }
+        let med = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (af, ac) = (
+            med(anchor.iter().map(|a| a.0).collect()),
+            med(anchor.iter().map(|a| a.1).collect()),
+        );
+        let (of, ov) = (
+            med(ours.iter().map(|a| a.0).collect()),
+            med(ours.iter().map(|a| a.1).collect()),
+        );
+        let gb = |s: f64| bytes as f64 / s / 1e9;
+        println!("medians of {} rounds:", rounds.max(1));
+        println!(
+            "{:<44} {:>10} {:>10} {:>14}",
+            "", "fill GB/s", "check GB/s", "fill+check GB/s"
+        );
+        println!(
+            "{:<44} {:>10.1} {:>10.1} {:>14.1}",
+            "anchor: cuMemsetD32 + compare kernel",
+            gb(af),
+            gb(ac),
+            2.0 * bytes as f64 / (af + ac) / 1e9
+        );
+        println!(
+            "{:<44} {:>10.1} {:>10.1} {:>14.1}",
+            "rackwarden fill + verify kernels",
+            gb(of),
+            gb(ov),
+            2.0 * bytes as f64 / (of + ov) / 1e9
+        );
+        println!(
+            "ratio (fill+verify) / (memset+compare): {:.3} (target >= 0.8)",
+            (af + ac) / (of + ov)
+        );
+        Ok(())
+    };
+    if let Err(e) = run() {
+        println!("== bench wipe, GPU: FAILED: {e} ==");
+        std::process::exit(1);
+    }
 }
 
 // ---- images: merkle_sha3_256 on all cores vs single-thread SHA3-256 vs openssl ----
