@@ -261,6 +261,22 @@ fn test(env: &BTreeMap<String, String>) -> Result<()> {
     // The netns tests measure rates against wall time on a 2-core machine: run them one at
     // a time so one test's flood does not steal the other's CPU. (Their names and pins are
     // unique, so they could also run side by side.)
+    // Shown with their output: without a GPU each prints SKIP and the reason, and on a GPU
+    // the numbers (bytes covered, GB/s, mismatches).
+    step("GPU tests (real GPU only; SKIP without one)");
+    cargo(
+        env,
+        &[
+            "test",
+            "-p",
+            "rackwarden-tests",
+            "--test",
+            "gpu",
+            "--",
+            "--nocapture",
+            "--test-threads=1",
+        ],
+    )?;
     step("integration tests (network namespaces, eBPF; needs root)");
     cargo(
         env,
