@@ -193,6 +193,10 @@ pub struct WipeDeviceReport {
 pub struct WipeReport {
     /// Hex of the 32-byte challenge nonce the fill stream was keyed with.
     pub nonce: String,
+    /// The fill stream's domain string (`rackwarden/wipe-stream/v2`), so whoever holds the
+    /// nonce knows which definition to recompute. Absent in reports made before v2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
     pub interrupted: bool,
     pub devices: Vec<WipeDeviceReport>,
 }

@@ -180,6 +180,7 @@ fn gpu_wipe_through_the_cuda_test_double() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stream"], "rackwarden/wipe-stream/v2");
     assert_eq!(v["devices"][0]["status"], "complete");
     assert_eq!(v["devices"][0]["bytes_verified"], TAKEABLE);
     let child = Command::new(bin("rackwarden"))

@@ -262,6 +262,7 @@ impl Host {
         }));
         let wipe = e.wipe_residue.map(|r| WipeReport {
             nonce: e.nonce.clone().unwrap_or_else(|| "00".repeat(32)),
+            stream: Some("rackwarden/wipe-stream/v2".into()),
             interrupted: false,
             devices: vec![WipeDeviceReport {
                 backend: "host".into(),

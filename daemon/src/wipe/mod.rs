@@ -84,6 +84,7 @@ pub fn run(req: &WipeRequest, stop: &AtomicBool) -> WipeReport {
         || devices.iter().any(|d| d.status == "interrupted");
     WipeReport {
         nonce: hex::encode(req.nonce),
+        stream: Some(String::from_utf8_lossy(stream::DOMAIN).into_owned()),
         interrupted,
         devices,
     }
