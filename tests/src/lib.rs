@@ -8,6 +8,7 @@
 pub mod demo;
 pub mod gpu;
 pub mod redteam;
+pub mod wipe;
 
 use std::{
     io::{Read, Write},

@@ -32,16 +32,7 @@ fn gpu_or_skip(test: &str) -> bool {
 }
 
 fn request(max: Option<u64>) -> WipeRequest {
-    WipeRequest {
-        nonce: [0x3cu8; 32],
-        backends: vec![Backend::Gpu],
-        max_bytes: max,
-        reserve_bytes: 0,
-        scratch_paths: vec![],
-        threads: rackwarden_attest::merkle::default_threads(),
-        progress: None,
-        corrupt_byte_for_test: None,
-    }
+    rackwarden_tests::wipe::request(vec![Backend::Gpu], max)
 }
 
 #[test]

@@ -15,7 +15,7 @@ use std::{
 };
 
 use rackwarden::wipe::{self, Backend, WipeRequest};
-use rackwarden_tests::{bin, gpu::fill_equals_host_stream};
+use rackwarden_tests::{bin, gpu::fill_equals_host_stream, wipe::sigterm_cli_wipe};
 
 const MIB: u64 = 1 << 20;
 /// The double's device: 96 MiB, of which the "driver" keeps 3 MiB; our seed table and
@@ -45,16 +45,7 @@ fn set(k: &str, v: impl AsRef<std::ffi::OsStr>) {
 }
 
 fn request(max: Option<u64>) -> WipeRequest {
-    WipeRequest {
-        nonce: [0x11u8; 32],
-        backends: vec![Backend::Gpu],
-        max_bytes: max,
-        reserve_bytes: 0,
-        scratch_paths: vec![],
-        threads: 2,
-        progress: None,
-        corrupt_byte_for_test: None,
-    }
+    rackwarden_tests::wipe::request(vec![Backend::Gpu], max)
 }
 
 /// (bytes allocated, contexts retained, modules loaded) in the double.
@@ -183,19 +174,11 @@ fn gpu_wipe_through_the_cuda_test_double() {
     assert_eq!(v["stream"], "rackwarden/wipe-stream/v2");
     assert_eq!(v["devices"][0]["status"], "complete");
     assert_eq!(v["devices"][0]["bytes_verified"], TAKEABLE);
-    let child = Command::new(bin("rackwarden"))
-        .args(["wipe", "--backend", "gpu", "--json"])
-        .env("RW_CUDA_DOUBLE_LAUNCH_DELAY_MS", "200")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: signalling the child we started, by PID.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["interrupted"], true);
+    let v = sigterm_cli_wipe(
+        &["--backend", "gpu"],
+        &[("RW_CUDA_DOUBLE_LAUNCH_DELAY_MS", "200")],
+        Duration::from_millis(500),
+    );
     assert_eq!(v["devices"][0]["status"], "interrupted");
     assert_eq!(v["devices"][0]["bytes_verified"], 0);
     // SAFETY: closing our handle.

@@ -2,25 +2,16 @@
 //! GPU absent without a driver, scratch emptied, and the CLI's exit codes.
 
 use std::{
-    process::{Command, Stdio},
+    process::Command,
     sync::atomic::{AtomicBool, Ordering},
     time::Duration,
 };
 
 use rackwarden::wipe::{self, Backend, WipeRequest};
-use rackwarden_tests::bin;
+use rackwarden_tests::{bin, wipe::sigterm_cli_wipe};
 
 fn request(max: u64, backends: Vec<Backend>) -> WipeRequest {
-    WipeRequest {
-        nonce: [0x5au8; 32],
-        backends,
-        max_bytes: Some(max),
-        reserve_bytes: 1 << 30,
-        scratch_paths: vec![],
-        threads: 2,
-        progress: None,
-        corrupt_byte_for_test: None,
-    }
+    rackwarden_tests::wipe::request(backends, Some(max))
 }
 
 const MIB: u64 = 1 << 20;
@@ -145,23 +136,9 @@ fn cli_reports_json_and_sigterm_interrupts() {
         .unwrap();
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--nonce"));
 
-    let child = Command::new(bin("rackwarden"))
-        .args([
-            "wipe",
-            "--backend",
-            "host",
-            "--max-bytes",
-            "8 GiB",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
-    // SAFETY: signalling our own child by PID.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "interrupted wipes exit 2");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["interrupted"], true);
+    sigterm_cli_wipe(
+        &["--backend", "host", "--max-bytes", "8 GiB"],
+        &[],
+        Duration::from_millis(400),
+    );
 }
