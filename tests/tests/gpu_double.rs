@@ -117,7 +117,8 @@ fn gpu_wipe_through_the_cuda_test_double() {
     }
     assert_eq!(outstanding(lib), (0, 0, 0));
 
-    // 5. A driver without devices, and no driver at all: absent, with the reason.
+    // 5. A driver without devices, and no driver at all: absent, with the reason. A driver
+    //    that fails to start: failed.
     set("RW_CUDA_DOUBLE_DEVICES", "0");
     let d = &wipe::run(&request(None), &never).devices[0];
     assert_eq!(d.status, "absent");
@@ -128,6 +129,14 @@ fn gpu_wipe_through_the_cuda_test_double() {
             .contains("CUDA_ERROR_NO_DEVICE"),
         "{d:?}"
     );
+    set("RW_CUDA_DOUBLE_DEVICES", "1");
+    set("RW_CUDA_DOUBLE_INIT_ERROR", "999");
+    let d = &wipe::run(&request(None), &never).devices[0];
+    assert_eq!(
+        d.status, "failed",
+        "a broken driver is not an absent GPU: {d:?}"
+    );
+    set("RW_CUDA_DOUBLE_INIT_ERROR", "0");
     set("RACKWARDEN_LIBCUDA", "/nonexistent/libcuda.so.1");
     let d = &wipe::run(&request(None), &never).devices[0];
     assert_eq!((d.status.as_str(), d.bytes_verified), ("absent", 0));

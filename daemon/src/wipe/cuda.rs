@@ -12,6 +12,7 @@ use std::ffi::{CStr, CString, c_char, c_void};
 type CuResult = i32;
 const CUDA_SUCCESS: CuResult = 0;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
+pub const CUDA_ERROR_NO_DEVICE: CuResult = 100;
 /// `CUdeviceptr`.
 pub type DevPtr = u64;
 type Handle = *mut c_void;

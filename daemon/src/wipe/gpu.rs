@@ -24,8 +24,8 @@ use rackwarden_common::wipe::{BLOCK_BYTES, SEGMENT_BYTES, SegmentSeed};
 use super::{
     WipeRequest,
     cuda::{
-        Arg, CUDA_ERROR_OUT_OF_MEMORY, Context, Cuda, CudaError, DevPtr, DeviceBuffer, DeviceInfo,
-        Kernel, Module,
+        Arg, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_OUT_OF_MEMORY, Context, Cuda, CudaError, DevPtr,
+        DeviceBuffer, DeviceInfo, Kernel, Module,
     },
     not_wiped,
     stream::KeyedStream,
@@ -100,7 +100,20 @@ pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> Vec<WipeDeviceReport> {
             )];
         }
         Ok(d) => d,
-        Err(e) => return vec![not_wiped("gpu", "gpu", "absent", 0, e.to_string())],
+        Err(e) if e.code() == Some(CUDA_ERROR_NO_DEVICE) => {
+            return vec![not_wiped("gpu", "gpu", "absent", 0, e.to_string())];
+        }
+        // A driver that loads but cannot list its devices may still sit on GPUs full of
+        // state: that is a failure to wipe, not an absence of GPUs.
+        Err(e) => {
+            return vec![not_wiped(
+                "gpu",
+                "gpu",
+                "failed",
+                0,
+                format!("{e}: the driver cannot list its devices, so none was wiped"),
+            )];
+        }
     };
     devices
         .iter()

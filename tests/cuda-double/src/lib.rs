@@ -12,7 +12,8 @@
 //! PTX with all three kernels. It is loaded through `RACKWARDEN_LIBCUDA`, never as
 //! `libcuda.so.1`. Settings (read at `cuInit`): `RW_CUDA_DOUBLE_DEVICES` (default 1),
 //! `RW_CUDA_DOUBLE_MEM` bytes per device (default 96 MiB), `RW_CUDA_DOUBLE_LAUNCH_DELAY_MS`
-//! (default 0; makes a wipe slow enough to interrupt).
+//! (default 0; makes a wipe slow enough to interrupt), `RW_CUDA_DOUBLE_INIT_ERROR` (a
+//! CUresult for `cuInit` to return, as a broken driver would).
 #![allow(clippy::missing_safety_doc)]
 
 use std::{
@@ -104,6 +105,10 @@ pub extern "C" fn cuInit(_flags: u32) -> CuResult {
         s.delay_ms = env_u64("RW_CUDA_DOUBLE_LAUNCH_DELAY_MS", 0);
         if s.devices == 0 {
             return NO_DEVICE;
+        }
+        let fail = env_u64("RW_CUDA_DOUBLE_INIT_ERROR", 0) as CuResult;
+        if fail != SUCCESS {
+            return fail;
         }
         s.initialised = true;
         SUCCESS
