@@ -738,6 +738,21 @@ fn judge_wipe(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
         ok = false;
     }
     for d in &w.devices {
+        // A failed device says nothing of its memory (a GPU whose driver would not start
+        // reports no size at all), so its residue cannot be judged: it was not wiped.
+        if d.status == "failed" {
+            j.add(
+                "wipe",
+                "wipe_failed",
+                Status::Contraindicated,
+                format!(
+                    "{}: the wipe failed: {}",
+                    d.device,
+                    d.detail.as_deref().unwrap_or("no detail")
+                ),
+            );
+            ok = false;
+        }
         if d.mismatches > 0 {
             j.add(
                 "wipe",

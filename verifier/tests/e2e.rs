@@ -168,6 +168,7 @@ struct Epoch {
     egress_delta: u64,
     ingress_delta: u64,
     wipe_residue: Option<u64>,
+    wipe_status: &'static str,
     images: Vec<(String, String)>,
     duration_ms: u64,
     bypass_reported: bool,
@@ -181,6 +182,7 @@ impl Default for Epoch {
             egress_delta: 1_000_000,
             ingress_delta: 1_000_000,
             wipe_residue: Some(1 << 30),
+            wipe_status: "complete",
             images: vec![],
             duration_ms: 1000,
             bypass_reported: true,
@@ -267,7 +269,7 @@ impl Host {
             devices: vec![WipeDeviceReport {
                 backend: "host".into(),
                 device: "host-ram".into(),
-                status: "complete".into(),
+                status: e.wipe_status.into(),
                 bytes_total: 24 << 30,
                 bytes_filled: (24 << 30) - r,
                 bytes_verified: (24 << 30) - r,
@@ -500,6 +502,14 @@ fn end_to_end_findings_restart_and_recheck() {
         }),
     );
     assert!(codes(&r).contains(&"residue_above_max".to_string()), "{r}");
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            wipe_status: "failed",
+            ..Default::default()
+        }),
+    );
+    assert!(codes(&r).contains(&"wipe_failed".to_string()), "{r}");
     let r = post_one(
         &s,
         h1.next(Epoch {
