@@ -318,7 +318,7 @@ fn bench_wipe_gpu(rounds: usize) {
             &ctx,
             &t,
             &KeyedStream::new(&[7u8; 32], &gpu::device_id(&d)),
-            16,
+            rackwarden_attest::merkle::default_threads(),
         )?;
         println!("seed table computed and uploaded in {:?}", start.elapsed());
         let never = AtomicBool::new(false);
