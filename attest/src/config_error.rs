@@ -10,6 +10,9 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A required key or table is not in the file at all (so no line can be named).
+    #[error("{path}: {message}")]
+    Missing { path: PathBuf, message: String },
     #[error("{path}:{line}: {message}")]
     Invalid {
         path: PathBuf,

@@ -237,6 +237,84 @@ pub enum Incident {
         length: u64,
         sha3_256: String,
     },
+    /// An epoch that began and never signed its statement: the daemon was killed, crashed or
+    /// stopped in `state`. Whatever that epoch did (a partial wipe, workloads stopped) is
+    /// unproven; the epoch that carries this incident starts over.
+    EpochInterrupted {
+        /// The `seq` the interrupted epoch's statement would have had.
+        seq: u64,
+        /// The epoch state it was in: `challenged`, `draining`, `wiping`, `staging`,
+        /// `restarting` or `signing`.
+        state: String,
+        started_unix_ms: u64,
+        /// When the daemon found it (its next start).
+        detected_unix_ms: u64,
+    },
+}
+
+impl Incident {
+    /// The log byte offset a log-damage incident discloses, if it is one.
+    pub fn log_offset(&self) -> Option<u64> {
+        match self {
+            Incident::TornLogTail { offset, .. } | Incident::CorruptLogLine { offset, .. } => {
+                Some(*offset)
+            }
+            Incident::EpochInterrupted { .. } => None,
+        }
+    }
+}
+
+/// What started an epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EpochTrigger {
+    /// The first epoch after the daemon started with no epoch history.
+    Startup,
+    /// `wipe_interval` elapsed since the previous epoch.
+    Interval,
+    /// An operator or the verifier asked for one (`rackwarden wipe-now`).
+    WipeNow,
+    /// The previous epoch was interrupted (see the `epoch_interrupted` incident).
+    AfterInterruption,
+}
+
+/// One phase of an epoch and its duration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseTime {
+    /// `challenge`, `drain`, `wipe`, `stage` or `restart`. (Signing cannot be timed inside
+    /// the statement it signs: `rackwarden status` shows it.)
+    pub phase: String,
+    pub ms: u64,
+}
+
+/// What happened to the inference workloads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case", deny_unknown_fields)]
+pub enum WorkloadOutcome {
+    /// No workloads are configured: nothing was drained or restarted.
+    NoneConfigured,
+    /// Drained before the wipe and restarted after every check passed.
+    Restarted,
+    /// Drained and deliberately left stopped, with the reason (a failed wipe, an image
+    /// mismatch, a failed restart).
+    LeftStopped { reason: String },
+    /// They could not be drained; the wipe did not run.
+    DrainFailed { reason: String },
+}
+
+/// How the epoch ran: trigger, phase times and the inference downtime it cost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EpochRun {
+    pub trigger: EpochTrigger,
+    /// The configured `wipe_interval` (ms), so downtime / interval can be judged.
+    pub wipe_interval_ms: u64,
+    pub phases: Vec<PhaseTime>,
+    pub workloads: WorkloadOutcome,
+    /// From the start of the drain to the end of the restart (or to signing, when the
+    /// workloads were left stopped), ms. 0 when no workloads are configured.
+    pub downtime_ms: u64,
 }
 
 /// Which daemon produced the statement.

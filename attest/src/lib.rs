@@ -8,6 +8,7 @@
 //! - [`evidence`]: the typed parts of the predicate (limiter, gaps, wipes, images);
 //! - [`log`]: the append-only local log with torn-tail detection;
 //! - [`merkle`]: the `merkle_sha3_256` file digest; [`manifest`]: the signed image manifest;
+//! - [`nonce`]: the challenge nonce (parsed and generated in one place);
 //! - [`verify`]: checking a whole log (signatures, chain, time) line by line.
 
 pub mod budget;
@@ -18,6 +19,7 @@ pub mod keys;
 pub mod log;
 pub mod manifest;
 pub mod merkle;
+pub mod nonce;
 pub mod statement;
 pub mod units;
 pub mod verify;

@@ -37,6 +37,9 @@ pub struct ChainTip {
 pub struct EvidenceLog {
     path: PathBuf,
     file: File,
+    /// Bytes of the file that are durably written (after open's repair, and after each
+    /// fsynced append). A reader such as the delivery spool must not read past it.
+    durable_len: u64,
     pub tip: Option<ChainTip>,
     /// Problems found on open that no later statement has disclosed yet: the next statement
     /// must carry them.
@@ -57,6 +60,18 @@ impl EvidenceLog {
             .read(true)
             .open(path)
             .map_err(e)?;
+        // One writer at a time: a second process appending to the same log would fork the
+        // chain. The lock goes with the file descriptor (a killed writer releases it).
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(e(std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    "in use by another process (is rackwardend running its epoch loop on this log?)",
+                )));
+            }
+            Err(std::fs::TryLockError::Error(x)) => return Err(e(x)),
+        }
         if created {
             file.sync_all().map_err(e)?;
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -64,6 +79,7 @@ impl EvidenceLog {
             }
         }
         let bytes = std::fs::read(path).map_err(e)?;
+        let mut durable_len = bytes.len() as u64;
         let mut tip = None;
         let mut problems: Vec<Incident> = Vec::new();
         let mut disclosed: Vec<u64> = Vec::new();
@@ -79,6 +95,7 @@ impl EvidenceLog {
                 // Terminate the torn bytes (never remove them) so the next line is whole.
                 file.write_all(b"\n").map_err(e)?;
                 file.sync_data().map_err(e)?;
+                durable_len += 1;
                 break;
             };
             let line = &bytes[offset..offset + nl];
@@ -87,12 +104,12 @@ impl EvidenceLog {
                 .and_then(|v| Statement::from_verified(&v.payload).ok().map(|s| (v, s)))
             {
                 Some((v, s)) => {
-                    for i in &s.predicate.incidents {
-                        match i {
-                            Incident::TornLogTail { offset, .. }
-                            | Incident::CorruptLogLine { offset, .. } => disclosed.push(*offset),
-                        }
-                    }
+                    disclosed.extend(
+                        s.predicate
+                            .incidents
+                            .iter()
+                            .filter_map(Incident::log_offset),
+                    );
                     tip = Some(ChainTip {
                         seq: s.predicate.seq,
                         pae_sha3: v.pae_sha3,
@@ -110,18 +127,24 @@ impl EvidenceLog {
         }
         let pending_incidents = problems
             .into_iter()
-            .filter(|i| match i {
-                Incident::TornLogTail { offset, .. } | Incident::CorruptLogLine { offset, .. } => {
-                    !disclosed.contains(offset)
-                }
-            })
+            .filter(|i| i.log_offset().is_none_or(|o| !disclosed.contains(&o)))
             .collect();
         Ok(EvidenceLog {
             path: path.to_path_buf(),
             file,
+            durable_len,
             tip,
             pending_incidents,
         })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes of the log known to be on disk.
+    pub fn durable_len(&self) -> u64 {
+        self.durable_len
     }
 
     /// `seq` and `prev` for the next statement.
@@ -143,6 +166,7 @@ impl EvidenceLog {
         line.push(b'\n');
         self.file.write_all(&line).map_err(e)?;
         self.file.sync_data().map_err(e)?;
+        self.durable_len += line.len() as u64;
         let payload = statement.to_json();
         self.tip = Some(ChainTip {
             seq: statement.predicate.seq,

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::{ImageReport, Incident, LimiterReport, ProducerIdentity, WipeReport};
+use crate::evidence::{
+    EpochRun, ImageReport, Incident, LimiterReport, ProducerIdentity, WipeReport,
+};
 
 pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 /// Versioned predicate type of ours. A change of meaning gets a new version.
@@ -63,6 +65,10 @@ pub struct EpochPredicate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<ImageReport>,
     pub incidents: Vec<Incident>,
+    /// How the epoch ran (trigger, phase times, downtime). Absent in statements not made by
+    /// the epoch loop (`rackwarden attest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<EpochRun>,
     pub producer: ProducerIdentity,
 }
 

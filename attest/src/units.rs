@@ -1,9 +1,14 @@
 //! Quantities with explicit units, as written in the config and on the command line.
 //!
 //! Decimal prefixes are decimal (`MB` = 10^6 bytes, `Mbit` = 10^6 bits); binary prefixes are
-//! binary (`MiB` = 2^20 bytes). A bare number is refused: every quantity names its unit.
+//! binary (`MiB` = 2^20 bytes). A bare number is a number of bytes where a size is meant
+//! (`--max-bytes 268435456`, what a user types first); rates and durations must name their
+//! unit, since a bare `10` there could mean anything.
+//!
+//! [`ByteSize`], [`Rate`] and [`Interval`] are the one set of types the config files and every
+//! command-line flag parse through (`FromStr`), so a unit means the same thing everywhere.
 
-use std::time::Duration;
+use std::{fmt, str::FromStr, time::Duration};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{0}")]
@@ -57,7 +62,7 @@ fn split_number(s: &str) -> Result<(f64, &str), UnitError> {
 /// Byte multiplier for a size unit (`B`, `KB`, `MiB`, `bit`, `Mbit`, ...).
 fn size_multiplier(unit: &str) -> Option<f64> {
     Some(match unit {
-        "B" | "byte" | "bytes" => 1.0,
+        "" | "B" | "byte" | "bytes" => 1.0,
         "kB" | "KB" => 1e3,
         "MB" => 1e6,
         "GB" => 1e9,
@@ -159,6 +164,118 @@ pub fn fmt_bytes(b: f64) -> String {
     format!("{v:.3} {u}")
 }
 
+/// A size in bytes, parsed by [`parse_size`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<ByteSize, UnitError> {
+        parse_size(s).map(ByteSize)
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&fmt_size_exact(self.0))
+    }
+}
+
+impl FromStr for Rate {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Rate, UnitError> {
+        parse_rate(s)
+    }
+}
+
+/// A duration, parsed by [`parse_duration`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Interval(pub Duration);
+
+impl FromStr for Interval {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Interval, UnitError> {
+        parse_duration(s).map(Interval)
+    }
+}
+
+impl fmt::Display for Interval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&fmt_duration(self.0))
+    }
+}
+
+/// A size as an operator writes it, exactly: `256 KiB`, `10 MB`, `262145 B` (never rounded).
+pub fn fmt_size_exact(b: u64) -> String {
+    for (m, u) in [
+        (1u64 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ] {
+        if b >= m && b.is_multiple_of(m) {
+            return format!("{} {u}", b / m);
+        }
+    }
+    for (m, u) in [
+        (1_000_000_000_000u64, "TB"),
+        (1_000_000_000, "GB"),
+        (1_000_000, "MB"),
+    ] {
+        if b >= m && b.is_multiple_of(m) {
+            return format!("{} {u}", b / m);
+        }
+    }
+    format!("{b} B")
+}
+
+/// A duration for people: `250 ms`, `4.2 s`, `15 min`, `2 h 5 min`.
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", d.as_secs_f64())
+    } else if ms < 3_600_000 {
+        let (m, s) = (d.as_secs() / 60, d.as_secs() % 60);
+        if s == 0 {
+            format!("{m} min")
+        } else {
+            format!("{m} min {s} s")
+        }
+    } else {
+        let (h, m) = (d.as_secs() / 3600, (d.as_secs() % 3600) / 60);
+        if m == 0 {
+            format!("{h} h")
+        } else {
+            format!("{h} h {m} min")
+        }
+    }
+}
+
+/// A unix time in ms as UTC, `2026-12-03 06:10:01.250Z` (days-to-civil, proleptic Gregorian).
+pub fn fmt_unix_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +307,20 @@ mod tests {
         assert_eq!(parse_size("256 KiB"), Ok(262_144));
         assert_eq!(parse_size("1 MB"), Ok(1_000_000));
         assert!(parse_size("12 furlongs").is_err());
+        // A bare number of bytes is what a user types first.
+        assert_eq!(parse_size("268435456"), Ok(268_435_456));
+        assert_eq!("268435456".parse::<ByteSize>(), Ok(ByteSize(268_435_456)));
+        assert!(parse_size("1.5").is_err());
+        assert!(parse_duration("10").is_err());
+        assert_eq!(ByteSize(262_144).to_string(), "256 KiB");
+        assert_eq!(ByteSize(10_000_000).to_string(), "10 MB");
+        assert_eq!(ByteSize(262_145).to_string(), "262145 B");
+        assert_eq!(Interval(Duration::from_secs(900)).to_string(), "15 min");
+        assert_eq!(Interval(Duration::from_millis(250)).to_string(), "250 ms");
+        assert_eq!(fmt_unix_ms(0), "1970-01-01 00:00:00.000Z");
+        // `date -u -d @1796278201` = 2026-12-03 06:10:01 UTC
+        assert_eq!(fmt_unix_ms(1_796_278_201_250), "2026-12-03 06:10:01.250Z");
+        assert_eq!(fmt_unix_ms(951_782_400_000), "2000-02-29 00:00:00.000Z");
         assert_eq!(parse_duration("15 min"), Ok(Duration::from_secs(900)));
         assert_eq!(parse_duration("500 ms"), Ok(Duration::from_millis(500)));
         assert!(parse_duration("3 fortnights").is_err());

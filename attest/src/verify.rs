@@ -190,11 +190,7 @@ pub fn verify_log(log: &[u8], key: &VerifyingKey) -> LogReport {
                             last_end = Some(p.epoch_end_unix_ms);
                         }
                         // Damage this statement discloses becomes a warning, not a failure.
-                        for i in &p.incidents {
-                            let off = match i {
-                                Incident::TornLogTail { offset, .. }
-                                | Incident::CorruptLogLine { offset, .. } => *offset,
-                            };
+                        for off in p.incidents.iter().filter_map(Incident::log_offset) {
                             if let Some(&(idx, _)) = damaged.iter().find(|(_, o)| *o == off) {
                                 let l: &mut LineReport = &mut lines[idx];
                                 l.findings = vec![Finding::DisclosedDamage {

@@ -27,6 +27,7 @@ fn predicate(seq: u64, prev: String, start: u64, end: u64) -> EpochPredicate {
         wipe: None,
         images: None,
         incidents: vec![],
+        epoch: None,
         producer: ProducerIdentity {
             name: "test".into(),
             version: "0".into(),

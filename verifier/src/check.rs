@@ -369,6 +369,7 @@ impl Verifier {
         check_limiter(&mut j, &st, prev.as_ref());
         let wipe_ok = check_wipe(&mut j, &self.store, &hk, &st)?;
         check_images(&mut j, &st);
+        check_incidents(&mut j, &st);
         let result = j.result(&st);
         self.store.insert_statement(&StoredStatement {
             id: 0,
@@ -783,6 +784,36 @@ fn judge_wipe(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
         }
     }
     ok
+}
+
+/// What the host disclosed about its own trail: damage to its log, and epochs cut short
+/// (a crash mid-wipe leaves that epoch unproven; the statement carrying it starts over).
+fn check_incidents(j: &mut Judge, st: &Statement) {
+    use rackwarden_attest::evidence::Incident;
+    for i in &st.predicate.incidents {
+        match i {
+            Incident::TornLogTail { offset, length, .. }
+            | Incident::CorruptLogLine { offset, length, .. } => j.add(
+                "chain",
+                "log_damage_disclosed",
+                Status::Warning,
+                format!("the host's log has {length} damaged bytes at offset {offset} (disclosed)"),
+            ),
+            Incident::EpochInterrupted {
+                seq,
+                state,
+                started_unix_ms,
+                ..
+            } => j.add(
+                "wipe",
+                "epoch_interrupted",
+                Status::Warning,
+                format!(
+                    "epoch {seq} (started at {started_unix_ms} ms) was interrupted while {state}; this epoch redid it"
+                ),
+            ),
+        }
+    }
 }
 
 fn check_images(j: &mut Judge, st: &Statement) {

@@ -305,6 +305,7 @@ impl Host {
                 wipe,
                 images: None,
                 incidents: vec![],
+                epoch: None,
                 producer: ProducerIdentity {
                     name: "test".into(),
                     version: "0".into(),

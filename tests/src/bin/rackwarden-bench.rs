@@ -602,6 +602,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
         wipe: None,
         images: None,
         incidents: vec![],
+        epoch: None,
         producer: ProducerIdentity {
             name: "rackwardend".into(),
             version: "0.1.0".into(),
