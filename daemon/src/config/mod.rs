@@ -20,7 +20,13 @@
 //! `/var/lib/rackwarden`), `control_socket` (default `/run/rackwarden/control.sock`),
 //! `check_interval` (default `"2 s"`), `attach_mode` (`auto` | `tcx` | `clsact`), `netns`
 //! (a named network namespace under `/run/netns` to enforce in; for tests and for hosts whose
-//! frontend lives in a namespace).
+//! frontend lives in a namespace). Top-level keys must come before the first `[table]`:
+//! TOML puts a key written after `[cap]` into `cap`.
+//!
+//! The epoch loop's sections (`[epoch]`, `[verifier]`, `[wipe]`, `[images]`, `[workloads]`)
+//! are in [`epoch`].
+
+pub mod epoch;
 
 use std::{
     ops::Range,
@@ -76,6 +82,8 @@ pub struct Config {
     pub check_interval: Duration,
     pub attach_mode: AttachMode,
     pub netns: Option<String>,
+    /// The epoch loop; `None`: this daemon only enforces the caps.
+    pub epoch: Option<epoch::EpochConfig>,
 }
 
 impl Config {
@@ -116,11 +124,28 @@ impl Config {
         };
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             let msg = e.message().trim().to_string();
+            // A missing key or table has no place in the file: blame the file, not line 1's key.
+            if msg.starts_with("missing field") {
+                return ConfigError::Missing {
+                    path: path.to_path_buf(),
+                    message: msg,
+                };
+            }
             // serde's type errors do not say which key; the span does.
-            let msg = match e.span().and_then(|s| key_at(text, s.start)) {
-                Some(key) if !msg.contains(&key) => format!("`{key}`: {msg}"),
+            let key = e.span().and_then(|s| key_at(text, s.start));
+            let mut msg = match &key {
+                Some(key) if !msg.contains(key) => format!("`{key}`: {msg}"),
                 _ => msg,
             };
+            // `pin_root = ...` written below `[cap]` lands in `cap`: say why.
+            if let Some((table, bare)) = key.as_deref().and_then(|k| k.split_once('.'))
+                && msg.contains("unknown field")
+                && TOP_LEVEL_KEYS.contains(&bare)
+            {
+                msg += &format!(
+                    " (`{bare}` is a top-level key: move it above the first table; here it is read as part of `[{table}]`)"
+                );
+            }
             err(e.span(), msg)
         })?;
         let unit_err = |key: &str, s: &Spanned<String>, e: units::UnitError| {
@@ -296,6 +321,16 @@ impl Config {
                 "`pin_root` must be a directory under /sys/fs/bpf/".into(),
             ));
         }
+        let epoch = epoch::validate(
+            &err,
+            epoch::RawSections {
+                epoch: raw.epoch,
+                verifier: raw.verifier,
+                wipe: raw.wipe,
+                images: raw.images,
+                workloads: raw.workloads,
+            },
+        )?;
         Ok(Config {
             path: path.to_path_buf(),
             rack_id,
@@ -315,6 +350,7 @@ impl Config {
             check_interval,
             attach_mode,
             netns: raw.netns.map(|s| s.into_inner()),
+            epoch,
         })
     }
 
@@ -366,6 +402,20 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
     })
 }
 
+/// Keys that belong before the first `[table]`.
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "rack_id",
+    "host_id",
+    "host_share",
+    "interfaces",
+    "pin_root",
+    "state_dir",
+    "control_socket",
+    "check_interval",
+    "attach_mode",
+    "netns",
+];
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -380,6 +430,11 @@ struct RawConfig {
     check_interval: Option<Spanned<String>>,
     attach_mode: Option<Spanned<String>>,
     netns: Option<Spanned<String>>,
+    epoch: Option<Spanned<epoch::RawEpoch>>,
+    verifier: Option<Spanned<epoch::RawVerifier>>,
+    wipe: Option<Spanned<epoch::RawWipe>>,
+    images: Option<Spanned<epoch::RawImages>>,
+    workloads: Option<Spanned<epoch::RawWorkloads>>,
 }
 
 #[derive(Deserialize)]
@@ -509,7 +564,19 @@ burst = "256 KiB"
                 ":9:",
                 "`cap.burst`: invalid type",
             ),
-            ("rack_id = \"rack-a17\"\n", "", ":1:", "rack_id"),
+            // A missing key has no line: the file is named, and no other key is blamed.
+            (
+                "rack_id = \"rack-a17\"\n",
+                "",
+                "rackwarden.toml: missing field",
+                "`rack_id`",
+            ),
+            (
+                "\n[cap]\negress = \"10 MB/s\"\ningress = \"8 Mbit/s\"\nburst = \"256 KiB\"\n",
+                "\n",
+                "rackwarden.toml: missing field",
+                "`cap`",
+            ),
         ];
         for (from, to, line, text) in cases {
             let t = GOOD.replace(from, to);

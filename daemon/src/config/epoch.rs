@@ -1,0 +1,614 @@
+//! The epoch loop's sections of `rackwarden.toml`: `[epoch]`, `[verifier]`, `[wipe]`,
+//! `[images]` and `[workloads]`. Without `[epoch]` the daemon only enforces the caps; with it,
+//! it also runs an epoch (challenge, drain, wipe, stage, sign, deliver) every `wipe_interval`.
+//!
+//! ```toml
+//! [epoch]
+//! wipe_interval = "15 min"
+//! challenge_timeout = "10 s"       # then the epoch goes on, marked `unchallenged`
+//! signing_key = "/etc/rackwarden/keys/host.key"
+//!
+//! [verifier]
+//! url = "http://verifier.example:7700"
+//! request_timeout = "10 s"
+//! retry_max = "5 min"              # ceiling of the delivery backoff
+//!
+//! [wipe]
+//! backends = ["host", "gpu"]       # host, gpu, scratch
+//! max_bytes = "64 GiB"             # per device (default: all that is safe)
+//! reserve = "1 GiB"                # host memory left untouched
+//! scratch = ["/var/lib/inference/scratch"]
+//!
+//! [images]
+//! manifest = "/etc/rackwarden/manifest.dsse.json"
+//! manifest_key = "/etc/rackwarden/keys/verifier.pub"
+//! source = "/srv/models"
+//! staging = "/var/lib/rackwarden/images"
+//!
+//! [workloads]
+//! units = ["inference.service"]    # systemd units stopped before and started after a wipe
+//! # or: stop_command = ["/usr/local/bin/drain"], start_command = ["/usr/local/bin/serve"]
+//! stop_timeout = "2 min"
+//! ```
+
+use std::{ops::Range, path::PathBuf, time::Duration};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::ConfigError;
+use crate::{units, wipe::Backend};
+
+/// Everything the epoch loop needs, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpochConfig {
+    pub wipe_interval: Duration,
+    pub challenge_timeout: Duration,
+    pub signing_key: PathBuf,
+    pub verifier: VerifierEndpoint,
+    pub wipe: WipePlan,
+    pub images: Option<ImagePlan>,
+    pub workloads: Workloads,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifierEndpoint {
+    /// Base URL without a trailing slash, e.g. `http://127.0.0.1:7700`.
+    pub url: String,
+    pub request_timeout: Duration,
+    /// Ceiling of the exponential delivery backoff.
+    pub retry_max: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WipePlan {
+    pub backends: Vec<Backend>,
+    pub max_bytes: Option<u64>,
+    pub reserve_bytes: u64,
+    pub scratch: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImagePlan {
+    pub manifest: PathBuf,
+    pub manifest_key: PathBuf,
+    pub source: PathBuf,
+    pub staging: PathBuf,
+}
+
+/// How the inference workloads are stopped before a wipe and started after it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Workloads {
+    NoneConfigured,
+    /// systemd units, stopped and started with `systemctl`.
+    Units {
+        units: Vec<String>,
+        stop_timeout: Duration,
+    },
+    /// Commands (argv) run to completion; a non-zero exit is a failure.
+    Commands {
+        stop: Vec<String>,
+        start: Vec<String>,
+        stop_timeout: Duration,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEpoch {
+    wipe_interval: Spanned<String>,
+    challenge_timeout: Option<Spanned<String>>,
+    signing_key: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVerifier {
+    url: Spanned<String>,
+    request_timeout: Option<Spanned<String>>,
+    retry_max: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWipe {
+    backends: Option<Spanned<Vec<Spanned<String>>>>,
+    max_bytes: Option<Spanned<String>>,
+    reserve: Option<Spanned<String>>,
+    scratch: Option<Vec<Spanned<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawImages {
+    manifest: Spanned<String>,
+    manifest_key: Spanned<String>,
+    source: Spanned<String>,
+    staging: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWorkloads {
+    units: Option<Spanned<Vec<Spanned<String>>>>,
+    stop_command: Option<Spanned<Vec<String>>>,
+    start_command: Option<Spanned<Vec<String>>>,
+    stop_timeout: Option<Spanned<String>>,
+}
+
+/// The raw sections as they came out of the file.
+pub(super) struct RawSections {
+    pub epoch: Option<Spanned<RawEpoch>>,
+    pub verifier: Option<Spanned<RawVerifier>>,
+    pub wipe: Option<Spanned<RawWipe>>,
+    pub images: Option<Spanned<RawImages>>,
+    pub workloads: Option<Spanned<RawWorkloads>>,
+}
+
+type Err<'a> = &'a dyn Fn(Option<Range<usize>>, String) -> ConfigError;
+
+fn duration(
+    err: Err,
+    key: &str,
+    v: &Option<Spanned<String>>,
+    default: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, ConfigError> {
+    let Some(s) = v else { return Ok(default) };
+    let d = units::parse_duration(s.get_ref())
+        .map_err(|e| err(Some(s.span()), format!("`{key}`: {e}")))?;
+    if d < min || d > max {
+        return Err(err(
+            Some(s.span()),
+            format!(
+                "`{key}` must be between {} and {} (it is {})",
+                units::fmt_duration(min),
+                units::fmt_duration(max),
+                units::fmt_duration(d)
+            ),
+        ));
+    }
+    Ok(d)
+}
+
+fn path(err: Err, key: &str, s: &Spanned<String>) -> Result<PathBuf, ConfigError> {
+    let p = PathBuf::from(s.get_ref());
+    if !p.is_absolute() {
+        return Err(err(
+            Some(s.span()),
+            format!("`{key}` must be an absolute path (it is `{}`)", s.get_ref()),
+        ));
+    }
+    Ok(p)
+}
+
+pub(super) fn validate(err: Err, raw: RawSections) -> Result<Option<EpochConfig>, ConfigError> {
+    let Some(epoch) = raw.epoch else {
+        // The loop's other sections mean nothing without it: say so rather than ignore them.
+        for (name, span) in [
+            ("verifier", raw.verifier.as_ref().map(|s| s.span())),
+            ("wipe", raw.wipe.as_ref().map(|s| s.span())),
+            ("images", raw.images.as_ref().map(|s| s.span())),
+            ("workloads", raw.workloads.as_ref().map(|s| s.span())),
+        ] {
+            if let Some(span) = span {
+                return Err(err(
+                    Some(span),
+                    format!(
+                        "`[{name}]` is used only by the epoch loop: add an `[epoch]` section (wipe_interval, signing_key)"
+                    ),
+                ));
+            }
+        }
+        return Ok(None);
+    };
+    let epoch_span = epoch.span();
+    let e = epoch.into_inner();
+    let wipe_interval = duration(
+        err,
+        "epoch.wipe_interval",
+        &Some(e.wipe_interval),
+        Duration::ZERO,
+        Duration::from_secs(1),
+        Duration::from_secs(7 * 86_400),
+    )?;
+    let challenge_timeout = duration(
+        err,
+        "epoch.challenge_timeout",
+        &e.challenge_timeout,
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        Duration::from_secs(600),
+    )?;
+    let signing_key = path(err, "epoch.signing_key", &e.signing_key)?;
+
+    let Some(v) = raw.verifier else {
+        return Err(err(
+            Some(epoch_span),
+            "`[epoch]` needs a `[verifier]` section with `url` (where challenges come from and statements go)".into(),
+        ));
+    };
+    let v = v.into_inner();
+    let url = v.url.get_ref().trim().trim_end_matches('/').to_string();
+    let parsed = reqwest::Url::parse(&url)
+        .map_err(|x| err(Some(v.url.span()), format!("`verifier.url`: `{url}`: {x}")))?;
+    if parsed.scheme() != "http" {
+        return Err(err(
+            Some(v.url.span()),
+            format!(
+                "`verifier.url`: scheme `{}` is not supported yet (use http://; TLS is not built)",
+                parsed.scheme()
+            ),
+        ));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) || parsed.path() != "/" {
+        return Err(err(
+            Some(v.url.span()),
+            format!("`verifier.url`: `{url}` must be http://HOST[:PORT] with no path"),
+        ));
+    }
+    let verifier = VerifierEndpoint {
+        url,
+        request_timeout: duration(
+            err,
+            "verifier.request_timeout",
+            &v.request_timeout,
+            Duration::from_secs(10),
+            Duration::from_millis(100),
+            Duration::from_secs(600),
+        )?,
+        retry_max: duration(
+            err,
+            "verifier.retry_max",
+            &v.retry_max,
+            Duration::from_secs(300),
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        )?,
+    };
+
+    let wipe = match raw.wipe.map(Spanned::into_inner) {
+        None => WipePlan {
+            backends: vec![Backend::Host, Backend::Gpu],
+            max_bytes: None,
+            reserve_bytes: 1 << 30,
+            scratch: vec![],
+        },
+        Some(w) => {
+            let mut backends = Vec::new();
+            match &w.backends {
+                None => backends = vec![Backend::Host, Backend::Gpu],
+                Some(list) => {
+                    for b in list.get_ref() {
+                        let parsed = match b.get_ref().as_str() {
+                            "host" => Backend::Host,
+                            "gpu" => Backend::Gpu,
+                            "scratch" => Backend::Scratch,
+                            other => {
+                                return Err(err(
+                                    Some(b.span()),
+                                    format!(
+                                        "`wipe.backends`: unknown backend `{other}` (use host, gpu, scratch)"
+                                    ),
+                                ));
+                            }
+                        };
+                        if backends.contains(&parsed) {
+                            return Err(err(
+                                Some(b.span()),
+                                format!("`wipe.backends`: `{}` is listed twice", b.get_ref()),
+                            ));
+                        }
+                        backends.push(parsed);
+                    }
+                    if backends.is_empty() {
+                        return Err(err(
+                            Some(list.span()),
+                            "`wipe.backends` must name at least one backend: an epoch without a wipe proves nothing".into(),
+                        ));
+                    }
+                }
+            }
+            let size = |key: &str, v: &Spanned<String>| {
+                units::parse_size(v.get_ref())
+                    .map_err(|x| err(Some(v.span()), format!("`{key}`: {x}")))
+            };
+            let max_bytes = w
+                .max_bytes
+                .as_ref()
+                .map(|v| size("wipe.max_bytes", v))
+                .transpose()?;
+            if let (Some(0), Some(v)) = (max_bytes, &w.max_bytes) {
+                return Err(err(
+                    Some(v.span()),
+                    "`wipe.max_bytes` must be above zero".into(),
+                ));
+            }
+            let reserve_bytes = match &w.reserve {
+                None => 1 << 30,
+                Some(v) => size("wipe.reserve", v)?,
+            };
+            let mut scratch = Vec::new();
+            for s in w.scratch.iter().flatten() {
+                scratch.push(path(err, "wipe.scratch", s)?);
+            }
+            if backends.contains(&Backend::Scratch) && scratch.is_empty() {
+                let span = w.backends.as_ref().map(|b| b.span());
+                return Err(err(
+                    span,
+                    "`wipe.backends` names `scratch` but `wipe.scratch` lists no directory".into(),
+                ));
+            }
+            WipePlan {
+                backends,
+                max_bytes,
+                reserve_bytes,
+                scratch,
+            }
+        }
+    };
+
+    let images = match raw.images.map(Spanned::into_inner) {
+        None => None,
+        Some(i) => Some(ImagePlan {
+            manifest: path(err, "images.manifest", &i.manifest)?,
+            manifest_key: path(err, "images.manifest_key", &i.manifest_key)?,
+            source: path(err, "images.source", &i.source)?,
+            staging: path(err, "images.staging", &i.staging)?,
+        }),
+    };
+
+    let workloads = match raw.workloads {
+        None => Workloads::NoneConfigured,
+        Some(w) => {
+            let span = w.span();
+            let w = w.into_inner();
+            let stop_timeout = duration(
+                err,
+                "workloads.stop_timeout",
+                &w.stop_timeout,
+                Duration::from_secs(120),
+                Duration::from_secs(1),
+                Duration::from_secs(3600),
+            )?;
+            match (w.units, w.stop_command, w.start_command) {
+                (Some(u), None, None) => {
+                    let mut units = Vec::new();
+                    for n in u.get_ref() {
+                        let name = n.get_ref();
+                        if name.is_empty()
+                            || name.starts_with('-')
+                            || name.contains(char::is_whitespace)
+                        {
+                            return Err(err(
+                                Some(n.span()),
+                                format!("`workloads.units`: `{name}` is not a unit name"),
+                            ));
+                        }
+                        units.push(name.clone());
+                    }
+                    if units.is_empty() {
+                        return Err(err(
+                            Some(u.span()),
+                            "`workloads.units` is empty: leave out `[workloads]` when nothing is to be drained".into(),
+                        ));
+                    }
+                    Workloads::Units {
+                        units,
+                        stop_timeout,
+                    }
+                }
+                (None, Some(stop), Some(start)) => {
+                    for (key, c) in [
+                        ("workloads.stop_command", &stop),
+                        ("workloads.start_command", &start),
+                    ] {
+                        if c.get_ref().is_empty() || !c.get_ref()[0].starts_with('/') {
+                            return Err(err(
+                                Some(c.span()),
+                                format!(
+                                    "`{key}` must be an argv list starting with an absolute path"
+                                ),
+                            ));
+                        }
+                    }
+                    Workloads::Commands {
+                        stop: stop.into_inner(),
+                        start: start.into_inner(),
+                        stop_timeout,
+                    }
+                }
+                _ => {
+                    return Err(err(
+                        Some(span),
+                        "`[workloads]` takes either `units` or both `stop_command` and `start_command`".into(),
+                    ));
+                }
+            }
+        }
+    };
+
+    Ok(Some(EpochConfig {
+        wipe_interval,
+        challenge_timeout,
+        signing_key,
+        verifier,
+        wipe,
+        images,
+        workloads,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Config;
+
+    const BASE: &str = r#"rack_id = "rack-a17"
+host_id = "host-03"
+host_share = 1.0
+interfaces = ["eth0"]
+
+[cap]
+egress = "10 MB/s"
+ingress = "10 MB/s"
+burst = "256 KiB"
+"#;
+
+    const EPOCH: &str = r#"
+[epoch]
+wipe_interval = "15 min"
+signing_key = "/etc/rackwarden/keys/host.key"
+
+[verifier]
+url = "http://10.0.0.1:7700/"
+
+[wipe]
+backends = ["host", "scratch"]
+max_bytes = "68719476736"
+scratch = ["/scratch"]
+
+[images]
+manifest = "/etc/rackwarden/m.dsse.json"
+manifest_key = "/etc/rackwarden/keys/verifier.pub"
+source = "/srv/models"
+staging = "/var/lib/rackwarden/images"
+
+[workloads]
+units = ["vllm.service", "router.service"]
+"#;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(Path::new("/etc/rackwarden/rackwarden.toml"), text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_full_epoch_config_parses_with_units_and_defaults() {
+        let c = parse(&format!("{BASE}{EPOCH}")).unwrap();
+        let e = c.epoch.unwrap();
+        assert_eq!(e.wipe_interval, Duration::from_secs(900));
+        assert_eq!(e.challenge_timeout, Duration::from_secs(10));
+        assert_eq!(e.verifier.url, "http://10.0.0.1:7700");
+        assert_eq!(e.verifier.retry_max, Duration::from_secs(300));
+        assert_eq!(e.wipe.backends, [Backend::Host, Backend::Scratch]);
+        assert_eq!(e.wipe.max_bytes, Some(64 << 30), "a bare number is bytes");
+        assert_eq!(e.wipe.reserve_bytes, 1 << 30);
+        assert!(matches!(e.workloads, Workloads::Units { ref units, .. } if units.len() == 2));
+        assert!(e.images.is_some());
+        assert!(
+            parse(BASE).unwrap().epoch.is_none(),
+            "no [epoch]: enforcement only"
+        );
+    }
+
+    #[test]
+    fn each_bad_epoch_case_names_key_and_line() {
+        let full = format!("{BASE}{EPOCH}");
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "wipe_interval = \"15 min\"",
+                "wipe_interval = \"15 fortnights\"",
+                "epoch.wipe_interval",
+            ),
+            (
+                "wipe_interval = \"15 min\"",
+                "wipe_interval = \"100 ms\"",
+                "between 1.0 s",
+            ),
+            (
+                "url = \"http://10.0.0.1:7700/\"",
+                "url = \"https://v:7700\"",
+                "not supported yet",
+            ),
+            (
+                "url = \"http://10.0.0.1:7700/\"",
+                "url = \"http://v:7700/api\"",
+                "no path",
+            ),
+            (
+                "url = \"http://10.0.0.1:7700/\"",
+                "url = \"not a url\"",
+                "verifier.url",
+            ),
+            (
+                "backends = [\"host\", \"scratch\"]",
+                "backends = [\"host\", \"ram\"]",
+                "unknown backend `ram`",
+            ),
+            (
+                "backends = [\"host\", \"scratch\"]",
+                "backends = []",
+                "at least one backend",
+            ),
+            (
+                "scratch = [\"/scratch\"]",
+                "scratch = []",
+                "lists no directory",
+            ),
+            (
+                "max_bytes = \"68719476736\"",
+                "max_bytes = \"0 B\"",
+                "above zero",
+            ),
+            (
+                "source = \"/srv/models\"",
+                "source = \"models\"",
+                "images.source` must be an absolute path",
+            ),
+            (
+                "units = [\"vllm.service\", \"router.service\"]",
+                "units = []",
+                "workloads.units` is empty",
+            ),
+            (
+                "units = [\"vllm.service\", \"router.service\"]",
+                "stop_command = [\"/bin/stop\"]",
+                "either `units` or both",
+            ),
+            (
+                "signing_key = \"/etc/rackwarden/keys/host.key\"",
+                "signing_key = \"/k\"\ncolour = 1",
+                "unknown field `colour`",
+            ),
+        ];
+        for (from, to, want) in cases {
+            assert!(full.contains(from), "{from}");
+            let e = parse(&full.replace(from, to)).unwrap_err();
+            assert!(
+                e.starts_with("/etc/rackwarden/rackwarden.toml:") && e.contains(want),
+                "case {to:?}: got `{e}`, want {want:?}"
+            );
+            // Every one names a line (a number after the file name).
+            let line = e["/etc/rackwarden/rackwarden.toml:".len()..]
+                .split(':')
+                .next()
+                .unwrap();
+            assert!(
+                line.parse::<usize>().unwrap() > 10,
+                "case {to:?}: line {line}"
+            );
+        }
+        // [epoch] without [verifier], and the loop's sections without [epoch].
+        let no_verifier = full.replace("[verifier]\nurl = \"http://10.0.0.1:7700/\"\n", "");
+        assert!(
+            parse(&no_verifier)
+                .unwrap_err()
+                .contains("needs a `[verifier]`")
+        );
+        let no_epoch = full.replace(
+            "[epoch]\nwipe_interval = \"15 min\"\nsigning_key = \"/etc/rackwarden/keys/host.key\"\n",
+            "",
+        );
+        assert!(
+            parse(&no_epoch)
+                .unwrap_err()
+                .contains("add an `[epoch]` section")
+        );
+        // A top-level key written below a table gets told why it is unknown there.
+        let misplaced = format!("{BASE}pin_root = \"/sys/fs/bpf/x\"\n");
+        assert!(parse(&misplaced).unwrap_err().contains("top-level key"));
+    }
+}
