@@ -6,6 +6,10 @@
 //! Enforcing | Degraded ──(SIGTERM/SIGINT)──> Stopping
 //! ```
 //! Stopping leaves every pin in place: the limiter keeps enforcing without the daemon.
+//!
+//! With an `[epoch]` section, the epoch loop ([`crate::epoch`]) runs beside this one on its
+//! own threads; this loop forwards `wipe-now` and reloads to it, shows its status, and pings
+//! systemd's watchdog only while both loops show signs of life.
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -60,6 +64,8 @@ pub enum AgentError {
     Gaps(#[from] crate::gaps::GapLogError),
     #[error(transparent)]
     Control(#[from] crate::control::ControlError),
+    #[error(transparent)]
+    Epoch(#[from] crate::epoch::EpochError),
 }
 
 /// Counter samples for the "recent rate" column: one per second, a few seconds kept.
@@ -80,16 +86,20 @@ pub struct Agent {
     samples: VecDeque<(Instant, [Counters; 2])>,
     /// The system-wide refusal program was attached at the last check.
     refusal_present: bool,
+    /// The epoch loop, when `[epoch]` is configured.
+    epoch: Option<crate::epoch::EpochHandle>,
+    /// Why the last SIGHUP reload was refused (the old configuration stays).
+    reload_error: Option<String>,
 }
 
 impl Agent {
     /// Starting: enter the namespace, load or adopt the limiter, attach, write the caps.
     /// Must run before any other thread exists when `netns` is set (setns is per thread).
-    pub fn start(cfg: Config) -> Result<Agent, AgentError> {
+    pub fn start(cfg: Config, stop: &'static AtomicBool) -> Result<Agent, AgentError> {
         if let Some(ns) = &cfg.netns {
             crate::netns::enter(ns)?;
         }
-        cfg.check_interfaces_exist()?;
+        wait_for_interfaces(&cfg, stop)?;
         let pins = PinPaths::new(&cfg.pin_root);
         let mut limiter = Limiter::load_or_adopt(&pins)?;
         let gaps = GapLog::open(&cfg.state_dir)?;
@@ -117,6 +127,8 @@ impl Agent {
             reported_ahead: BTreeMap::new(),
             samples: VecDeque::new(),
             refusal_present: false,
+            epoch: None,
+            reload_error: None,
         };
         log::info!("attach mode: {kind:?}");
         let (refusal, _) = crate::limiter::sockopt::ensure(&pins, crate::limiter::loader::OBJECT);
@@ -128,7 +140,103 @@ impl Agent {
         agent.refusal_present = refusal.state == "present";
         agent.write_caps_from_config()?;
         agent.check_hooks(true)?;
+        // The epoch loop starts only once every hook enforces: its first statement must
+        // describe a limiter that is in place. Its threads inherit our network namespace.
+        if let Some(ecfg) = agent.cfg.epoch.clone() {
+            agent.epoch = Some(crate::epoch::start(&agent.cfg, &ecfg, stop)?);
+            log::info!(
+                "epoch loop started: wipe every {}, verifier {}",
+                units::fmt_duration(ecfg.wipe_interval),
+                ecfg.verifier.url
+            );
+        }
         Ok(agent)
+    }
+
+    /// SIGHUP: re-read the configuration file. A file that does not load leaves everything
+    /// as it was and says why; keys that need a restart (interfaces, pins, namespace) are
+    /// kept with a warning. Nothing is detached.
+    pub fn reload(&mut self) {
+        let new = match Config::load(&self.cfg.path) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("reload REFUSED, the running configuration stays: {e}");
+                self.reload_error = Some(e.to_string());
+                return;
+            }
+        };
+        for (key, same) in [
+            ("interfaces", new.interfaces == self.cfg.interfaces),
+            ("pin_root", new.pin_root == self.cfg.pin_root),
+            ("netns", new.netns == self.cfg.netns),
+            ("state_dir", new.state_dir == self.cfg.state_dir),
+            (
+                "control_socket",
+                new.control_socket == self.cfg.control_socket,
+            ),
+            ("attach_mode", new.attach_mode == self.cfg.attach_mode),
+        ] {
+            if !same {
+                log::warn!("reload: `{key}` changed; it takes effect at the next restart");
+            }
+        }
+        let next = Config {
+            interfaces: self.cfg.interfaces.clone(),
+            interface_lines: self.cfg.interface_lines.clone(),
+            pin_root: self.cfg.pin_root.clone(),
+            netns: self.cfg.netns.clone(),
+            state_dir: self.cfg.state_dir.clone(),
+            control_socket: self.cfg.control_socket.clone(),
+            attach_mode: self.cfg.attach_mode,
+            ..new
+        };
+        if next.epoch.is_some() && self.epoch.is_none() {
+            log::warn!(
+                "reload: an [epoch] section was added; the epoch loop starts at the next restart"
+            );
+        }
+        self.cfg = next;
+        if let Err(e) = self.write_caps_from_config() {
+            log::error!("reload: writing the caps failed: {e}");
+            self.reload_error = Some(e.to_string());
+            return;
+        }
+        if let Some(h) = &self.epoch {
+            let _ = h.commands.send(crate::epoch::EpochCommand::Reload(Box::new(
+                self.cfg.clone(),
+            )));
+        }
+        self.reload_error = None;
+        log::info!("reloaded {}", self.cfg.path.display());
+    }
+
+    /// Whether the epoch and delivery loops have shown signs of life within `limit`
+    /// (a wipe counts as alive while its progress counter moves).
+    fn loops_alive(&self, limit: Duration, last_progress: &mut (u64, Instant)) -> bool {
+        let Some(h) = &self.epoch else { return true };
+        let now = now_ms();
+        let lim = limit.as_millis() as u64;
+        let p = h.wipe_progress.load(Ordering::SeqCst);
+        if p != last_progress.0 {
+            *last_progress = (p, Instant::now());
+        }
+        let busy_ok = match h.snapshot().map(|s| s.state) {
+            Some(crate::epoch::EpochState::Wiping { .. }) => last_progress.1.elapsed() < limit,
+            // Draining waits for `systemctl stop` (bounded by stop_timeout) and staging
+            // hashes the images: give them an hour before calling them stuck.
+            Some(crate::epoch::EpochState::Draining { .. })
+            | Some(crate::epoch::EpochState::Restarting { .. })
+            | Some(crate::epoch::EpochState::Staging { .. }) => {
+                now.saturating_sub(h.epoch_heartbeat_ms.load(Ordering::SeqCst)) < 3_600_000
+            }
+            _ => false,
+        };
+        let epoch_ok =
+            busy_ok || now.saturating_sub(h.epoch_heartbeat_ms.load(Ordering::SeqCst)) < lim;
+        // Delivery blocks at most one request timeout per attempt.
+        let delivery_ok =
+            now.saturating_sub(h.delivery_heartbeat_ms.load(Ordering::SeqCst)) < lim + 60_000;
+        epoch_ok && delivery_ok
     }
 
     pub fn state(&self) -> AgentState {
@@ -354,6 +462,19 @@ impl Agent {
         Ok(())
     }
 
+    /// The one-line STATUS= systemd shows: enforcement state and the epoch loop's state.
+    fn notify_status(&self) -> String {
+        let mut s = self.state.name().to_string();
+        if let Some(e) = self.epoch.as_ref().and_then(|h| h.snapshot()) {
+            s += &format!("; epoch: {}", e.state.name());
+            if let Some(l) = &e.last_epoch {
+                s += &format!(" (last seq {})", l.seq);
+            }
+            s += &format!("; undelivered: {}", e.delivery.backlog);
+        }
+        s
+    }
+
     fn sample(&mut self) -> Result<(), AgentError> {
         let c = [
             self.limiter.maps.counters(Direction::Egress)?,
@@ -419,6 +540,8 @@ impl Agent {
             gaps_unpersisted: self.gaps.unpersisted(),
             recent_gaps: self.gaps.gaps[n.saturating_sub(20)..].to_vec(),
             bypass: crate::evidence::bypass_report(&self.cfg, self.limiter.pins()),
+            epoch: self.epoch.as_ref().and_then(|h| h.snapshot()),
+            reload_error: self.reload_error.clone(),
         })
     }
 
@@ -499,6 +622,19 @@ impl Agent {
                 Ok(o) => Response::CapSet(o),
                 Err(message) => Response::Error { message },
             },
+            Request::WipeNow => match &self.epoch {
+                None => Response::Error {
+                    message: "this daemon runs no epoch loop: add an [epoch] section to the configuration".into(),
+                },
+                Some(h) => match h.commands.send(crate::epoch::EpochCommand::WipeNow) {
+                    Ok(()) => Response::WipeNow {
+                        state: h.snapshot().map(|s| s.state),
+                    },
+                    Err(_) => Response::Error {
+                        message: "the epoch loop has stopped".into(),
+                    },
+                },
+            },
         }
     }
 
@@ -509,8 +645,40 @@ impl Agent {
         control::serve(&self.cfg.control_socket, tx)?;
         let mut next_sample = Instant::now();
         let mut next_check = Instant::now() + self.cfg.check_interval;
+        let watchdog = crate::notify::watchdog_interval();
+        let mut last_progress = (0u64, Instant::now());
+        let mut next_ping = Instant::now();
+        let mut last_status = String::new();
+        crate::notify::ready(&self.notify_status());
         while !stop.load(Ordering::SeqCst) {
             let now = Instant::now();
+            if RELOAD.swap(false, Ordering::SeqCst) {
+                crate::notify::reloading();
+                self.reload();
+                crate::notify::ready(&self.notify_status());
+            }
+            if now >= next_ping {
+                let st = self.notify_status();
+                if st != last_status {
+                    crate::notify::status(&st);
+                    last_status = st;
+                }
+                // The ping comes from this loop, and only while the epoch loops live too: a
+                // stuck loop stops the pings and systemd restarts us.
+                if let Some(w) = watchdog {
+                    if self.loops_alive(w, &mut last_progress) {
+                        crate::notify::watchdog_ping();
+                    } else {
+                        log::error!(
+                            "an epoch or delivery loop shows no sign of life: not pinging the watchdog"
+                        );
+                    }
+                }
+                next_ping = now
+                    + watchdog.map_or(Duration::from_secs(1), |w| {
+                        (w / 3).min(Duration::from_secs(1))
+                    });
+            }
             if now >= next_sample {
                 self.sample()?;
                 next_sample = now + Duration::from_secs(1);
@@ -531,6 +699,7 @@ impl Agent {
             }
         }
         self.state = AgentState::Stopping;
+        crate::notify::stopping();
         let _ = std::fs::remove_file(&self.cfg.control_socket);
         log::info!("stopping; the limiter stays pinned and enforcing");
         Ok(())
@@ -538,10 +707,54 @@ impl Agent {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+static RELOAD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
+
+extern "C" fn on_reload_signal(_: libc::c_int) {
+    RELOAD.store(true, Ordering::SeqCst);
+}
+
+/// Installs the SIGHUP handler that asks [`Agent::run`] to reload the configuration.
+pub fn reload_on_sighup() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGHUP,
+            on_reload_signal as *const () as libc::sighandler_t,
+        );
+    }
+}
+
+/// Waits (bounded) for the configured interfaces: at boot the NIC may appear after us, and
+/// failing at once would spin systemd's restart limit. Says what it waits for.
+fn wait_for_interfaces(cfg: &Config, stop: &AtomicBool) -> Result<(), AgentError> {
+    let t0 = Instant::now();
+    let mut said = false;
+    loop {
+        match cfg.check_interfaces_exist() {
+            Ok(()) => return Ok(()),
+            Err(e) if t0.elapsed() >= INTERFACE_WAIT || stop.load(Ordering::SeqCst) => {
+                return Err(e.into());
+            }
+            Err(e) => {
+                if !said {
+                    log::warn!(
+                        "{e}; waiting up to {} for it to appear",
+                        units::fmt_duration(INTERFACE_WAIT)
+                    );
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    }
+}
+
+/// How long the daemon waits at start for a frontend interface that is not there yet.
+pub const INTERFACE_WAIT: Duration = Duration::from_secs(30);
 
 /// Installs SIGTERM/SIGINT handlers that ask [`Agent::run`] to stop, and returns the flag.
 pub fn stop_on_signals() -> &'static AtomicBool {

@@ -23,6 +23,8 @@ pub enum Request {
         /// Also rewrite the config file so the change survives a daemon restart.
         persist: bool,
     },
+    /// Start an epoch (challenge, drain, wipe, stage, sign, deliver) now.
+    WipeNow,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -30,7 +32,13 @@ pub enum Request {
 pub enum Response {
     Status(Box<StatusReport>),
     CapSet(CapSetOutcome),
-    Error { message: String },
+    /// The epoch loop was asked; `state` is where it was when asked.
+    WipeNow {
+        state: Option<crate::epoch::EpochState>,
+    },
+    Error {
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -470,3 +470,19 @@ fn remove_partials(sets: &Path) -> Result<(), ImageError> {
     }
     Ok(())
 }
+
+/// Removes every sealed set under `<staging>/sets` except `keep` (the one `current` points
+/// at), so an epoch loop that restages every epoch does not fill the disk. Returns how many
+/// were removed.
+pub fn prune_sets(staging: &Path, keep: &Path) -> Result<usize, ImageError> {
+    let sets = staging.join("sets");
+    let mut removed = 0;
+    for entry in std::fs::read_dir(&sets).map_err(io(&sets))? {
+        let p = entry.map_err(io(&sets))?.path();
+        if p != keep && p.is_dir() {
+            make_writable_and_remove(&p).map_err(io(&p))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}

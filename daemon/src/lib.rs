@@ -5,6 +5,7 @@
 //! - a packet is dropped: `ebpf/src/main.rs` (the only drop point), loaded by [`limiter`];
 //! - pin paths: [`pins`]; caps and units: [`config`], [`units`];
 //! - the daemon's state machine: [`agent`]; enforcement gaps: [`gaps`];
+//! - the epoch loop (challenge, drain, wipe, stage, sign, deliver): [`epoch`];
 //! - the control socket: [`control`]; what `status` shows: [`status`].
 
 pub mod agent;
@@ -13,11 +14,13 @@ pub mod bypass;
 pub mod config;
 pub mod config_edit;
 pub mod control;
+pub mod epoch;
 pub mod evidence;
 pub mod gaps;
 pub mod images;
 pub mod limiter;
 pub mod netns;
+pub mod notify;
 pub mod pins;
 pub mod progress;
 pub mod status;

@@ -57,6 +57,12 @@ pub struct StatusReport {
     /// The most recent gaps (newest last).
     pub recent_gaps: Vec<EnforcementGap>,
     pub bypass: rackwarden_attest::evidence::BypassReport,
+    /// The epoch loop and delivery (absent when no `[epoch]` is configured).
+    #[serde(default)]
+    pub epoch: Option<crate::epoch::EpochStatus>,
+    /// Why the last SIGHUP reload was refused, if it was.
+    #[serde(default)]
+    pub reload_error: Option<String>,
 }
 
 impl StatusReport {
@@ -208,6 +214,107 @@ impl StatusReport {
                 g.detail
             );
         }
+        if let Some(e) = &self.epoch {
+            render_epoch(&mut s, e);
+        }
+        if let Some(r) = &self.reload_error {
+            let _ = writeln!(s, "\nlast reload REFUSED (running configuration kept): {r}");
+        }
         s
+    }
+}
+
+fn render_epoch(s: &mut String, e: &crate::epoch::EpochStatus) {
+    use crate::{epoch::EpochState, epoch::delivery::DeliveryState, units::fmt_unix_ms};
+    let dur = |ms: u64| crate::units::fmt_duration(std::time::Duration::from_millis(ms));
+    let _ = writeln!(
+        s,
+        "\nepoch loop: every {}, verifier {}",
+        dur(e.wipe_interval_ms),
+        e.verifier_url
+    );
+    let state = match &e.state {
+        EpochState::Waiting { next_at_ms } => {
+            format!("waiting; next epoch at {}", fmt_unix_ms(*next_at_ms))
+        }
+        EpochState::StorageFailed { error, retry_at_ms } => format!(
+            "STORAGE FAILED (no new epochs; nothing written is lost): {error}; retry at {}",
+            fmt_unix_ms(*retry_at_ms)
+        ),
+        EpochState::Challenged { seq, nonce } => format!(
+            "epoch {seq}: challenged ({})",
+            nonce.as_deref().unwrap_or("UNCHALLENGED")
+        ),
+        other => format!("{} ({other:?})", other.name()),
+    };
+    let _ = writeln!(s, "  state: {state}");
+    if let Some(l) = &e.last_epoch {
+        let _ = writeln!(
+            s,
+            "  last epoch: seq {} at {} ({:?}){}: wipe {}, images {}, workloads {:?}, downtime {}",
+            l.seq,
+            fmt_unix_ms(l.ended_at_ms),
+            l.trigger,
+            l.unchallenged
+                .as_ref()
+                .map(|r| format!(" UNCHALLENGED ({r})"))
+                .unwrap_or_default(),
+            if l.wipe_ok {
+                "verified"
+            } else {
+                "NOT VERIFIED"
+            },
+            match l.images_ok {
+                None => "not configured",
+                Some(true) => "verified",
+                Some(false) => "REFUSED",
+            },
+            l.workloads,
+            dur(l.downtime_ms)
+        );
+        let phases: Vec<String> = l
+            .phases
+            .iter()
+            .map(|p| format!("{} {}", p.phase, dur(p.ms)))
+            .collect();
+        let _ = writeln!(s, "  phases: {}", phases.join(", "));
+    }
+    if let Some(err) = &e.last_error {
+        let _ = writeln!(s, "  last error: {err}");
+    }
+    let d = &e.delivery;
+    let _ = writeln!(
+        s,
+        "delivery: {}; acknowledged up to seq {}; backlog {} statement(s)",
+        match &d.state {
+            DeliveryState::Idle => "idle".to_string(),
+            DeliveryState::Delivering { seq } => format!("delivering from seq {seq}"),
+            DeliveryState::DeliveryFailed {
+                seq,
+                attempt,
+                retry_at_ms,
+                error,
+            } => format!(
+                "FAILED at seq {seq} (attempt {attempt}, retry at {}): {error}",
+                fmt_unix_ms(*retry_at_ms)
+            ),
+        },
+        d.delivered_seq
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| "-".into()),
+        d.backlog
+    );
+    if let Some(v) = &d.last_verdict {
+        let _ = writeln!(
+            s,
+            "last verdict: seq {} {} {}",
+            v.seq,
+            v.status.as_deref().unwrap_or(&v.ingest),
+            if v.findings.is_empty() {
+                String::new()
+            } else {
+                format!("findings: {}", v.findings.join(", "))
+            }
+        );
     }
 }

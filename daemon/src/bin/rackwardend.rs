@@ -22,7 +22,8 @@ fn main() -> anyhow::Result<()> {
     let cfg = Config::load(&args.config)?;
     // Signals first: a SIGTERM during start must not kill us between pin and attach.
     let stop = agent::stop_on_signals();
-    let agent = agent::Agent::start(cfg).context("starting rackwardend")?;
+    agent::reload_on_sighup();
+    let agent = agent::Agent::start(cfg, stop).context("starting rackwardend")?;
     agent.run(stop).context("rackwardend main loop")?;
     Ok(())
 }

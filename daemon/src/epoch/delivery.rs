@@ -1,0 +1,357 @@
+//! Delivery: sends every statement the log holds and the verifier has not acknowledged,
+//! strictly in order, and moves the `delivered` cursor only past what the verifier answered
+//! `accepted` or `duplicate` for. A verifier that is down, slow, or refuses (an unenrolled
+//! key, a full disk of its own) is retried with exponential backoff up to `retry_max`,
+//! honouring `Retry-After`; the backlog survives restarts because it is the log itself.
+//!
+//! ```mermaid
+//! stateDiagram-v2
+//!     [*] --> Idle
+//!     Idle --> Delivering: a statement was signed / retry time
+//!     Delivering --> Idle: every statement acknowledged
+//!     Delivering --> DeliveryFailed: unreachable, error status, refusal
+//!     DeliveryFailed --> Delivering: retry_at reached (backoff, Retry-After)
+//! ```
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc,
+    },
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+
+use super::spool::{Cursor, Spool, SpoolLine};
+use crate::{config::epoch::VerifierEndpoint, gaps::now_ms};
+
+/// Most statements in one POST (a few KB each; far below the verifier's body limit).
+pub const BATCH: usize = 32;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum DeliveryState {
+    /// Nothing to send.
+    Idle,
+    /// Sending the statements from `seq` on.
+    Delivering { seq: u64 },
+    /// The last attempt at `seq` failed; the next is at `retry_at_ms`.
+    DeliveryFailed {
+        seq: u64,
+        attempt: u32,
+        retry_at_ms: u64,
+        error: String,
+    },
+}
+
+/// The verifier's answer for the newest statement it acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub seq: u64,
+    /// `accepted` or `duplicate`.
+    pub ingest: String,
+    /// `affirming`, `warning` or `contraindicated` (absent for a duplicate).
+    pub status: Option<String>,
+    /// Finding codes, e.g. `unchallenged`, `residue_above_max`.
+    pub findings: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryStatus {
+    pub state: DeliveryState,
+    /// Seq of the last statement the verifier acknowledged.
+    pub delivered_seq: Option<u64>,
+    /// Statements in the log not yet acknowledged.
+    pub backlog: u64,
+    pub last_verdict: Option<Verdict>,
+}
+
+impl Default for DeliveryStatus {
+    fn default() -> Self {
+        DeliveryStatus {
+            state: DeliveryState::Idle,
+            delivered_seq: None,
+            backlog: 0,
+            last_verdict: None,
+        }
+    }
+}
+
+pub struct Delivery {
+    pub spool: Spool,
+    pub endpoint: VerifierEndpoint,
+    /// The log's length after its last fsynced append (set by the epoch loop).
+    pub durable_len: Arc<AtomicU64>,
+    pub status: Arc<Mutex<DeliveryStatus>>,
+    /// Bumped every pass: the watchdog's evidence that this loop is alive.
+    pub heartbeat_ms: Arc<AtomicU64>,
+}
+
+/// What one attempt achieved.
+enum Attempt {
+    /// Nothing was pending.
+    Nothing,
+    /// Every pending statement up to the batch was acknowledged.
+    Acked,
+    Failed {
+        error: String,
+        retry_after: Option<Duration>,
+    },
+}
+
+impl Delivery {
+    fn set_state(&self, s: DeliveryState) {
+        if let Ok(mut st) = self.status.lock() {
+            if st.state != s {
+                match &s {
+                    DeliveryState::DeliveryFailed {
+                        seq,
+                        attempt,
+                        error,
+                        retry_at_ms,
+                    } => log::warn!(
+                        "delivery: seq {seq} attempt {attempt} failed: {error}; retry in {} ms",
+                        retry_at_ms.saturating_sub(now_ms())
+                    ),
+                    other => log::debug!("delivery: {other:?}"),
+                }
+            }
+            st.state = s;
+        }
+    }
+
+    /// Runs until `stop`; `kick` wakes it when a statement was appended.
+    pub fn run(self, stop: &AtomicBool, kick: mpsc::Receiver<()>) {
+        let client = match reqwest::blocking::Client::builder()
+            .timeout(self.endpoint.request_timeout)
+            .connect_timeout(self.endpoint.request_timeout)
+            .build()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!(
+                    "delivery: cannot build the HTTP client: {e}; statements stay in the log"
+                );
+                return;
+            }
+        };
+        let mut attempt: u32 = 0;
+        let mut retry_at_ms: u64 = 0;
+        while !stop.load(Ordering::SeqCst) {
+            self.heartbeat_ms.store(now_ms(), Ordering::SeqCst);
+            if now_ms() >= retry_at_ms {
+                match self.attempt(&client) {
+                    Attempt::Nothing => {
+                        attempt = 0;
+                        self.set_state(DeliveryState::Idle);
+                    }
+                    // More may be pending (a backlog larger than one batch): go on at once.
+                    Attempt::Acked => {
+                        attempt = 0;
+                        continue;
+                    }
+                    Attempt::Failed { error, retry_after } => {
+                        attempt = attempt.saturating_add(1);
+                        let backoff = backoff(attempt, self.endpoint.retry_max);
+                        let wait =
+                            retry_after.map_or(backoff, |ra| ra.min(Duration::from_secs(3600)));
+                        retry_at_ms = now_ms() + wait.as_millis() as u64;
+                        let seq = self.pending_seq().unwrap_or(0);
+                        self.set_state(DeliveryState::DeliveryFailed {
+                            seq,
+                            attempt,
+                            retry_at_ms,
+                            error,
+                        });
+                    }
+                }
+            }
+            // A kick does not cut a backoff short: a verifier that failed gets its pause.
+            match kick.recv_timeout(Duration::from_millis(200)) {
+                Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+    }
+
+    fn pending_seq(&self) -> Option<u64> {
+        let c = self.spool.load_cursor().ok()?;
+        let lines = self
+            .spool
+            .lines(c.offset, self.durable_len.load(Ordering::SeqCst))
+            .ok()?;
+        lines.iter().find_map(|l| l.statement.as_ref().map(|s| s.0))
+    }
+
+    fn attempt(&self, client: &reqwest::blocking::Client) -> Attempt {
+        let fail = |error: String| Attempt::Failed {
+            error,
+            retry_after: None,
+        };
+        let mut cursor = match self.spool.load_cursor() {
+            Ok(c) => c,
+            Err(e) => return fail(e.to_string()),
+        };
+        let durable = self.durable_len.load(Ordering::SeqCst);
+        let lines = match self.spool.lines(cursor.offset, durable) {
+            Ok(l) => l,
+            Err(e) => return fail(e.to_string()),
+        };
+        let backlog = lines.iter().filter(|l| l.statement.is_some()).count() as u64;
+        if let Ok(mut st) = self.status.lock() {
+            st.backlog = backlog;
+            st.delivered_seq = cursor.seq;
+        }
+        // Leading lines that are not ours are stepped over (they are disclosed in-chain).
+        let mut batch: Vec<&SpoolLine> = Vec::new();
+        let mut skip_to = None;
+        for l in &lines {
+            match &l.statement {
+                None if batch.is_empty() => skip_to = Some(l.end),
+                None => break,
+                Some(_) if batch.len() < BATCH => batch.push(l),
+                Some(_) => break,
+            }
+        }
+        if let Some(end) = skip_to {
+            log::warn!(
+                "delivery: stepping over bytes {}..{end} of the log: not a statement of ours (disclosed as an incident)",
+                cursor.offset
+            );
+            cursor.offset = end;
+            if let Err(e) = self.spool.save_cursor(&cursor) {
+                return fail(e.to_string());
+            }
+        }
+        let Some(first) = batch.first().and_then(|l| l.statement.as_ref()) else {
+            return Attempt::Nothing;
+        };
+        self.set_state(DeliveryState::Delivering { seq: first.0 });
+        let mut body = b"[".to_vec();
+        for (i, l) in batch.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            if let Some((_, b)) = &l.statement {
+                body.extend_from_slice(b);
+            }
+        }
+        body.push(b']');
+        let url = format!("{}/v1/statements", self.endpoint.url);
+        let resp = match client
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+        {
+            Ok(r) => r,
+            Err(e) => return fail(format!("{url}: {e}")),
+        };
+        let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let text = resp.text().unwrap_or_default();
+        if !status.is_success() {
+            return Attempt::Failed {
+                error: format!("{url}: {status}: {}", text.trim()),
+                retry_after,
+            };
+        }
+        let v: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => return fail(format!("{url}: answer is not JSON: {e}")),
+        };
+        let results = v["results"].as_array().cloned().unwrap_or_default();
+        let mut acked = 0usize;
+        let mut refusal = None;
+        for (i, l) in batch.iter().enumerate() {
+            let Some((seq, _)) = &l.statement else { break };
+            let r = results
+                .iter()
+                .find(|r| r["index"].as_u64() == Some(i as u64));
+            let ingest = r.and_then(|r| r["status"].as_str()).unwrap_or("missing");
+            if ingest != "accepted" && ingest != "duplicate" {
+                refusal = Some(format!(
+                    "the verifier answered `{ingest}` for seq {seq}: {}",
+                    r.and_then(|r| r["reason"].as_str())
+                        .unwrap_or("no reason given")
+                ));
+                break;
+            }
+            let verdict = Verdict {
+                seq: *seq,
+                ingest: ingest.into(),
+                status: r
+                    .and_then(|r| r["result"]["status"].as_str())
+                    .map(String::from),
+                findings: r
+                    .and_then(|r| r["result"]["findings"].as_array())
+                    .map(|f| {
+                        f.iter()
+                            .filter_map(|x| x["code"].as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            };
+            if let Some(st) = &verdict.status
+                && st != "affirming"
+            {
+                log::warn!("verifier: seq {seq} is {st}: {:?}", verdict.findings);
+            }
+            cursor = Cursor {
+                offset: l.end,
+                seq: Some(*seq),
+            };
+            acked += 1;
+            if let Ok(mut s) = self.status.lock() {
+                s.last_verdict = Some(verdict);
+            }
+        }
+        if acked > 0 {
+            if let Err(e) = self.spool.save_cursor(&cursor) {
+                return fail(e.to_string());
+            }
+            log::info!(
+                "delivered {acked} statement(s) up to seq {}",
+                cursor.seq.unwrap_or(0)
+            );
+            if let Ok(mut st) = self.status.lock() {
+                st.delivered_seq = cursor.seq;
+                st.backlog = backlog.saturating_sub(acked as u64);
+            }
+        }
+        match refusal {
+            Some(error) => fail(error),
+            None => Attempt::Acked,
+        }
+    }
+}
+
+/// 1 s, 2 s, 4 s, ... up to `max`.
+pub fn backoff(attempt: u32, max: Duration) -> Duration {
+    let exp = attempt.saturating_sub(1).min(20);
+    Duration::from_secs(1u64 << exp).min(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_ceiling() {
+        let max = Duration::from_secs(300);
+        let got: Vec<u64> = (1..=12).map(|a| backoff(a, max).as_secs()).collect();
+        assert_eq!(got, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        assert_eq!(backoff(u32::MAX, max), max);
+        assert_eq!(
+            backoff(1, Duration::from_millis(500)),
+            Duration::from_millis(500)
+        );
+    }
+}

@@ -1,0 +1,859 @@
+//! The epoch loop: every `wipe_interval` (and at once on `rackwarden wipe-now`), on its own
+//! thread so the hook checks never pause while a wipe runs:
+//!
+//! ```mermaid
+//! stateDiagram-v2
+//!     [*] --> Waiting
+//!     Waiting --> Challenging: next_at reached / wipe-now / interrupted epoch found
+//!     Challenging --> Challenged: verifier nonce, or a local one marked unchallenged
+//!     Challenged --> Draining
+//!     Draining --> Wiping: workloads down
+//!     Draining --> Signing: drain failed (no wipe, reported)
+//!     Wiping --> Staging
+//!     Staging --> Restarting: wipe and every image verified
+//!     Staging --> Signing: a failure: workloads stay stopped, reported
+//!     Restarting --> Signing
+//!     Signing --> Waiting: statement fsynced, handed to delivery
+//!     Signing --> StorageFailed: the log cannot be written (full disk)
+//!     StorageFailed --> Challenging: retry_at reached
+//! ```
+//!
+//! Every state change is written to the [`journal`] first, so an epoch cut short by a crash
+//! or `kill -9` is named (seq and state) by the next statement. Delivery runs on a thread of
+//! its own ([`delivery`]): a verifier that is down never holds up an epoch.
+//!
+//! - [`challenge`]: where a nonce is requested (and where `unchallenged` is decided);
+//! - [`workloads`]: drain and restart;
+//! - [`statement`]: where a statement is built, signed and appended;
+//! - [`spool`] and [`delivery`]: the delivered cursor and the sender.
+
+pub mod challenge;
+pub mod delivery;
+pub mod journal;
+pub mod spool;
+pub mod statement;
+pub mod workloads;
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
+};
+
+use ed25519_dalek::SigningKey;
+use rackwarden_attest::{
+    evidence::{
+        EpochRun, EpochTrigger, ImageReport, Incident, PhaseTime, ProducerIdentity, WorkloadOutcome,
+    },
+    log::EvidenceLog,
+    statement::Subject,
+};
+use serde::{Deserialize, Serialize};
+
+use self::{
+    challenge::EpochChallenge,
+    delivery::{Delivery, DeliveryStatus},
+    journal::{Journal, JournalEntry},
+    spool::Spool,
+    statement::EpochEvidence,
+};
+use crate::{
+    config::{Config, epoch::EpochConfig},
+    gaps::now_ms,
+    wipe,
+};
+
+/// Where an epoch is. States carry what they are about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum EpochState {
+    /// Until `next_at_ms` (or a wipe-now).
+    Waiting {
+        next_at_ms: u64,
+    },
+    Challenging {
+        seq: u64,
+    },
+    /// `nonce` is the verifier's, or absent when the epoch runs unchallenged.
+    Challenged {
+        seq: u64,
+        nonce: Option<String>,
+    },
+    Draining {
+        seq: u64,
+    },
+    Wiping {
+        seq: u64,
+    },
+    Staging {
+        seq: u64,
+    },
+    Restarting {
+        seq: u64,
+    },
+    Signing {
+        seq: u64,
+    },
+    /// The evidence log or the journal could not be written (a full disk): no epoch runs
+    /// until `retry_at_ms`, and nothing already written is touched.
+    StorageFailed {
+        error: String,
+        retry_at_ms: u64,
+    },
+}
+
+impl EpochState {
+    /// The journal's and the incident's name for the state.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EpochState::Waiting { .. } => "waiting",
+            EpochState::Challenging { .. } => "challenging",
+            EpochState::Challenged { .. } => "challenged",
+            EpochState::Draining { .. } => "draining",
+            EpochState::Wiping { .. } => "wiping",
+            EpochState::Staging { .. } => "staging",
+            EpochState::Restarting { .. } => "restarting",
+            EpochState::Signing { .. } => "signing",
+            EpochState::StorageFailed { .. } => "storage_failed",
+        }
+    }
+}
+
+/// The last epoch that signed its statement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastEpoch {
+    pub seq: u64,
+    pub ended_at_ms: u64,
+    pub trigger: EpochTrigger,
+    pub unchallenged: Option<String>,
+    pub wipe_ok: bool,
+    pub images_ok: Option<bool>,
+    pub workloads: WorkloadOutcome,
+    pub downtime_ms: u64,
+    pub phases: Vec<PhaseTime>,
+}
+
+/// What `rackwarden status` shows of the epoch loop and delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochStatus {
+    pub state: EpochState,
+    pub wipe_interval_ms: u64,
+    pub verifier_url: String,
+    pub last_epoch: Option<LastEpoch>,
+    pub last_error: Option<String>,
+    pub delivery: DeliveryStatus,
+}
+
+/// Asks the epoch loop to do something.
+pub enum EpochCommand {
+    WipeNow,
+    /// A reloaded configuration (SIGHUP): interval, verifier, wipe plan, images, workloads.
+    Reload(Box<Config>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EpochError {
+    #[error("epoch.signing_key {path}: {source}")]
+    Key {
+        path: PathBuf,
+        source: rackwarden_attest::keys::KeyError,
+    },
+    #[error(transparent)]
+    Log(#[from] rackwarden_attest::log::LogError),
+    #[error(transparent)]
+    Journal(#[from] journal::JournalError),
+    #[error(transparent)]
+    Spool(#[from] spool::SpoolError),
+    #[error("cannot start the {what} thread: {source}")]
+    Thread {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// Handles the agent keeps: send commands, read status, check liveness.
+pub struct EpochHandle {
+    pub commands: mpsc::Sender<EpochCommand>,
+    pub status: Arc<Mutex<EpochStatus>>,
+    delivery_status: Arc<Mutex<DeliveryStatus>>,
+    /// Unix ms of the epoch loop's last sign of life, and of the delivery loop's.
+    pub epoch_heartbeat_ms: Arc<AtomicU64>,
+    pub delivery_heartbeat_ms: Arc<AtomicU64>,
+    /// Bytes the running wipe has filled or verified: a wipe of 2 TB takes a while, and this
+    /// moving is how the watchdog knows it is not stuck.
+    pub wipe_progress: Arc<AtomicU64>,
+}
+
+impl EpochHandle {
+    pub fn snapshot(&self) -> Option<EpochStatus> {
+        let mut s = self.status.lock().ok()?.clone();
+        if let Ok(d) = self.delivery_status.lock() {
+            s.delivery = d.clone();
+        }
+        Some(s)
+    }
+}
+
+/// The epoch loop's own state, owned by its thread.
+struct EpochLoop {
+    cfg: Config,
+    ecfg: EpochConfig,
+    key: SigningKey,
+    producer: ProducerIdentity,
+    log: Option<EvidenceLog>,
+    log_path: PathBuf,
+    journal: Journal,
+    /// Incidents the next statement must carry (recovered from the journal at start).
+    carried: Vec<Incident>,
+    /// Why the next epoch runs (set at start, by wipe-now, and by a recovered journal).
+    trigger_now: Option<EpochTrigger>,
+    /// The journal entry of the epoch in progress.
+    current: Option<JournalEntry>,
+    /// Consecutive epochs that could not write their evidence (the retry backoff).
+    storage_failures: u32,
+    next_at_ms: u64,
+    durable_len: Arc<AtomicU64>,
+    kick: mpsc::Sender<()>,
+    status: Arc<Mutex<EpochStatus>>,
+    heartbeat_ms: Arc<AtomicU64>,
+    wipe_progress: Arc<AtomicU64>,
+    /// TEST HOOK (`RACKWARDEN_TEST_HOLD=STATE:MS`): pause MS after entering STATE, so the
+    /// crash tests can `kill -9` the daemon inside any state. It only adds a pause; nothing
+    /// the epoch does or signs changes. Never set outside tests.
+    test_hold: Option<(String, Duration)>,
+}
+
+/// Reads the test hook, e.g. `RACKWARDEN_TEST_HOLD=wiping:3000`.
+fn test_hold_from_env() -> Option<(String, Duration)> {
+    let v = std::env::var("RACKWARDEN_TEST_HOLD").ok()?;
+    let (state, ms) = v.split_once(':')?;
+    let ms: u64 = ms.parse().ok()?;
+    log::warn!("TEST HOOK RACKWARDEN_TEST_HOLD: pausing {ms} ms in state `{state}` of every epoch");
+    Some((state.to_string(), Duration::from_millis(ms)))
+}
+
+/// Path of the daemon's evidence log.
+pub fn log_path(cfg: &Config) -> PathBuf {
+    cfg.state_dir.join("evidence.jsonl")
+}
+
+/// Opens the log, recovers an interrupted epoch, and starts the epoch and delivery threads.
+/// `ecfg` is `cfg.epoch`. Fails (before anything runs) on an unusable key or log.
+pub fn start(
+    cfg: &Config,
+    ecfg: &EpochConfig,
+    stop: &'static AtomicBool,
+) -> Result<EpochHandle, EpochError> {
+    let key = rackwarden_attest::keys::load_signing_key(&ecfg.signing_key).map_err(|source| {
+        EpochError::Key {
+            path: ecfg.signing_key.clone(),
+            source,
+        }
+    })?;
+    let log_path = log_path(cfg);
+    let log = EvidenceLog::open(&log_path, &key.verifying_key())?;
+    let journal = Journal::new(&cfg.state_dir);
+    let now = now_ms();
+    let (next_seq, _) = log.next_link();
+    let mut carried = Vec::new();
+    let mut trigger_now = None;
+    if let Some(entry) = journal.read()? {
+        carried = journal::recover(&entry, next_seq, now);
+        if entry.seq >= next_seq {
+            log::warn!(
+                "epoch {} was interrupted in state `{}` (started at {} ms): the next statement reports it, and an epoch starts now",
+                entry.seq,
+                entry.state,
+                entry.started_unix_ms
+            );
+            trigger_now = Some(EpochTrigger::AfterInterruption);
+        }
+        if carried.is_empty() {
+            journal.clear()?;
+        }
+    }
+    let interval_ms = ecfg.wipe_interval.as_millis() as u64;
+    let next_at_ms = match log.tip {
+        // Keep the cadence across restarts: the next epoch is due an interval after the last.
+        Some(t) => t.epoch_end_unix_ms.saturating_add(interval_ms),
+        None => {
+            trigger_now.get_or_insert(EpochTrigger::Startup);
+            now
+        }
+    };
+    let durable_len = Arc::new(AtomicU64::new(log.durable_len()));
+    let delivery_status = Arc::new(Mutex::new(DeliveryStatus::default()));
+    let status = Arc::new(Mutex::new(EpochStatus {
+        state: EpochState::Waiting { next_at_ms },
+        wipe_interval_ms: interval_ms,
+        verifier_url: ecfg.verifier.url.clone(),
+        last_epoch: None,
+        last_error: None,
+        delivery: DeliveryStatus::default(),
+    }));
+    let (kick_tx, kick_rx) = mpsc::channel();
+    let (cmd_tx, cmd_rx) = mpsc::channel();
+    let epoch_hb = Arc::new(AtomicU64::new(now));
+    let delivery_hb = Arc::new(AtomicU64::new(now));
+    let wipe_progress = Arc::new(AtomicU64::new(0));
+
+    let delivery = Delivery {
+        spool: Spool::new(&log_path, &cfg.state_dir, key.verifying_key()),
+        endpoint: ecfg.verifier.clone(),
+        durable_len: durable_len.clone(),
+        status: delivery_status.clone(),
+        heartbeat_ms: delivery_hb.clone(),
+    };
+    // The cursor is read now so a broken one stops the start, not a later delivery.
+    delivery.spool.load_cursor()?;
+    std::thread::Builder::new()
+        .name("delivery".into())
+        .spawn(move || delivery.run(stop, kick_rx))
+        .map_err(|source| EpochError::Thread {
+            what: "delivery",
+            source,
+        })?;
+    // Whatever is still undelivered from before the restart goes out now.
+    let _ = kick_tx.send(());
+
+    let lp = EpochLoop {
+        cfg: cfg.clone(),
+        ecfg: ecfg.clone(),
+        key,
+        producer: crate::evidence::producer("rackwardend"),
+        log: Some(log),
+        log_path,
+        journal,
+        carried,
+        trigger_now,
+        current: None,
+        storage_failures: 0,
+        next_at_ms,
+        durable_len,
+        kick: kick_tx,
+        status: status.clone(),
+        heartbeat_ms: epoch_hb.clone(),
+        wipe_progress: wipe_progress.clone(),
+        test_hold: test_hold_from_env(),
+    };
+    std::thread::Builder::new()
+        .name("epoch".into())
+        .spawn(move || lp.run(stop, cmd_rx))
+        .map_err(|source| EpochError::Thread {
+            what: "epoch",
+            source,
+        })?;
+    Ok(EpochHandle {
+        commands: cmd_tx,
+        status,
+        delivery_status,
+        epoch_heartbeat_ms: epoch_hb,
+        delivery_heartbeat_ms: delivery_hb,
+        wipe_progress,
+    })
+}
+
+/// How one epoch ended, short of a statement.
+enum Abort {
+    /// The daemon is stopping: the journal stays, and the next start reports the epoch.
+    Stopping,
+    /// The log or the journal could not be written.
+    Storage(String),
+}
+
+/// Time each phase of an epoch.
+struct Phases {
+    list: Vec<PhaseTime>,
+    t: Instant,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        Phases {
+            list: vec![],
+            t: Instant::now(),
+        }
+    }
+    fn done(&mut self, phase: &str) {
+        self.list.push(PhaseTime {
+            phase: phase.into(),
+            ms: self.t.elapsed().as_millis() as u64,
+        });
+        self.t = Instant::now();
+    }
+}
+
+impl EpochLoop {
+    fn set_state(&self, seq: Option<u64>, s: EpochState) {
+        match seq {
+            Some(seq) => log::info!("epoch {seq}: {}", s.name()),
+            None => log::debug!("epoch loop: {}", s.name()),
+        }
+        if let Ok(mut st) = self.status.lock() {
+            st.state = s;
+        }
+        self.heartbeat_ms.store(now_ms(), Ordering::SeqCst);
+    }
+
+    fn set_error(&self, e: Option<String>) {
+        if let Ok(mut st) = self.status.lock() {
+            st.last_error = e;
+        }
+    }
+
+    /// Enters `state` of epoch `entry.seq`: journal first, then status.
+    fn enter(&mut self, entry: &mut JournalEntry, state: EpochState) -> Result<(), Abort> {
+        entry.state = state.name().into();
+        self.current = Some(entry.clone());
+        self.journal
+            .write(entry)
+            .map_err(|e| Abort::Storage(e.to_string()))?;
+        let name = state.name();
+        self.set_state(Some(entry.seq), state);
+        if let Some((s, d)) = &self.test_hold
+            && s == name
+        {
+            std::thread::sleep(*d);
+        }
+        Ok(())
+    }
+
+    fn run(mut self, stop: &AtomicBool, commands: mpsc::Receiver<EpochCommand>) {
+        while !stop.load(Ordering::SeqCst) {
+            let trigger = match self.trigger_now.take() {
+                Some(t) => Some(t),
+                None if now_ms() >= self.next_at_ms => Some(EpochTrigger::Interval),
+                None => None,
+            };
+            if let Some(trigger) = trigger {
+                match self.epoch(trigger, stop) {
+                    Ok(()) => {
+                        self.set_error(None);
+                        self.storage_failures = 0;
+                        self.next_at_ms = now_ms() + self.ecfg.wipe_interval.as_millis() as u64;
+                    }
+                    Err(Abort::Stopping) => break,
+                    Err(Abort::Storage(error)) => {
+                        // The epoch ran (perhaps wiped) but signed nothing: the statement
+                        // that finally gets written says so.
+                        if let Some(e) = self.current.take() {
+                            journal::carry(
+                                &mut self.carried,
+                                Incident::EpochInterrupted {
+                                    seq: e.seq,
+                                    state: e.state,
+                                    started_unix_ms: e.started_unix_ms,
+                                    detected_unix_ms: now_ms(),
+                                },
+                            );
+                        }
+                        // 5 s, 10 s, 20 s, then every 30 s (or the interval, if shorter):
+                        // an operator who frees space sees the epoch resume soon after.
+                        self.storage_failures = self.storage_failures.saturating_add(1);
+                        let wait = Duration::from_secs(5u64 << (self.storage_failures - 1).min(3))
+                            .min(Duration::from_secs(30))
+                            .min(self.ecfg.wipe_interval.max(Duration::from_secs(5)));
+                        log::error!(
+                            "epoch: cannot write the evidence: {error}; no new epoch until it can (retry in {} s); nothing written so far is lost",
+                            wait.as_secs()
+                        );
+                        self.set_error(Some(error.clone()));
+                        self.next_at_ms = now_ms() + wait.as_millis() as u64;
+                        self.trigger_now = Some(trigger);
+                        self.set_state(
+                            None,
+                            EpochState::StorageFailed {
+                                error,
+                                retry_at_ms: self.next_at_ms,
+                            },
+                        );
+                        self.wait(stop, &commands, true);
+                        continue;
+                    }
+                }
+                self.set_state(
+                    None,
+                    EpochState::Waiting {
+                        next_at_ms: self.next_at_ms,
+                    },
+                );
+            }
+            self.wait(stop, &commands, false);
+        }
+        log::info!("epoch loop stopped");
+    }
+
+    /// Sleeps until the next epoch is due, a command arrives, or `stop`. After a storage
+    /// failure a wipe-now does not cut the retry pause short.
+    fn wait(&mut self, stop: &AtomicBool, commands: &mpsc::Receiver<EpochCommand>, hold: bool) {
+        while !stop.load(Ordering::SeqCst) && now_ms() < self.next_at_ms {
+            self.heartbeat_ms.store(now_ms(), Ordering::SeqCst);
+            match commands.recv_timeout(Duration::from_millis(200)) {
+                Ok(EpochCommand::WipeNow) if !hold => {
+                    log::info!("wipe-now requested: starting an epoch");
+                    self.trigger_now = Some(EpochTrigger::WipeNow);
+                    return;
+                }
+                Ok(EpochCommand::WipeNow) => {
+                    log::warn!(
+                        "wipe-now requested while the evidence log cannot be written: retrying at the scheduled time"
+                    );
+                }
+                Ok(EpochCommand::Reload(cfg)) => self.reload(*cfg),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn reload(&mut self, cfg: Config) {
+        let Some(e) = cfg.epoch.clone() else {
+            log::warn!(
+                "reload: the new configuration has no [epoch]; the epoch loop keeps its old settings (stopping it needs a restart)"
+            );
+            return;
+        };
+        if e.signing_key != self.ecfg.signing_key {
+            log::warn!(
+                "reload: epoch.signing_key changed; it takes effect at the next restart (the chain's key does not change mid-run)"
+            );
+        }
+        let old_interval = self.ecfg.wipe_interval;
+        let key = self.ecfg.signing_key.clone();
+        self.ecfg = EpochConfig {
+            signing_key: key,
+            ..e
+        };
+        self.cfg = cfg;
+        if self.ecfg.wipe_interval != old_interval {
+            let base = self
+                .next_at_ms
+                .saturating_sub(old_interval.as_millis() as u64);
+            self.next_at_ms = base + self.ecfg.wipe_interval.as_millis() as u64;
+            log::info!(
+                "reload: wipe_interval {} -> {}; next epoch at {} ms",
+                crate::units::fmt_duration(old_interval),
+                crate::units::fmt_duration(self.ecfg.wipe_interval),
+                self.next_at_ms
+            );
+        }
+        if let Ok(mut st) = self.status.lock() {
+            st.wipe_interval_ms = self.ecfg.wipe_interval.as_millis() as u64;
+            st.verifier_url = self.ecfg.verifier.url.clone();
+        }
+    }
+
+    /// Reopens the log after a failed write: the torn tail is terminated and disclosed.
+    fn log(&mut self) -> Result<&mut EvidenceLog, Abort> {
+        if self.log.is_none() {
+            let l = EvidenceLog::open(&self.log_path, &self.key.verifying_key())
+                .map_err(|e| Abort::Storage(e.to_string()))?;
+            self.durable_len.store(l.durable_len(), Ordering::SeqCst);
+            self.log = Some(l);
+        }
+        self.log
+            .as_mut()
+            .ok_or_else(|| Abort::Storage("evidence log not open".into()))
+    }
+
+    /// One whole epoch.
+    fn epoch(&mut self, trigger: EpochTrigger, stop: &AtomicBool) -> Result<(), Abort> {
+        let seq = self.log()?.next_link().0;
+        let started = now_ms();
+        let mut entry = JournalEntry {
+            seq,
+            state: String::new(),
+            trigger,
+            started_unix_ms: started,
+            carried: self.carried.clone(),
+        };
+        let mut phases = Phases::new();
+        log::info!("epoch {seq}: start ({trigger:?})");
+
+        self.enter(&mut entry, EpochState::Challenging { seq })?;
+        let ch = challenge::request(
+            &self.ecfg.verifier.url,
+            &self.cfg.rack_id,
+            &self.cfg.host_id,
+            self.ecfg.challenge_timeout,
+        )
+        .map_err(|e| Abort::Storage(format!("no nonce at all: {e}")))?;
+        let unchallenged = match &ch {
+            EpochChallenge::Unchallenged { reason, .. } => {
+                log::warn!(
+                    "epoch {seq}: UNCHALLENGED (local nonce; the statement says so): {reason}"
+                );
+                Some(reason.clone())
+            }
+            EpochChallenge::Verifier { .. } => None,
+        };
+        phases.done("challenge");
+        self.enter(
+            &mut entry,
+            EpochState::Challenged {
+                seq,
+                nonce: match &ch {
+                    EpochChallenge::Verifier { nonce } => Some(nonce.to_hex()),
+                    EpochChallenge::Unchallenged { .. } => None,
+                },
+            },
+        )?;
+
+        self.enter(&mut entry, EpochState::Draining { seq })?;
+        let drain_start = Instant::now();
+        let drained = workloads::drain(&self.ecfg.workloads);
+        phases.done("drain");
+        if stop.load(Ordering::SeqCst) {
+            return Err(Abort::Stopping);
+        }
+
+        let (wipe_report, wipe_ok, images, images_ok, workload_outcome) = match drained {
+            Err(reason) => {
+                log::error!("epoch {seq}: drain failed: {reason}; no wipe this epoch");
+                // Bring back what may have stopped: the host was not wiped, so nothing
+                // is gained by keeping inference down.
+                if let Err(e) = workloads::restart(&self.ecfg.workloads) {
+                    log::error!("epoch {seq}: restart after a failed drain failed too: {e}");
+                }
+                (
+                    None,
+                    false,
+                    None,
+                    None,
+                    WorkloadOutcome::DrainFailed { reason },
+                )
+            }
+            Ok(()) => {
+                self.enter(&mut entry, EpochState::Wiping { seq })?;
+                let report = self.wipe(ch.wipe_nonce(), stop);
+                phases.done("wipe");
+                if stop.load(Ordering::SeqCst) {
+                    return Err(Abort::Stopping);
+                }
+                let wipe_problem = wipe_problem(&report);
+
+                let (images, images_problem) = match self.ecfg.images.clone() {
+                    None => (None, None),
+                    Some(plan) => {
+                        self.enter(&mut entry, EpochState::Staging { seq })?;
+                        let r = stage(&plan);
+                        phases.done("stage");
+                        let problem = r.1.clone();
+                        (Some(r.0), problem)
+                    }
+                };
+                if stop.load(Ordering::SeqCst) {
+                    return Err(Abort::Stopping);
+                }
+
+                let outcome = match (&self.ecfg.workloads, &wipe_problem, &images_problem) {
+                    (crate::config::epoch::Workloads::NoneConfigured, _, _) => {
+                        WorkloadOutcome::NoneConfigured
+                    }
+                    (_, None, None) => {
+                        self.enter(&mut entry, EpochState::Restarting { seq })?;
+                        let r = workloads::restart(&self.ecfg.workloads);
+                        phases.done("restart");
+                        match r {
+                            Ok(()) => WorkloadOutcome::Restarted,
+                            Err(e) => {
+                                log::error!("epoch {seq}: restart failed: {e}");
+                                WorkloadOutcome::LeftStopped {
+                                    reason: format!("restart failed: {e}"),
+                                }
+                            }
+                        }
+                    }
+                    (_, w, i) => {
+                        let reason = [w.as_deref(), i.as_deref()]
+                            .into_iter()
+                            .flatten()
+                            .collect::<Vec<_>>()
+                            .join("; ");
+                        log::error!("epoch {seq}: workloads LEFT STOPPED: {reason}");
+                        WorkloadOutcome::LeftStopped { reason }
+                    }
+                };
+                (
+                    Some(report),
+                    wipe_problem.is_none(),
+                    images,
+                    self.ecfg.images.as_ref().map(|_| images_problem.is_none()),
+                    outcome,
+                )
+            }
+        };
+        let downtime_ms = match workload_outcome {
+            WorkloadOutcome::NoneConfigured => 0,
+            _ => drain_start.elapsed().as_millis() as u64,
+        };
+
+        self.enter(&mut entry, EpochState::Signing { seq })?;
+        let run = EpochRun {
+            trigger,
+            wipe_interval_ms: self.ecfg.wipe_interval.as_millis() as u64,
+            phases: phases.list.clone(),
+            workloads: workload_outcome.clone(),
+            downtime_ms,
+        };
+        let ev = EpochEvidence {
+            challenge: ch.statement_challenge(),
+            wipe: wipe_report,
+            images,
+            incidents: self.carried.clone(),
+            epoch: Some(run),
+        };
+        let (cfg, key, producer) = (self.cfg.clone(), self.key.clone(), self.producer.clone());
+        let log = self.log()?;
+        let signed = statement::sign_and_append(&cfg, log, &key, &producer, ev);
+        let st = match signed {
+            Ok(st) => st,
+            Err(e) => {
+                // The file may now end in a torn line: reopen before the next append so
+                // it is terminated and disclosed, never merged with the next statement.
+                self.log = None;
+                return Err(Abort::Storage(e.to_string()));
+            }
+        };
+        let durable = self.log()?.durable_len();
+        self.durable_len.store(durable, Ordering::SeqCst);
+        let _ = self.kick.send(());
+        self.carried.clear();
+        self.current = None;
+        phases.done("sign");
+        // The statement is durable: the journal's job for this epoch is done. A failure
+        // here is harmless (the next start sees the log already holds this seq).
+        if let Err(e) = self.journal.clear() {
+            log::warn!("epoch {seq}: {e}");
+        }
+        log::info!(
+            "epoch {seq}: signed and logged ({} image(s), wipe {}, workloads {:?}, downtime {} ms); phases {}",
+            st.subject.len(),
+            if wipe_ok { "ok" } else { "NOT ok" },
+            workload_outcome,
+            downtime_ms,
+            phases
+                .list
+                .iter()
+                .map(|p| format!("{} {} ms", p.phase, p.ms))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if let Ok(mut s) = self.status.lock() {
+            s.last_epoch = Some(LastEpoch {
+                seq,
+                ended_at_ms: now_ms(),
+                trigger,
+                unchallenged,
+                wipe_ok,
+                images_ok,
+                workloads: workload_outcome,
+                downtime_ms,
+                phases: phases.list,
+            });
+        }
+        Ok(())
+    }
+
+    fn wipe(
+        &self,
+        nonce: rackwarden_attest::nonce::Nonce,
+        stop: &AtomicBool,
+    ) -> rackwarden_attest::evidence::WipeReport {
+        let plan = &self.ecfg.wipe;
+        self.wipe_progress.store(0, Ordering::SeqCst);
+        let req = wipe::WipeRequest {
+            nonce: *nonce.as_bytes(),
+            backends: plan.backends.clone(),
+            max_bytes: plan.max_bytes,
+            reserve_bytes: plan.reserve_bytes,
+            scratch_paths: plan.scratch.clone(),
+            threads: rackwarden_attest::merkle::default_threads(),
+            progress: Some(self.wipe_progress.clone()),
+            corrupt_byte_for_test: None,
+        };
+        wipe::run(&req, stop)
+    }
+}
+
+/// Why a wipe does not allow restarting the workloads, if it does not.
+fn wipe_problem(r: &rackwarden_attest::evidence::WipeReport) -> Option<String> {
+    if r.interrupted {
+        return Some("the wipe was interrupted".into());
+    }
+    let bad: Vec<String> = r
+        .devices
+        .iter()
+        .filter(|d| d.status == "failed" || d.mismatches > 0 || d.status == "interrupted")
+        .map(|d| {
+            format!(
+                "{}: {} ({} mismatching blocks){}",
+                d.device,
+                d.status,
+                d.mismatches,
+                d.detail
+                    .as_ref()
+                    .map(|x| format!(": {x}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    (!bad.is_empty()).then(|| format!("wipe not verified: {}", bad.join("; ")))
+}
+
+/// Stages the image set; on a refusal, the report says which image and why.
+fn stage(plan: &crate::config::epoch::ImagePlan) -> ((Vec<Subject>, ImageReport), Option<String>) {
+    let refused = |e: &dyn std::fmt::Display,
+                   manifest: Option<[u8; 32]>,
+                   err: Option<&crate::images::ImageError>| {
+        let report = match err {
+            Some(err) => crate::images::refusal_report(manifest, err),
+            None => ImageReport {
+                manifest_sha3_256: String::new(),
+                images: vec![rackwarden_attest::evidence::ImageResult {
+                    name: "(set)".into(),
+                    size: 0,
+                    merkle_sha3_256: String::new(),
+                    ok: false,
+                    finding: Some(e.to_string()),
+                }],
+            },
+        };
+        ((vec![], report), Some(format!("images refused: {e}")))
+    };
+    let vk = match rackwarden_attest::keys::load_verifying_key(&plan.manifest_key) {
+        Ok(k) => k,
+        Err(e) => {
+            return refused(
+                &format!("images.manifest_key {}: {e}", plan.manifest_key.display()),
+                None,
+                None,
+            );
+        }
+    };
+    match crate::images::stage(
+        &plan.manifest,
+        &vk,
+        &plan.source,
+        &plan.staging,
+        rackwarden_attest::merkle::default_threads(),
+    ) {
+        Ok(set) => {
+            if let Err(e) = crate::images::prune_sets(&plan.staging, &set.dir) {
+                log::warn!("images: cannot remove older staged sets: {e}");
+            }
+            ((set.subjects(), set.report()), None)
+        }
+        Err(e) => {
+            log::error!("images: REFUSED: {e}");
+            let manifest = crate::images::read_manifest(&plan.manifest, &vk)
+                .ok()
+                .map(|m| m.pae_sha3);
+            refused(&e, manifest, Some(&e))
+        }
+    }
+}

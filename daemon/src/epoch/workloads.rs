@@ -1,0 +1,99 @@
+//! Draining and restarting the inference workloads around a wipe: systemd units (stopped and
+//! started with `systemctl`, which waits for the job to finish) or operator commands.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::config::epoch::Workloads;
+
+/// Stops the workloads and waits until they are down. `Err` says what failed.
+pub fn drain(w: &Workloads) -> Result<(), String> {
+    match w {
+        Workloads::NoneConfigured => Ok(()),
+        Workloads::Units {
+            units,
+            stop_timeout,
+        } => {
+            run(
+                Command::new("systemctl").arg("stop").args(units),
+                *stop_timeout,
+            )?;
+            // `systemctl stop` returns once the stop job is done; check that each unit is
+            // really down rather than trust the exit code alone.
+            for u in units {
+                let out = Command::new("systemctl")
+                    .args(["is-active", u])
+                    .stderr(Stdio::null())
+                    .output()
+                    .map_err(|e| format!("systemctl is-active {u}: {e}"))?;
+                let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                if state == "active" || state == "deactivating" || state == "reloading" {
+                    return Err(format!("unit {u} is still {state} after `systemctl stop`"));
+                }
+            }
+            Ok(())
+        }
+        Workloads::Commands {
+            stop, stop_timeout, ..
+        } => run(Command::new(&stop[0]).args(&stop[1..]), *stop_timeout),
+    }
+}
+
+/// Starts the workloads again.
+pub fn restart(w: &Workloads) -> Result<(), String> {
+    match w {
+        Workloads::NoneConfigured => Ok(()),
+        Workloads::Units {
+            units,
+            stop_timeout,
+        } => run(
+            Command::new("systemctl").arg("start").args(units),
+            *stop_timeout,
+        ),
+        Workloads::Commands {
+            start,
+            stop_timeout,
+            ..
+        } => run(Command::new(&start[0]).args(&start[1..]), *stop_timeout),
+    }
+}
+
+/// Runs `cmd` to completion within `timeout`; a non-zero exit, or running past the timeout
+/// (the command is then killed), is an error naming the command and what it printed.
+fn run(cmd: &mut Command, timeout: Duration) -> Result<(), String> {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
+    let t0 = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                if status.success() {
+                    return Ok(());
+                }
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    use std::io::Read as _;
+                    let _ = e.by_ref().take(4096).read_to_string(&mut err);
+                }
+                return Err(format!("{what} failed ({status}): {}", err.trim()));
+            }
+            Ok(None) if t0.elapsed() > timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{what} did not finish within {}",
+                    crate::units::fmt_duration(timeout)
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("{what}: {e}")),
+        }
+    }
+}
