@@ -1,0 +1,234 @@
+//! The command line: every flag with its description. Quantities parse through the shared
+//! unit types (`ByteSize`, `Rate`, `Interval`, `Nonce`), the same ones the config uses.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use rackwarden::units::{ByteSize, Interval, Rate};
+use rackwarden_attest::nonce::Nonce;
+
+pub const EXIT_CODES: &str = "Exit status: 0 success; 1 a failure the output names (a statement that does not verify, a wipe mismatch or failure, a refused request); 2 a usage error (bad flag or value); 3 a wipe interrupted by SIGTERM/SIGINT.";
+
+#[derive(Parser)]
+#[command(version, about = "Operate and inspect rackwarden", after_help = EXIT_CODES)]
+pub struct Cli {
+    /// Configuration file (names the control socket, pins and state directory).
+    #[arg(long, global = true, default_value = rackwarden::config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// Control socket; overrides the one named in the config.
+    #[arg(long, global = true)]
+    pub socket: Option<PathBuf>,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Caps, counters, recent rates, attachments, enforcement gaps, the epoch loop and
+    /// delivery. With the daemon down, what the pinned limiter shows.
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change the running caps.
+    Cap {
+        #[command(subcommand)]
+        cmd: CapCmd,
+    },
+    /// Start an epoch now: challenge, drain, wipe, stage, sign, deliver.
+    WipeNow,
+    /// Write a new ed25519 key pair: DIR/NAME.key (PKCS#8 PEM, 0600) and DIR/NAME.pub.
+    Keygen {
+        /// Directory to write the pair into.
+        #[arg(long)]
+        out: PathBuf,
+        /// File name stem of the pair.
+        #[arg(long, default_value = "host")]
+        name: String,
+    },
+    /// Append one signed statement describing the current enforcement state to a log (no
+    /// wipe, no images: the epoch loop of rackwardend makes the full statements).
+    Attest {
+        /// The host's private key (PKCS#8 PEM).
+        #[arg(long)]
+        key: PathBuf,
+        /// The evidence log to append to.
+        #[arg(long)]
+        log: PathBuf,
+        /// The verifier's 32-byte challenge (64 hex digits); without it the statement says
+        /// "unchallenged".
+        #[arg(long)]
+        nonce: Option<Nonce>,
+    },
+    /// Check every statement of a log: signature, chain, time. Exits 1 on any failure.
+    Verify {
+        /// The host's public key (SPKI PEM).
+        #[arg(long)]
+        key: PathBuf,
+        /// The evidence log.
+        log: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fill and verify memory with a stream keyed by a challenge nonce; report residue.
+    Wipe {
+        /// host, gpu, scratch or all.
+        #[arg(long, default_value = "all")]
+        backend: String,
+        /// Most bytes to take per device, e.g. "256 MiB" or 268435456 (default: all that is safe).
+        #[arg(long)]
+        max_bytes: Option<ByteSize>,
+        /// The 32-byte challenge, 64 hex digits (default: a fresh random one, printed).
+        #[arg(long)]
+        nonce: Option<Nonce>,
+        /// Host memory to leave untouched.
+        #[arg(long, default_value = "1 GiB")]
+        reserve: ByteSize,
+        /// Scratch directories to empty (required with --backend scratch).
+        #[arg(long)]
+        scratch: Vec<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The arithmetic behind the caps: transfer times, slowdown, state bound per wipe epoch.
+    Budget(BudgetArgs),
+    /// Image digests and verified staging.
+    Image {
+        #[command(subcommand)]
+        cmd: ImageCmd,
+    },
+    /// Signed image manifests (the verifier side makes them).
+    Manifest {
+        #[command(subcommand)]
+        cmd: ManifestCmd,
+    },
+    /// Check a configuration file as the daemon would (interfaces, keys, manifest) and print
+    /// what it means.
+    CheckConfig {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct BudgetArgs {
+    /// Model parameters, e.g. 1e12.
+    #[arg(long)]
+    pub params: f64,
+    /// Gradient dtype as sent: fp32, bf16, fp16, fp8, int8, fp4, int4.
+    #[arg(long, default_value = "fp8")]
+    pub dtype: String,
+    /// Low-communication sync compression relative to an fp32 gradient.
+    #[arg(long, default_value_t = 146.0)]
+    pub compression: f64,
+    /// Inner optimizer steps between syncs.
+    #[arg(long, default_value_t = 30.0)]
+    pub inner_steps: f64,
+    /// Time of one training step.
+    #[arg(long, default_value = "10 s")]
+    pub step_time: Interval,
+    /// The rack's frontend cap.
+    #[arg(long, default_value = "10 MB/s")]
+    pub cap: Rate,
+    /// Time between wipes.
+    #[arg(long, default_value = "15 min")]
+    pub wipe_interval: Interval,
+    /// Trainable-state bytes per parameter: weights (bf16: 2) ...
+    #[arg(long, default_value_t = 2.0)]
+    pub weight_bytes_per_param: f64,
+    /// ... plus optimizer state (Adam in fp32: 8).
+    #[arg(long, default_value_t = 8.0)]
+    pub optimizer_bytes_per_param: f64,
+    /// Bytes one generated token costs on the wire.
+    #[arg(long, default_value_t = 4.0)]
+    pub bytes_per_token: f64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum CapCmd {
+    /// Set the rack cap (this host enforces cap x host_share), e.g. --egress "5 MB/s".
+    Set {
+        /// New rack egress cap.
+        #[arg(long)]
+        egress: Option<String>,
+        /// New rack ingress cap.
+        #[arg(long)]
+        ingress: Option<String>,
+        /// Also rewrite the config file so the cap survives a restart.
+        #[arg(long)]
+        persist: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ImageCmd {
+    /// Print the merkle_sha3_256 of each file.
+    Digest {
+        /// Files to digest.
+        files: Vec<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Worker threads (default: all cores). The digest does not depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// Verify MANIFEST, then copy, hash and seal the whole set from SOURCE under STAGING.
+    Stage {
+        /// The signed manifest.
+        #[arg(long)]
+        manifest: PathBuf,
+        /// The verifier's public key (the manifest's signer).
+        #[arg(long)]
+        key: PathBuf,
+        /// Directory holding the images.
+        #[arg(long)]
+        source: PathBuf,
+        /// Staging directory (sets/, current).
+        #[arg(long)]
+        staging: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ManifestCmd {
+    /// Digest every file under DIR... and write a manifest signed with the verifier's KEY.
+    Create {
+        /// The verifier's private key.
+        #[arg(long)]
+        key: PathBuf,
+        /// Where to write the manifest.
+        #[arg(long)]
+        out: PathBuf,
+        /// Also write leaf-hash sidecars so a mismatch names its first bad chunk.
+        #[arg(long)]
+        sidecars: bool,
+        /// Directories of images.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
+    /// Check a manifest's signature and contents.
+    Verify {
+        /// The verifier's public key.
+        #[arg(long)]
+        key: PathBuf,
+        /// The signed manifest.
+        manifest: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
