@@ -6,6 +6,7 @@
 //! Addresses are TEST-NET-1 (192.0.2.0/24) and exist only inside the fixture's namespaces.
 
 pub mod demo;
+pub mod epoch;
 pub mod gpu;
 pub mod redteam;
 pub mod wipe;
@@ -278,6 +279,11 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, socket: &Path) -> Daemon {
+        Daemon::start_with_env(config, socket, &[])
+    }
+
+    /// Starts the daemon with extra environment (e.g. the epoch loop's test hook).
+    pub fn start_with_env(config: &Path, socket: &Path, env: &[(&str, &str)]) -> Daemon {
         let log = config.with_extension(format!("log.{}", SEQ.fetch_add(1, Ordering::SeqCst)));
         let f = std::fs::File::create(&log).unwrap();
         let _ = std::fs::remove_file(socket);
@@ -285,6 +291,7 @@ impl Daemon {
             .arg("--config")
             .arg(config)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(f)
             .spawn()

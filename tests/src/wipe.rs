@@ -26,7 +26,7 @@ pub fn request(backends: Vec<Backend>, max: Option<u64>) -> WipeRequest {
 }
 
 /// Runs `rackwarden wipe <args> --json` with `env`, sends it SIGTERM after `after`, checks
-/// that it exits 2 (interrupted) and returns its JSON report.
+/// that it exits 3 (interrupted) and returns its JSON report.
 pub fn sigterm_cli_wipe(args: &[&str], env: &[(&str, &str)], after: Duration) -> serde_json::Value {
     let child = Command::new(bin("rackwarden"))
         .arg("wipe")
@@ -40,7 +40,7 @@ pub fn sigterm_cli_wipe(args: &[&str], env: &[(&str, &str)], after: Duration) ->
     // SAFETY: signalling the child we started, by PID.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "interrupted wipes exit 2");
+    assert_eq!(out.status.code(), Some(3), "interrupted wipes exit 3");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["interrupted"], true);
     v

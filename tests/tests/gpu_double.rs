@@ -161,7 +161,7 @@ fn gpu_wipe_through_the_cuda_test_double() {
     assert_eq!(outstanding(lib), (0, 0, 0));
     set("RW_CUDA_DOUBLE_LAUNCH_DELAY_MS", "0");
 
-    // 7. The CLI: JSON report and exit 0; SIGTERM mid-wipe exits 2, interrupted.
+    // 7. The CLI: JSON report and exit 0; SIGTERM mid-wipe exits 3, interrupted.
     let out = Command::new(bin("rackwarden"))
         .args([
             "wipe",

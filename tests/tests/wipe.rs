@@ -135,6 +135,47 @@ fn cli_reports_json_and_sigterm_interrupts() {
         .output()
         .unwrap();
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--nonce"));
+    // A usage error is 2, and only that (an interrupted wipe is 3).
+    assert_eq!(bad.status.code(), Some(2));
+
+    // A bare number of bytes is a size.
+    let bare = Command::new(bin("rackwarden"))
+        .args([
+            "wipe",
+            "--backend",
+            "host",
+            "--max-bytes",
+            "16777216",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        bare.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&bare.stdout).unwrap();
+    assert_eq!(v["devices"][0]["bytes_verified"], 16 * MIB);
+
+    // Asking for a backend that wipes nothing is a failure, not a silent success.
+    let gpu = Command::new(bin("rackwarden"))
+        .args(["wipe", "--backend", "gpu", "--json"])
+        .env("RACKWARDEN_LIBCUDA", "/nonexistent/libcuda.so.1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        gpu.status.code(),
+        Some(1),
+        "gpu without a driver must not exit 0"
+    );
+    assert!(String::from_utf8_lossy(&gpu.stderr).contains("nothing was wiped"));
+    let scratch = Command::new(bin("rackwarden"))
+        .args(["wipe", "--backend", "scratch"])
+        .output()
+        .unwrap();
+    assert_eq!(scratch.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&scratch.stderr).contains("--scratch"));
 
     sigterm_cli_wipe(
         &["--backend", "host", "--max-bytes", "8 GiB"],

@@ -1,0 +1,436 @@
+//! Fixtures for the epoch-loop tests and the demo: a real `rackwarden-verifier` serving on
+//! the rack namespace's loopback, the host's and the verifier's keys, a small signed image
+//! set, workload hooks that record when inference was stopped and started, and a daemon
+//! config with the `[epoch]` sections. Everything lives under the fixture's own directory
+//! and namespaces, and goes with them on drop.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::{Net, bin, in_netns, status_json};
+
+/// Address of the verifier inside the rack namespace (its loopback; nothing leaves it).
+pub const VERIFIER_ADDR: &str = "127.0.0.1";
+
+/// A verifier process in the rack namespace. Killed by PID on drop.
+pub struct Verifier {
+    pub ns: String,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+/// A free TCP port in namespace `ns`.
+pub fn free_port(ns: &str) -> u16 {
+    in_netns(ns, || {
+        std::net::TcpListener::bind((VERIFIER_ADDR, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    })
+}
+
+impl Verifier {
+    /// Writes the verifier config (policy with the manifest) without starting it.
+    /// `max_residue_host`: the tests wipe a bounded slice of RAM, so the rest is residue;
+    /// the policy says how much it accepts.
+    pub fn configure(
+        net: &Net,
+        manifest: &Path,
+        manifest_pub: &Path,
+        max_residue_host: &str,
+    ) -> Verifier {
+        let dir = net.dir.join("verifier");
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = free_port(&net.rack_ns);
+        let config = dir.join("verifier.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"listen = "{VERIFIER_ADDR}:{port}"
+database = "{db}"
+max_body = "4 MiB"
+request_timeout = "5 s"
+
+[policy]
+id = "epoch-test"
+nonce_ttl = "10 min"
+max_wipe_interval = "10 min"
+max_residue_host = "{max_residue_host}"
+max_residue_gpu = "1 GiB"
+trainable_state = "10 TB"
+max_epoch_fraction = 0.01
+manifest = "{manifest}"
+manifest_key = "{manifest_pub}"
+
+[racks.rack-test]
+egress = "1 MB/s"
+ingress = "1 MB/s"
+"#,
+                db = dir.join("verifier.sqlite").display(),
+                manifest = manifest.display(),
+                manifest_pub = manifest_pub.display(),
+            ),
+        )
+        .unwrap();
+        Verifier {
+            ns: net.rack_ns.clone(),
+            port,
+            dir: dir.clone(),
+            config,
+            child: None,
+            log: dir.join("verifier.log"),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{VERIFIER_ADDR}:{}", self.port)
+    }
+
+    pub fn enroll(&self, rack: &str, host: &str, key: &Path) {
+        let out = Command::new(bin("rackwarden-verifier"))
+            .arg("--config")
+            .arg(&self.config)
+            .args(["enroll", "--rack", rack, "--host", host, "--key"])
+            .arg(key)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "enroll: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Starts `serve` inside the rack namespace and waits until it answers.
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "verifier already running");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        // `ip netns exec` execs the verifier: the child's PID is the verifier's.
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(bin("rackwarden-verifier"))
+            .arg("--config")
+            .arg(&self.config)
+            .arg("serve")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .expect("spawn rackwarden-verifier");
+        self.child = Some(child);
+        let t0 = Instant::now();
+        while self.get("/v1/racks").is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "verifier did not start: {}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL, by PID.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// `GET path` on the verifier, from inside its namespace; `None` if it does not answer.
+    pub fn get(&self, path: &str) -> Option<serde_json::Value> {
+        let (port, path) = (self.port, path.to_string());
+        in_netns(&self.ns, move || http_get(port, &path))
+    }
+
+    /// The host's stored statements, oldest first (the API lists newest first).
+    pub fn history(&self, rack: &str, host: &str) -> Vec<serde_json::Value> {
+        let mut v = self
+            .get(&format!("/v1/hosts/{rack}/{host}/statements?limit=10000"))
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default();
+        v.sort_by_key(|s| s["seq"].as_u64().unwrap_or(u64::MAX));
+        v
+    }
+}
+
+impl Drop for Verifier {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A minimal HTTP/1.1 GET with `Connection: close`; the body parsed as JSON.
+fn http_get(port: u16, path: &str) -> Option<serde_json::Value> {
+    let mut s = TcpStream::connect_timeout(
+        &format!("{VERIFIER_ADDR}:{port}").parse().ok()?,
+        Duration::from_secs(2),
+    )
+    .ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {VERIFIER_ADDR}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    serde_json::from_str(body).ok()
+}
+
+/// Keys, a signed image set and workload hooks for one rack host.
+pub struct EpochFixture {
+    pub host_key: PathBuf,
+    pub host_pub: PathBuf,
+    pub verifier_pub: PathBuf,
+    pub manifest: PathBuf,
+    pub images: PathBuf,
+    pub staging: PathBuf,
+    /// Lines `stop <ms>` / `start <ms>` written by the workload hooks.
+    pub workload_log: PathBuf,
+    stop_hook: PathBuf,
+    start_hook: PathBuf,
+}
+
+fn cli(args: &[&str]) -> String {
+    let out = Command::new(bin("rackwarden")).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "rackwarden {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl EpochFixture {
+    /// `image_bytes`: total size of the image set (two files).
+    pub fn new(dir: &Path, image_bytes: usize) -> EpochFixture {
+        let keys = dir.join("keys");
+        std::fs::create_dir_all(&keys).unwrap();
+        let k = keys.to_str().unwrap();
+        cli(&["keygen", "--out", k, "--name", "host"]);
+        cli(&["keygen", "--out", k, "--name", "verifier"]);
+        let images = dir.join("models");
+        std::fs::create_dir_all(images.join("tok")).unwrap();
+        // Deterministic, incompressible-looking content.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut bytes = vec![0u8; image_bytes];
+        for b in bytes.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        let split = image_bytes * 3 / 4;
+        std::fs::write(images.join("weights.bin"), &bytes[..split]).unwrap();
+        std::fs::write(images.join("tok/tokenizer.json"), &bytes[split..]).unwrap();
+        let manifest = dir.join("manifest.dsse.json");
+        cli(&[
+            "manifest",
+            "create",
+            "--key",
+            keys.join("verifier.key").to_str().unwrap(),
+            "--out",
+            manifest.to_str().unwrap(),
+            images.to_str().unwrap(),
+        ]);
+        let workload_log = dir.join("workloads.log");
+        let hook = |name: &str, word: &str| {
+            let p = dir.join(name);
+            std::fs::write(
+                &p,
+                format!(
+                    "#!/bin/sh\necho \"{word} $(date +%s%3N)\" >> {}\n",
+                    workload_log.display()
+                ),
+            )
+            .unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p
+        };
+        EpochFixture {
+            host_key: keys.join("host.key"),
+            host_pub: keys.join("host.pub"),
+            verifier_pub: keys.join("verifier.pub"),
+            manifest,
+            images,
+            staging: dir.join("staging"),
+            stop_hook: hook("stop-inference.sh", "stop"),
+            start_hook: hook("start-inference.sh", "start"),
+            workload_log,
+        }
+    }
+
+    /// The `[epoch]` ... `[workloads]` sections for a daemon config.
+    pub fn sections(&self, verifier_url: &str, wipe_interval: &str, wipe_max: &str) -> String {
+        format!(
+            r#"
+[epoch]
+wipe_interval = "{wipe_interval}"
+challenge_timeout = "2 s"
+signing_key = "{key}"
+
+[verifier]
+url = "{verifier_url}"
+request_timeout = "3 s"
+retry_max = "1 s"
+
+[wipe]
+backends = ["host"]
+max_bytes = "{wipe_max}"
+reserve = "1 GiB"
+
+[images]
+manifest = "{manifest}"
+manifest_key = "{vpub}"
+source = "{source}"
+staging = "{staging}"
+
+[workloads]
+stop_command = ["{stop}"]
+start_command = ["{start}"]
+stop_timeout = "10 s"
+"#,
+            key = self.host_key.display(),
+            manifest = self.manifest.display(),
+            vpub = self.verifier_pub.display(),
+            source = self.images.display(),
+            staging = self.staging.display(),
+            stop = self.stop_hook.display(),
+            start = self.start_hook.display(),
+        )
+    }
+
+    /// The hooks' record: ("stop" | "start", unix ms), in order.
+    pub fn workload_events(&self) -> Vec<(String, u64)> {
+        std::fs::read_to_string(&self.workload_log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (w, t) = l.split_once(' ')?;
+                Some((w.to_string(), t.trim().parse().ok()?))
+            })
+            .collect()
+    }
+}
+
+/// The rack id the fixture's daemon config uses, and its host id.
+pub fn ids(net: &Net) -> (String, String) {
+    ("rack-test".into(), format!("host-{}", net.rack_if))
+}
+
+/// Writes a daemon config with the epoch sections appended; returns its path.
+pub fn write_epoch_config(net: &Net, fx: &EpochFixture, sections: &str) -> PathBuf {
+    let path = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text += sections;
+    let _ = fx;
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Polls `rackwarden status --json` until `pred` holds on its `epoch` part, or panics after
+/// `timeout` with the last status.
+pub fn wait_epoch(
+    socket: &Path,
+    timeout: Duration,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let t0 = Instant::now();
+    let mut last = serde_json::Value::Null;
+    while t0.elapsed() < timeout {
+        if socket.exists() {
+            let out = Command::new(bin("rackwarden"))
+                .args(["status", "--json", "--socket"])
+                .arg(socket)
+                .output()
+                .unwrap();
+            if out.status.success()
+                && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            {
+                if pred(&v["epoch"]) {
+                    return v;
+                }
+                last = v;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    panic!(
+        "timed out after {timeout:?} waiting for {what}; last status epoch part: {}",
+        serde_json::to_string_pretty(&last["epoch"]).unwrap_or_default()
+    );
+}
+
+/// Waits until the verifier holds statements `0..n` of the host.
+pub fn wait_delivered(
+    v: &Verifier,
+    rack: &str,
+    host: &str,
+    n: usize,
+    timeout: Duration,
+) -> Vec<serde_json::Value> {
+    let t0 = Instant::now();
+    loop {
+        let h = v.history(rack, host);
+        if h.len() >= n {
+            return h;
+        }
+        assert!(
+            t0.elapsed() < timeout,
+            "verifier holds {} of {n} statements after {timeout:?}",
+            h.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The statement (predicate JSON) inside a stored history row's verbatim envelope.
+pub fn predicate_of(row: &serde_json::Value) -> serde_json::Value {
+    use base64::Engine as _;
+    let env: serde_json::Value = serde_json::from_str(row["envelope"].as_str().unwrap()).unwrap();
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(env["payload"].as_str().unwrap())
+        .unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    st["predicate"].clone()
+}
+
+/// `rackwarden wipe-now` against a socket.
+pub fn wipe_now(socket: &Path) {
+    let out = Command::new(bin("rackwarden"))
+        .args(["wipe-now", "--socket"])
+        .arg(socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "wipe-now: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The daemon's status, for tests that only need it once.
+pub fn status(socket: &Path) -> serde_json::Value {
+    status_json(socket)
+}

@@ -1,0 +1,560 @@
+//! The epoch loop end to end: a real `rackwardend` (real eBPF policer in network namespaces)
+//! runs challenge, drain, wipe, stage, sign and deliver by itself against a real
+//! `rackwarden-verifier` (HTTP, SQLite) on the rack namespace's loopback; then crashes,
+//! outages, a bad image, a full disk and a bad reload, each checked at the verifier.
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use rackwarden_tests::{
+    Daemon, Net, bin,
+    epoch::{EpochFixture, Verifier, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config},
+};
+
+const MIB: u64 = 1 << 20;
+
+struct Rack {
+    net: Net,
+    fx: EpochFixture,
+    verifier: Verifier,
+    rack: String,
+    host: String,
+}
+
+/// A rack host with its fixture and an enrolled (not yet started) verifier.
+fn rack(tag: &str, image_bytes: usize) -> Rack {
+    let net = Net::new(tag);
+    let fx = EpochFixture::new(&net.dir, image_bytes);
+    // 24 GiB of RAM, 32 MiB wiped: the policy of these tests accepts the bounded wipe.
+    let verifier = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
+    let (rack, host) = ids(&net);
+    verifier.enroll(&rack, &host, &fx.host_pub);
+    Rack {
+        net,
+        fx,
+        verifier,
+        rack,
+        host,
+    }
+}
+
+fn codes(row: &serde_json::Value) -> Vec<String> {
+    row["result"]["findings"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .filter_map(|x| x["code"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn incident_kinds(p: &serde_json::Value) -> Vec<(String, String)> {
+    p["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["kind"].as_str().unwrap_or("").to_string(),
+                i["state"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every statement the verifier holds, in seq order 0..n, chained, none rejected.
+fn assert_contiguous(h: &[serde_json::Value]) {
+    for (i, row) in h.iter().enumerate() {
+        assert_eq!(
+            row["seq"].as_u64(),
+            Some(i as u64),
+            "seq {i} missing or out of place"
+        );
+        assert!(
+            !codes(row)
+                .iter()
+                .any(|c| c == "fork" || c == "broken_prev" || c == "gap"),
+            "seq {i}: chain finding {:?}",
+            codes(row)
+        );
+    }
+}
+
+#[test]
+fn a_full_epoch_is_signed_delivered_and_affirming() {
+    let mut r = rack("full", 3 << 20);
+    r.verifier.start();
+    let sections = r.fx.sections(&r.verifier.url(), "1 h", "32 MiB");
+    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
+    let sock = r.net.socket_path();
+    let _d = Daemon::start(&cfg, &sock);
+
+    // The first epoch runs at start, by itself.
+    let st = wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 0
+    });
+    let e = &st["epoch"];
+    assert_eq!(
+        e["delivery"]["last_verdict"]["status"], "affirming",
+        "{e:#}"
+    );
+    assert_eq!(e["delivery"]["backlog"], 0);
+    assert_eq!(e["last_epoch"]["wipe_ok"], true);
+    assert_eq!(e["last_epoch"]["images_ok"], true);
+    assert_eq!(e["last_epoch"]["workloads"]["state"], "restarted");
+    assert_eq!(e["last_epoch"]["trigger"], "startup");
+    let last = e["last_epoch"]["phases"].as_array().unwrap();
+    assert_eq!(last.last().unwrap()["phase"], "sign");
+
+    // And once more on demand.
+    wipe_now(&sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 1 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 1
+    });
+    let h = r.verifier.history(&r.rack, &r.host);
+    assert_eq!(h.len(), 2);
+    assert_contiguous(&h);
+    for row in &h {
+        assert_eq!(row["status"], "affirming", "findings {:?}", codes(row));
+        let p = predicate_of(row);
+        // Bound to the verifier's nonce: the challenge and the wipe name the same one.
+        assert_eq!(p["challenge"]["kind"], "nonce");
+        assert_eq!(p["wipe"]["nonce"], p["challenge"]["nonce"]);
+        let dev = &p["wipe"]["devices"][0];
+        assert_eq!(dev["backend"], "host");
+        assert_eq!(dev["status"], "complete");
+        assert_eq!(dev["bytes_verified"], 32 * MIB);
+        assert_eq!(dev["mismatches"], 0);
+        assert_eq!(
+            dev["residue_bytes"].as_u64().unwrap(),
+            dev["bytes_total"].as_u64().unwrap() - 32 * MIB,
+            "residue is total - verified, never rounded"
+        );
+        // Every image of the manifest, verified, is a subject.
+        let imgs = p["images"]["images"].as_array().unwrap();
+        assert_eq!(imgs.len(), 2);
+        assert!(imgs.iter().all(|i| i["ok"] == true));
+        // The epoch's own account: phases, downtime, the daemon's digest.
+        let run = &p["epoch"];
+        let phases: Vec<&str> = run["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["phase"].as_str().unwrap())
+            .collect();
+        // `sign` cannot time itself inside the statement it signs: status shows it.
+        assert_eq!(phases, ["challenge", "drain", "wipe", "stage", "restart"]);
+        assert!(run["downtime_ms"].as_u64().unwrap() > 0);
+        assert_eq!(run["wipe_interval_ms"], 3_600_000);
+        assert_eq!(p["producer"]["name"], "rackwardend");
+        let exe = std::fs::read(bin("rackwardend")).unwrap();
+        assert_eq!(
+            p["producer"]["binary_sha3_256"],
+            hex::encode(rackwarden_attest::sha3(&exe)),
+            "the statement names the running daemon's digest"
+        );
+        assert_eq!(p["limiter"]["state"], "present");
+    }
+    // Workloads were stopped before each wipe and started after it.
+    let ev: Vec<String> = r.fx.workload_events().into_iter().map(|e| e.0).collect();
+    assert_eq!(ev, ["stop", "start", "stop", "start"]);
+    // The local log verifies offline with the host's public key.
+    let log = r.net.dir.join("state/evidence.jsonl");
+    let out = Command::new(bin("rackwarden"))
+        .args(["verify", "--key"])
+        .arg(&r.fx.host_pub)
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The staging directory keeps the current set only.
+    let sets = std::fs::read_dir(r.fx.staging.join("sets"))
+        .unwrap()
+        .count();
+    assert_eq!(sets, 1, "older staged sets are pruned");
+    // A second writer on the daemon's log is refused, not allowed to fork the chain.
+    let out = Command::new(bin("rackwarden"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["attest", "--key"])
+        .arg(&r.fx.host_key)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("in use by another process"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = Instant::now();
+}
+
+#[test]
+fn a_verifier_down_for_many_epochs_receives_every_statement_in_order() {
+    let mut r = rack("vdown", 1 << 20);
+    // Enrolled, but not running: every epoch runs unchallenged and waits in the log.
+    let sections = r.fx.sections(&r.verifier.url(), "1 s", "8 MiB");
+    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
+    let sock = r.net.socket_path();
+    let _d = Daemon::start(&cfg, &sock);
+    let st = wait_epoch(
+        &sock,
+        Duration::from_secs(90),
+        "10 undelivered statements",
+        |e| {
+            e["delivery"]["backlog"].as_u64().unwrap_or(0) >= 10
+                && e["delivery"]["state"]["state"] == "delivery_failed"
+        },
+    );
+    let e = &st["epoch"];
+    assert!(e["last_epoch"]["unchallenged"].is_string(), "{e:#}");
+    assert!(e["delivery"]["delivered_seq"].is_null());
+
+    r.verifier.start();
+    let t0 = Instant::now();
+    let st = wait_epoch(
+        &sock,
+        Duration::from_secs(60),
+        "the backlog delivered",
+        |e| e["delivery"]["backlog"] == 0 && e["delivery"]["delivered_seq"].as_u64() >= Some(10),
+    );
+    let caught_up = t0.elapsed();
+    let h = r.verifier.history(&r.rack, &r.host);
+    assert_contiguous(&h);
+    // Received in seq order (one batch shares a receipt time).
+    for w in h.windows(2) {
+        assert!(w[0]["received_ms"].as_u64() <= w[1]["received_ms"].as_u64());
+    }
+    let down: Vec<_> = h
+        .iter()
+        .filter(|row| predicate_of(row)["challenge"]["kind"] == "unchallenged")
+        .collect();
+    assert!(down.len() >= 10, "{} unchallenged", down.len());
+    for row in &down {
+        assert!(codes(row).contains(&"unchallenged".to_string()));
+        assert_eq!(row["status"], "warning", "{:?}", codes(row));
+    }
+    // Back to challenged epochs once it answers.
+    let t1 = Instant::now();
+    loop {
+        let h = r.verifier.history(&r.rack, &r.host);
+        if h.iter().any(|row| {
+            predicate_of(row)["challenge"]["kind"] == "nonce" && row["status"] == "affirming"
+        }) {
+            break;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(30),
+            "no challenged epoch after the verifier returned"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!(
+        "verifier down for {} epochs: all {} delivered in order {:.1} s after it returned (delivered up to seq {})",
+        down.len(),
+        h.len(),
+        caught_up.as_secs_f64(),
+        st["epoch"]["delivery"]["delivered_seq"]
+    );
+}
+
+#[test]
+fn kill9_in_every_epoch_state_loses_nothing_and_the_limiter_never_lapses() {
+    let mut r = rack("kill", 4 << 20);
+    r.verifier.start();
+    let sections = r.fx.sections(&r.verifier.url(), "1 h", "32 MiB");
+    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
+    let sock = r.net.socket_path();
+    let states = ["draining", "wiping", "staging", "restarting", "signing"];
+
+    // A flood across all the kills and restarts: the pinned policer must hold the bound.
+    // The first daemon attaches the limiter before the flood starts.
+    let (flooded, window) = std::thread::scope(|sc| {
+        let mut flood = None;
+        for s in states {
+            let hold = format!("{s}:2500");
+            let mut d = Daemon::start_with_env(&cfg, &sock, &[("RACKWARDEN_TEST_HOLD", &hold)]);
+            if flood.is_none() {
+                flood = Some(sc.spawn(|| r.net.egress_flood(14.0)));
+            }
+            wait_epoch(&sock, Duration::from_secs(30), s, |e| {
+                e["state"]["state"] == s
+            });
+            d.kill9();
+        }
+        flood.map(|f| f.join().unwrap()).unwrap()
+    });
+    let bound = 256.0 * 1024.0 + 1e6 * window;
+    println!(
+        "flood across 5 kill -9s: {flooded} B in {window:.2} s = {:.2}% of burst + rate x T",
+        100.0 * flooded as f64 / bound
+    );
+    assert!(flooded as f64 <= bound, "{flooded} B > bound {bound:.0} B");
+    assert!(flooded as f64 >= 0.5 * bound, "the flood ran ({flooded} B)");
+
+    // Nothing was signed yet: the verifier has nothing, and the journal names the epoch.
+    assert!(r.verifier.history(&r.rack, &r.host).is_empty());
+    let mut d = Daemon::start(&cfg, &sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 0
+    });
+    let h = r.verifier.history(&r.rack, &r.host);
+    assert_eq!(h.len(), 1);
+    let p = predicate_of(&h[0]);
+    assert_eq!(p["epoch"]["trigger"], "after_interruption");
+    let inc = incident_kinds(&p);
+    let want: Vec<(String, String)> = states
+        .iter()
+        .map(|s| ("epoch_interrupted".to_string(), s.to_string()))
+        .collect();
+    assert_eq!(inc, want, "each interrupted attempt is disclosed, in order");
+    assert!(codes(&h[0]).contains(&"epoch_interrupted".to_string()));
+    assert_eq!(h[0]["status"], "warning", "{:?}", codes(&h[0]));
+    assert_eq!(p["wipe"]["devices"][0]["status"], "complete");
+
+    // Delivering: a statement signed while the verifier is gone, then kill -9 of both.
+    r.verifier.kill9();
+    wipe_now(&sock);
+    wait_epoch(
+        &sock,
+        Duration::from_secs(60),
+        "seq 1 failing to deliver",
+        |e| e["last_epoch"]["seq"] == 1 && e["delivery"]["state"]["state"] == "delivery_failed",
+    );
+    d.kill9();
+    // The cursor may lag what the verifier stored (a crash between its answer and our
+    // fsync): resending is safe, the verifier takes an exact duplicate as acknowledged.
+    std::fs::remove_file(r.net.dir.join("state/delivered.json")).unwrap();
+    r.verifier.start();
+    let _d = Daemon::start(&cfg, &sock);
+    wait_epoch(
+        &sock,
+        Duration::from_secs(60),
+        "seq 1 delivered after restart",
+        |e| e["delivery"]["delivered_seq"] == 1 && e["delivery"]["backlog"] == 0,
+    );
+    let h = r.verifier.history(&r.rack, &r.host);
+    assert_eq!(h.len(), 2, "nothing lost, nothing stored twice");
+    assert_contiguous(&h);
+    assert_eq!(predicate_of(&h[1])["incidents"], serde_json::json!([]));
+    // Workloads: the attempt killed while draining never ran its stop hook; those killed
+    // in wiping, staging and restarting stopped them and never started them again; the one
+    // killed in signing had restarted them (restart comes before signing). Then seq 0 and
+    // seq 1 each stop and start once.
+    let ev: Vec<String> = r.fx.workload_events().into_iter().map(|e| e.0).collect();
+    assert_eq!(
+        ev,
+        [
+            "stop", "stop", "stop", "stop", "start", "stop", "start", "stop", "start"
+        ],
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn an_image_mismatch_leaves_workloads_stopped_and_is_contraindicated() {
+    let mut r = rack("img", 2 << 20);
+    r.verifier.start();
+    let sections = r.fx.sections(&r.verifier.url(), "1 h", "16 MiB");
+    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
+    let sock = r.net.socket_path();
+    let _d = Daemon::start(&cfg, &sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 0
+    });
+    // One byte of the weights changes on disk.
+    let w = r.fx.images.join("weights.bin");
+    let mut bytes = std::fs::read(&w).unwrap();
+    bytes[1_234_567] ^= 0x01;
+    std::fs::write(&w, &bytes).unwrap();
+    wipe_now(&sock);
+    let st = wait_epoch(&sock, Duration::from_secs(60), "seq 1 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 1
+    });
+    let e = &st["epoch"];
+    assert_eq!(e["last_epoch"]["images_ok"], false);
+    assert_eq!(e["last_epoch"]["workloads"]["state"], "left_stopped");
+    assert!(
+        e["last_epoch"]["workloads"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("weights.bin"),
+        "{e:#}"
+    );
+    assert_eq!(e["delivery"]["last_verdict"]["status"], "contraindicated");
+    let h = r.verifier.history(&r.rack, &r.host);
+    assert_eq!(h[1]["status"], "contraindicated");
+    assert!(codes(&h[1]).contains(&"image_refused".to_string()));
+    let p = predicate_of(&h[1]);
+    let finding = p["images"]["images"][0]["finding"].as_str().unwrap();
+    assert!(finding.contains("weights.bin"), "{finding}");
+    assert_eq!(p["wipe"]["devices"][0]["status"], "complete");
+    // Stopped before the wipe, and never started again.
+    let ev: Vec<String> = r.fx.workload_events().into_iter().map(|e| e.0).collect();
+    assert_eq!(ev, ["stop", "start", "stop"]);
+}
+
+/// A small tmpfs mounted over a directory, unmounted on drop (also when the test fails).
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    fn mount(dir: &std::path::Path, size: &str) -> SmallFs {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs on {}", dir.display());
+        SmallFs(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_state_disk_stops_epochs_and_loses_nothing() {
+    let mut r = rack("disk", 1 << 20);
+    r.verifier.start();
+    let state = r.net.dir.join("state");
+    let _fs = SmallFs::mount(&state, "1m");
+    let sections = r.fx.sections(&r.verifier.url(), "1 h", "16 MiB");
+    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
+    let sock = r.net.socket_path();
+    let _d = Daemon::start(&cfg, &sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 0
+    });
+    let log = state.join("evidence.jsonl");
+    let before = std::fs::read(&log).unwrap();
+    // Fill the state filesystem to the last byte.
+    let filler = state.join("filler");
+    let _ = Command::new("dd")
+        .args(["if=/dev/zero", "bs=4k"])
+        .arg(format!("of={}", filler.display()))
+        .stderr(std::process::Stdio::null())
+        .status();
+    wipe_now(&sock);
+    let st = wait_epoch(&sock, Duration::from_secs(60), "storage_failed", |e| {
+        e["state"]["state"] == "storage_failed"
+    });
+    let err = st["epoch"]["state"]["error"].as_str().unwrap().to_string();
+    assert!(err.contains("No space left"), "{err}");
+    // What was written is intact and still verifies; the verifier still has it.
+    let now = std::fs::read(&log).unwrap();
+    assert!(
+        now.starts_with(&before),
+        "the log's acknowledged bytes are untouched"
+    );
+    let out = Command::new(bin("rackwarden"))
+        .args(["verify", "--key"])
+        .arg(&r.fx.host_pub)
+        .arg(&log)
+        .output()
+        .unwrap();
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    // Space comes back: the epoch is retried and its statement says what happened.
+    std::fs::remove_file(&filler).unwrap();
+    wait_epoch(&sock, Duration::from_secs(60), "seq 1 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 1
+    });
+    let h = r.verifier.history(&r.rack, &r.host);
+    assert_eq!(h.len(), 2);
+    assert_contiguous(&h);
+    let p = predicate_of(&h[1]);
+    assert!(
+        incident_kinds(&p)
+            .iter()
+            .any(|(k, _)| k == "epoch_interrupted"),
+        "{:?}",
+        p["incidents"]
+    );
+    let out = Command::new(bin("rackwarden"))
+        .args(["verify", "--key"])
+        .arg(&r.fx.host_pub)
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn sighup_with_a_bad_config_keeps_the_old_one_and_a_good_one_applies() {
+    let r = rack("hup", 1 << 20);
+    let sections = r.fx.sections(&r.verifier.url(), "1 h", "8 MiB");
+    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
+    let good = std::fs::read_to_string(&cfg).unwrap();
+    let sock = r.net.socket_path();
+    let d = Daemon::start(&cfg, &sock);
+    let hup = || {
+        // SAFETY: signalling the daemon we started, by PID.
+        unsafe { libc::kill(d.child.id() as i32, libc::SIGHUP) };
+    };
+    wait_epoch(&sock, Duration::from_secs(60), "seq 0 signed", |e| {
+        e["last_epoch"]["seq"] == 0
+    });
+    std::fs::write(
+        &cfg,
+        good.replace("egress = \"1 MB/s\"", "egress = \"1 parsec/s\""),
+    )
+    .unwrap();
+    hup();
+    let st = wait_epoch(&sock, Duration::from_secs(10), "the refusal", |_| true);
+    let t0 = Instant::now();
+    let mut st = st;
+    while st["reload_error"].is_null() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        st = rackwarden_tests::status_json(&sock);
+    }
+    let err = st["reload_error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        err.contains("rackwarden.toml:") && err.contains("cap.egress"),
+        "{err}"
+    );
+    assert_eq!(st["agent_state"], "enforcing");
+    assert_eq!(st["directions"][0]["host_cap_bytes_per_s"], 1_000_000);
+
+    std::fs::write(
+        &cfg,
+        good.replace("egress = \"1 MB/s\"", "egress = \"2 MB/s\"")
+            .replace("wipe_interval = \"1 h\"", "wipe_interval = \"2 h\""),
+    )
+    .unwrap();
+    hup();
+    let t0 = Instant::now();
+    loop {
+        let st = rackwarden_tests::status_json(&sock);
+        if st["directions"][0]["host_cap_bytes_per_s"] == 2_000_000
+            && st["epoch"]["wipe_interval_ms"] == 7_200_000
+        {
+            assert!(st["reload_error"].is_null());
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "reload not applied: {st:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Nothing was detached by either reload.
+    let st = rackwarden_tests::status_json(&sock);
+    assert_eq!(st["gaps_total"], 0, "{:#}", st["recent_gaps"]);
+}
