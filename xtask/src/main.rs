@@ -1,5 +1,5 @@
-//! `cargo xtask <setup|demo|test|bench>`: the project's two front-door commands and their
-//! provisioning. Every step is idempotent: it checks before it installs.
+//! `cargo xtask <setup|demo|test|bench|install>`: the project's two front-door commands, their
+//! provisioning, and the installer. Every step is idempotent: it checks before it installs.
 
 use std::{
     collections::BTreeMap,
@@ -12,7 +12,15 @@ use anyhow::{Context as _, Result, bail};
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 /// Debian packages the build and the tests need.
-const APT_PACKAGES: &[&str] = &["llvm-22-dev", "iproute2", "openssl", "bpftool", "python3"];
+const APT_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "iproute2",
+    "openssl",
+    "bpftool",
+    "python3",
+    // systemd-analyze verifies the installed units (the install test).
+    "systemd",
+];
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -42,6 +50,36 @@ fn main() -> Result<()> {
                 "bench",
             )?;
         }
+        Some("install") => {
+            // cargo xtask install [--root DIR] [--debug] [--no-build]
+            let root = args
+                .iter()
+                .position(|a| a == "--root")
+                .map(|i| args.get(i + 1).cloned().context("--root needs a directory"))
+                .transpose()?
+                .unwrap_or_else(|| "/".into());
+            let profile = if args.iter().any(|a| a == "--debug") {
+                "debug"
+            } else {
+                "release"
+            };
+            if !args.iter().any(|a| a == "--no-build") {
+                let env = setup()?;
+                let mut b = vec![
+                    "build",
+                    "-p",
+                    "rackwarden",
+                    "-p",
+                    "rackwarden-verifier",
+                    "--bins",
+                ];
+                if profile == "release" {
+                    b.push("--release");
+                }
+                cargo(&env, &b)?;
+            }
+            install(Path::new(&root), profile)?;
+        }
         Some("fuzz") => {
             // Not part of CI: `cargo xtask fuzz [SECONDS]` (default 300) on the envelope parser.
             setup()?;
@@ -63,7 +101,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root)\n  bench [attest|images|wipe|verifier|limiter|bypass]  benchmarks, each next to its anchor\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
+                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root)\n  bench [attest|images|wipe|verifier|limiter|bypass]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build]  binaries, units, sysusers/tmpfiles, example configs\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
             );
             bail!("unknown command {:?}", args.first());
         }
@@ -290,5 +328,90 @@ fn test(env: &BTreeMap<String, String>) -> Result<()> {
         ],
     )?;
     println!("==> all tests passed");
+    Ok(())
+}
+
+/// What `install` puts where, relative to the root: (source in the repo, destination, mode).
+/// Binaries come from `target/<profile>/`.
+const INSTALL: &[(&str, &str, u32)] = &[
+    (
+        "target/{profile}/rackwardend",
+        "usr/local/bin/rackwardend",
+        0o755,
+    ),
+    (
+        "target/{profile}/rackwarden",
+        "usr/local/bin/rackwarden",
+        0o755,
+    ),
+    (
+        "target/{profile}/rackwarden-verifier",
+        "usr/local/bin/rackwarden-verifier",
+        0o755,
+    ),
+    (
+        "systemd/rackwardend.service",
+        "etc/systemd/system/rackwardend.service",
+        0o644,
+    ),
+    (
+        "systemd/rackwarden-verifier.service",
+        "etc/systemd/system/rackwarden-verifier.service",
+        0o644,
+    ),
+    (
+        "systemd/rackwarden.sysusers.conf",
+        "etc/sysusers.d/rackwarden.conf",
+        0o644,
+    ),
+    (
+        "systemd/rackwarden.tmpfiles.conf",
+        "etc/tmpfiles.d/rackwarden.conf",
+        0o644,
+    ),
+    (
+        "systemd/rackwarden.toml.example",
+        "etc/rackwarden/rackwarden.toml.example",
+        0o644,
+    ),
+    (
+        "systemd/verifier.toml.example",
+        "etc/rackwarden-verifier/verifier.toml.example",
+        0o644,
+    ),
+    (
+        "README.md",
+        "usr/local/share/doc/rackwarden/README.md",
+        0o644,
+    ),
+];
+
+/// Installs under `root`. Each file is written beside its destination and renamed over it,
+/// so a running daemon keeps its old binary (the old inode) until it restarts, and a crash
+/// never leaves half a file. Existing configs are never touched: only `.example` files.
+fn install(root: &Path, profile: &str) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for (src, dst, mode) in INSTALL {
+        let src = PathBuf::from(src.replace("{profile}", profile));
+        let dst = root.join(dst);
+        let bytes = std::fs::read(&src).with_context(|| {
+            format!(
+                "{}: missing (build first, or drop --no-build)",
+                src.display()
+            )
+        })?;
+        let dir = dst.parent().context("destination without a directory")?;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let tmp = dst.with_extension("rackwarden-install-tmp");
+        std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(*mode))?;
+        std::fs::rename(&tmp, &dst).with_context(|| format!("installing {}", dst.display()))?;
+        println!("installed {}", dst.display());
+    }
+    if root == Path::new("/") {
+        println!(
+            "\nnext steps:\n  systemd-sysusers && systemd-tmpfiles --create\n  rackwarden keygen --out /etc/rackwarden/keys\n  cp /etc/rackwarden/rackwarden.toml.example /etc/rackwarden/rackwarden.toml   # then edit it\n  rackwarden check-config\n  (verifier side) rackwarden-verifier enroll --rack R --host H --key host.pub\n  systemctl daemon-reload && systemctl enable --now rackwardend"
+        );
+    }
     Ok(())
 }
