@@ -150,8 +150,11 @@ pub fn fmt_rate(bytes_per_s: f64) -> String {
     format!("{}/s", fmt_bytes(bytes_per_s))
 }
 
-/// Human form of a byte count with decimal units.
+/// Human form of a byte count: [`fmt_size_exact`] for whole byte counts.
 pub fn fmt_bytes(b: f64) -> String {
+    if b >= 0.0 && b.fract() == 0.0 && b < u64::MAX as f64 {
+        return fmt_size_exact(b as u64);
+    }
     let (v, u) = if b >= 1e9 {
         (b / 1e9, "GB")
     } else if b >= 1e6 {
@@ -205,28 +208,36 @@ impl fmt::Display for Interval {
     }
 }
 
-/// A size as an operator writes it, exactly: `256 KiB`, `10 MB`, `262145 B` (never rounded).
+/// A size as an operator reads it: exact when a unit divides it into a short number
+/// (`256 KiB`, `10 MB`, `262145 B`), otherwise to two decimals in binary units
+/// (`23.29 GiB`).
 pub fn fmt_size_exact(b: u64) -> String {
     for (m, u) in [
         (1u64 << 40, "TiB"),
         (1 << 30, "GiB"),
         (1 << 20, "MiB"),
         (1 << 10, "KiB"),
-    ] {
-        if b >= m && b.is_multiple_of(m) {
-            return format!("{} {u}", b / m);
-        }
-    }
-    for (m, u) in [
-        (1_000_000_000_000u64, "TB"),
+        (1_000_000_000_000, "TB"),
         (1_000_000_000, "GB"),
         (1_000_000, "MB"),
     ] {
-        if b >= m && b.is_multiple_of(m) {
+        if b >= m && b.is_multiple_of(m) && b / m < 10_000 {
             return format!("{} {u}", b / m);
         }
     }
-    format!("{b} B")
+    if b < 10_000 {
+        return format!("{b} B");
+    }
+    let (v, u) = if b >= 1 << 40 {
+        (b as f64 / (1u64 << 40) as f64, "TiB")
+    } else if b >= 1 << 30 {
+        (b as f64 / (1u64 << 30) as f64, "GiB")
+    } else if b >= 1 << 20 {
+        (b as f64 / (1u64 << 20) as f64, "MiB")
+    } else {
+        (b as f64 / 1024.0, "KiB")
+    };
+    format!("{v:.2} {u}")
 }
 
 /// A duration for people: `250 ms`, `4.2 s`, `15 min`, `2 h 5 min`.
@@ -314,7 +325,10 @@ mod tests {
         assert!(parse_duration("10").is_err());
         assert_eq!(ByteSize(262_144).to_string(), "256 KiB");
         assert_eq!(ByteSize(10_000_000).to_string(), "10 MB");
-        assert_eq!(ByteSize(262_145).to_string(), "262145 B");
+        assert_eq!(ByteSize(262_145).to_string(), "256.00 KiB");
+        assert_eq!(ByteSize(9_999).to_string(), "9999 B");
+        assert_eq!(ByteSize(25_275_924_480).to_string(), "23.54 GiB");
+        assert_eq!(fmt_bytes(262_144.0), "256 KiB");
         assert_eq!(Interval(Duration::from_secs(900)).to_string(), "15 min");
         assert_eq!(Interval(Duration::from_millis(250)).to_string(), "250 ms");
         assert_eq!(fmt_unix_ms(0), "1970-01-01 00:00:00.000Z");

@@ -1,7 +1,9 @@
 //! The demo scenario, shared by `cargo xtask demo` (the `rackwarden-demo` binary) and the
-//! test that proves it: a rack capped at 1 MB/s runs an inference-like flow (small token
+//! tests that prove it: a rack capped at 1 MB/s runs an inference-like flow (small token
 //! messages at a few KB/s) beside a bulk "gradient" flow; the first must pass untouched, the
-//! second must be held to the cap.
+//! second must be held to the cap. [`full`] adds the rest of the product around it: a
+//! verifier on the rack namespace's loopback, an epoch (challenge, drain, bounded host wipe,
+//! image check, restart, sign) delivered and judged.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -69,11 +71,16 @@ impl DemoReport {
     }
 }
 
-/// Runs the scenario on a fresh fixture and returns what happened.
+/// Runs the limiter scenario on a fresh fixture and returns what happened.
 pub fn run(secs: f64) -> DemoReport {
     let net = Net::new("demo");
     let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
     let _daemon = Daemon::start(&cfg, &net.socket_path());
+    traffic(&net, secs)
+}
+
+/// The two flows for `secs` against a running daemon on `net`.
+pub fn traffic(net: &Net, secs: f64) -> DemoReport {
     let dst = |port: u16| -> SocketAddr { format!("{OUT_ADDR}:{port}").parse().unwrap() };
 
     // Inference: 200-byte token messages, 25 per second = 5 KB/s of payload.
@@ -113,5 +120,201 @@ pub fn run(secs: f64) -> DemoReport {
         policer_passed_bytes: dir["passed_bytes"].as_u64().unwrap_or(0),
         policer_dropped_bytes: dir["dropped_bytes"].as_u64().unwrap_or(0),
         window_secs: window_secs(&[i_sent, b_sent]),
+    }
+}
+
+/// The whole story: what [`full`] saw.
+pub struct FullDemo {
+    pub traffic: DemoReport,
+    /// The verifier's stored rows for this host, oldest first.
+    pub history: Vec<serde_json::Value>,
+    /// The daemon's status at the end.
+    pub status: serde_json::Value,
+    pub rack: serde_json::Value,
+    pub wipe_bytes: u64,
+}
+
+/// Wipe size of the demo: bounded so it runs on a laptop; the policy says so.
+pub const DEMO_WIPE: &str = "256 MiB";
+
+pub fn full(secs: f64) -> FullDemo {
+    use crate::epoch::{EpochFixture, Verifier, ids, wait_epoch, wipe_now, write_epoch_config};
+    let net = Net::new("demo");
+    let fx = EpochFixture::new(&net.dir, 8 << 20);
+    // The demo wipes 256 MiB of this machine's RAM, not all of it: its verifier policy
+    // accepts the rest as residue, and the table below shows how much that is.
+    let mut v = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
+    let (rack, host) = ids(&net);
+    v.enroll(&rack, &host, &fx.host_pub);
+    v.start();
+    let sections = fx
+        .sections(&v.url(), "15 min", DEMO_WIPE)
+        .replace("backends = [\"host\"]", "backends = [\"host\", \"gpu\"]");
+    let cfg = write_epoch_config(&net, &fx, &sections);
+    let sock = net.socket_path();
+    let _daemon = Daemon::start(&cfg, &sock);
+    wait_epoch(
+        &sock,
+        std::time::Duration::from_secs(120),
+        "the first epoch delivered",
+        |e| e["delivery"]["delivered_seq"] == 0,
+    );
+    let report = traffic(&net, secs);
+    // A second epoch, asked for by hand, carries the traffic's counters.
+    wipe_now(&sock);
+    let status = wait_epoch(
+        &sock,
+        std::time::Duration::from_secs(120),
+        "the second epoch delivered",
+        |e| e["delivery"]["delivered_seq"] == 1,
+    );
+    FullDemo {
+        traffic: report,
+        history: v.history(&rack, &host),
+        status,
+        rack: v.get(&format!("/v1/racks/{rack}")).unwrap_or_default(),
+        wipe_bytes: rackwarden::units::parse_size(DEMO_WIPE).unwrap_or(0),
+    }
+}
+
+impl FullDemo {
+    /// Every statement affirming, both wipes bound to the verifier's nonce and complete,
+    /// inference untouched, the bulk flow held to the cap.
+    pub fn ok(&self) -> bool {
+        let infer = &self.traffic.flows[0];
+        let total: u64 = self
+            .traffic
+            .flows
+            .iter()
+            .map(|f| f.delivered_frame_bytes)
+            .sum();
+        self.history.len() == 2
+            && self.history.iter().all(|r| {
+                let p = crate::epoch::predicate_of(r);
+                r["status"] == "affirming"
+                    && p["wipe"]["nonce"] == p["challenge"]["nonce"]
+                    && p["wipe"]["devices"][0]["status"] == "complete"
+            })
+            && infer.delivered_frame_bytes == infer.offered_frame_bytes
+            && total as f64 <= self.traffic.bound()
+    }
+
+    pub fn render(&self) -> String {
+        use rackwarden::units::{ByteSize, fmt_duration};
+        use std::time::Duration;
+        let ms =
+            |v: &serde_json::Value| fmt_duration(Duration::from_millis(v.as_u64().unwrap_or(0)));
+        let mut s = String::new();
+        s += "== 1. the limiter: inference beside a bulk flow ==\n";
+        s += &self.traffic.render();
+        s += "\n== 2. epochs: challenge, drain, wipe, image check, restart, sign, deliver ==\n";
+        for r in &self.history {
+            let p = crate::epoch::predicate_of(r);
+            let run = &p["epoch"];
+            s += &format!(
+                "\nstatement seq {} ({}), verifier nonce {}..., verdict: {}\n",
+                p["seq"],
+                run["trigger"].as_str().unwrap_or("-"),
+                &p["challenge"]["nonce"].as_str().unwrap_or("UNCHALLENGED")[..16.min(
+                    p["challenge"]["nonce"]
+                        .as_str()
+                        .unwrap_or("UNCHALLENGED")
+                        .len()
+                )],
+                r["status"].as_str().unwrap_or("-").to_uppercase()
+            );
+            let phases: Vec<String> = run["phases"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|x| format!("{} {}", x["phase"].as_str().unwrap_or(""), ms(&x["ms"])))
+                        .collect()
+                })
+                .unwrap_or_default();
+            s += &format!("  phases: {}\n", phases.join(", "));
+            s += &format!(
+                "  inference downtime {} of a {} interval = {:.4}% ; workloads {}\n",
+                ms(&run["downtime_ms"]),
+                ms(&run["wipe_interval_ms"]),
+                100.0 * run["downtime_ms"].as_f64().unwrap_or(0.0)
+                    / run["wipe_interval_ms"].as_f64().unwrap_or(1.0),
+                run["workloads"]["state"].as_str().unwrap_or("-")
+            );
+            s += &format!(
+                "  {:<14} {:<10} {:>14} {:>14} {:>10} {:>16}\n",
+                "wipe device", "status", "total", "verified", "mismatch", "residue"
+            );
+            for d in p["wipe"]["devices"].as_array().into_iter().flatten() {
+                s += &format!(
+                    "  {:<14} {:<10} {:>14} {:>14} {:>10} {:>16}\n",
+                    d["device"].as_str().unwrap_or(""),
+                    d["status"].as_str().unwrap_or(""),
+                    ByteSize(d["bytes_total"].as_u64().unwrap_or(0)).to_string(),
+                    ByteSize(d["bytes_verified"].as_u64().unwrap_or(0)).to_string(),
+                    d["mismatches"].as_u64().unwrap_or(0),
+                    ByteSize(d["residue_bytes"].as_u64().unwrap_or(0)).to_string(),
+                );
+                if let Some(x) = d["detail"].as_str()
+                    && d["status"] != "complete"
+                {
+                    s += &format!("    {x}\n");
+                }
+            }
+            for i in p["images"]["images"].as_array().into_iter().flatten() {
+                s += &format!(
+                    "  image {:<22} {:>10} B  merkle_sha3_256 {}...  {}\n",
+                    i["name"].as_str().unwrap_or(""),
+                    i["size"],
+                    &i["merkle_sha3_256"].as_str().unwrap_or("")
+                        [..16.min(i["merkle_sha3_256"].as_str().unwrap_or("").len())],
+                    if i["ok"] == true {
+                        "verified"
+                    } else {
+                        "REFUSED"
+                    }
+                );
+            }
+            let findings: Vec<String> = r["result"]["findings"]
+                .as_array()
+                .map(|f| {
+                    f.iter()
+                        .map(|x| {
+                            format!(
+                                "{} ({})",
+                                x["code"].as_str().unwrap_or(""),
+                                x["severity"].as_str().unwrap_or("")
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            s += &format!(
+                "  verifier findings: {}\n",
+                if findings.is_empty() {
+                    "none".to_string()
+                } else {
+                    findings.join(", ")
+                }
+            );
+        }
+        s += &format!(
+            "\nthe demo policy accepts a bounded {} host wipe (max_residue_host 64 GiB); a production\npolicy sets a few GiB and the daemon wipes all it safely can.\n",
+            ByteSize(self.wipe_bytes)
+        );
+        s += &format!(
+            "\nrack standing at the verifier: {}\n",
+            self.rack["status"].as_str().unwrap_or("-").to_uppercase()
+        );
+        let e = &self.status["epoch"];
+        s += &format!(
+            "daemon: delivered up to seq {}, backlog {}, next epoch at {}\n",
+            e["delivery"]["delivered_seq"],
+            e["delivery"]["backlog"],
+            e["state"]["next_at_ms"]
+                .as_u64()
+                .map(rackwarden::units::fmt_unix_ms)
+                .unwrap_or_else(|| "-".into())
+        );
+        s
     }
 }

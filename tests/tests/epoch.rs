@@ -558,3 +558,10 @@ fn sighup_with_a_bad_config_keeps_the_old_one_and_a_good_one_applies() {
     let st = rackwarden_tests::status_json(&sock);
     assert_eq!(st["gaps_total"], 0, "{:#}", st["recent_gaps"]);
 }
+
+#[test]
+fn the_demo_tells_the_whole_story() {
+    let r = rackwarden_tests::demo::full(3.0);
+    print!("{}", r.render());
+    assert!(r.ok(), "the demo's own success condition");
+}
