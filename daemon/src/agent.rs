@@ -131,6 +131,30 @@ impl Agent {
             reload_error: None,
         };
         log::info!("attach mode: {kind:?}");
+        // An upgrade: this build's program takes over every hook before anything else runs.
+        if let Err(e) = agent.limiter.replace_attached(&agent.cfg.interfaces) {
+            log::error!(
+                "replacing the pinned policer failed: {e}; the hook checks restore what they can"
+            );
+        }
+        match &agent.limiter.version {
+            crate::limiter::loader::ProgramVersion::Upgraded { from } => log::warn!(
+                "upgraded the policer on every hook: {:?} -> {:?}",
+                from.iter().map(|p| p.tag.clone()).collect::<Vec<_>>(),
+                agent
+                    .limiter
+                    .identities()
+                    .iter()
+                    .map(|p| p.tag.clone())
+                    .collect::<Vec<_>>()
+            ),
+            crate::limiter::loader::ProgramVersion::UpgradeRefused { reason } => {
+                log::error!(
+                    "this build's policer was NOT loaded; the pinned one enforces: {reason}"
+                )
+            }
+            _ => {}
+        }
         let (refusal, _) = crate::limiter::sockopt::ensure(&pins, crate::limiter::loader::OBJECT);
         if refusal.state == "present" {
             log::info!("bypass refusal present: {}", refusal.detail);
@@ -542,6 +566,7 @@ impl Agent {
             bypass: crate::evidence::bypass_report(&self.cfg, self.limiter.pins()),
             epoch: self.epoch.as_ref().and_then(|h| h.snapshot()),
             reload_error: self.reload_error.clone(),
+            program_version: Some(self.limiter.version.clone()),
         })
     }
 

@@ -52,6 +52,11 @@ impl PinPaths {
     pub fn prog(&self, name: &str) -> PathBuf {
         self.progs_dir().join(name)
     }
+    /// Where this build's program waits while it replaces another build's (bpffs refuses
+    /// names with a dot, hence `_next`).
+    pub fn prog_next(&self, name: &str) -> PathBuf {
+        self.progs_dir().join(format!("{name}_next"))
+    }
     pub fn links_dir(&self) -> PathBuf {
         self.root.join("links")
     }

@@ -63,6 +63,9 @@ pub struct StatusReport {
     /// Why the last SIGHUP reload was refused, if it was.
     #[serde(default)]
     pub reload_error: Option<String>,
+    /// Whether the running policer was loaded, adopted or upgraded by this daemon.
+    #[serde(default)]
+    pub program_version: Option<crate::limiter::loader::ProgramVersion>,
 }
 
 impl StatusReport {
@@ -141,7 +144,26 @@ impl StatusReport {
                 all.join(",")
             );
         }
-        let _ = writeln!(s, "\nprograms:");
+        let _ = writeln!(
+            s,
+            "\nprograms ({}):",
+            match &self.program_version {
+                Some(crate::limiter::loader::ProgramVersion::Upgraded { from }) => format!(
+                    "upgraded at start from tags {}",
+                    from.iter()
+                        .map(|p| p.tag.clone())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Some(crate::limiter::loader::ProgramVersion::UpgradeRefused { reason }) => {
+                    format!(
+                        "ANOTHER BUILD'S program is running; this build's was refused: {reason}"
+                    )
+                }
+                Some(v) => format!("{v:?}").to_lowercase(),
+                None => "-".into(),
+            }
+        );
         for p in &self.programs {
             let _ = writeln!(s, "  {:<12} id {:<8} tag {}", p.name, p.id, p.tag);
         }

@@ -595,3 +595,26 @@ pub fn counter(status: &serde_json::Value, dir: &str, field: &str) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+/// Loads a tc classifier that passes every packet (`r0 = 0; exit`): a stand-in for another
+/// build's policer in the upgrade test. The returned fd keeps it loaded.
+pub fn load_pass_all_classifier() -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    let insns: [u8; 16] = [0xb7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+    let license = b"GPL\0";
+    let mut a = [0u8; 128];
+    a[0..4].copy_from_slice(&3u32.to_ne_bytes()); // BPF_PROG_TYPE_SCHED_CLS
+    a[4..8].copy_from_slice(&2u32.to_ne_bytes());
+    a[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
+    a[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
+    a[48..54].copy_from_slice(b"rw_old");
+    // SAFETY: a zero-padded bpf_attr for BPF_PROG_LOAD (5) with pointers that outlive the call.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, 5, a.as_mut_ptr(), a.len()) };
+    assert!(
+        fd >= 0,
+        "BPF_PROG_LOAD: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: the kernel returned a new fd we now own.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }
+}

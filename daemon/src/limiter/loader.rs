@@ -4,8 +4,14 @@
 //! `<pin_root>/maps` and its programs under `<pin_root>/progs`. Every later start (a restart,
 //! or a restart after `kill -9`) *adopts* the pinned programs and maps instead: the kernel
 //! keeps enforcing throughout, and the bucket position and counters are never reset.
+//!
+//! Upgrades: a start also loads this binary's program beside the pinned one, sharing the
+//! pinned maps. Same kernel tag: it is dropped and the pinned one adopted. Another tag (an
+//! older or newer build is running): the new program replaces the old on every hook in one
+//! step that leaves no hook without a policer (`BPF_LINK_UPDATE` on tcx links, an in-place
+//! netlink replace of our clsact filter), then its pins are renamed over the old ones.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, os::fd::AsFd as _};
 
 use aya::{
     EbpfLoader,
@@ -40,6 +46,24 @@ pub enum AttachKind {
 
 pub use rackwarden_attest::evidence::ProgramIdentity;
 
+/// What start found pinned, against the program this binary carries.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ProgramVersion {
+    /// Nothing was pinned: this binary's programs were loaded and pinned.
+    Loaded,
+    /// The pinned programs are this binary's (same kernel tags): adopted.
+    Adopted,
+    /// Another build's programs are pinned; this binary's are loaded (pinned as `<name>_next`)
+    /// and replace them on the hooks at [`Limiter::replace_attached`].
+    Upgrading { from: Vec<ProgramIdentity> },
+    /// Replaced on every hook; the pins now name this binary's programs.
+    Upgraded { from: Vec<ProgramIdentity> },
+    /// This binary's program could not be loaded beside the pinned one (its maps do not
+    /// fit the pinned maps, say): the pinned one keeps enforcing, and this says why.
+    UpgradeRefused { reason: String },
+}
+
 pub struct Limiter {
     pins: PinPaths,
     pub maps: LimiterMaps,
@@ -48,6 +72,7 @@ pub struct Limiter {
     /// True when the programs were already pinned when this process started.
     pub adopted: bool,
     pub kind: Option<AttachKind>,
+    pub version: ProgramVersion,
 }
 
 impl Limiter {
@@ -57,15 +82,117 @@ impl Limiter {
             .iter()
             .all(|d| pins.prog(d.prog_name()).exists());
         if !pinned {
-            load_and_pin(pins)?;
+            load_and_pin(pins, false)?;
+            let mut l = Limiter::adopt(pins)?;
+            l.adopted = false;
+            l.version = ProgramVersion::Loaded;
+            return Ok(l);
         }
-        let mut l = Limiter::adopt(pins)?;
-        l.adopted = pinned;
-        Ok(l)
+        let old = Limiter::adopt(pins)?;
+        // This binary's program, beside the pinned one, on the same pinned maps.
+        if let Err(e) = load_and_pin(pins, true) {
+            log::error!(
+                "this build's policer cannot be loaded beside the pinned one ({e}); the pinned one (tags {:?}) keeps enforcing",
+                old.identities()
+                    .iter()
+                    .map(|i| i.tag.clone())
+                    .collect::<Vec<_>>()
+            );
+            remove_next(pins);
+            return Ok(Limiter {
+                version: ProgramVersion::UpgradeRefused {
+                    reason: e.to_string(),
+                },
+                ..old
+            });
+        }
+        let next = Limiter::adopt_from(pins, true)?;
+        let same = Direction::ALL
+            .iter()
+            .all(|d| old.identity(*d).tag == next.identity(*d).tag);
+        if same {
+            remove_next(pins);
+            return Ok(Limiter {
+                version: ProgramVersion::Adopted,
+                ..old
+            });
+        }
+        log::warn!(
+            "the pinned policer is another build's (tags {:?}); this build's (tags {:?}) replaces it on every hook",
+            old.identities()
+                .iter()
+                .map(|i| i.tag.clone())
+                .collect::<Vec<_>>(),
+            next.identities()
+                .iter()
+                .map(|i| i.tag.clone())
+                .collect::<Vec<_>>()
+        );
+        Ok(Limiter {
+            version: ProgramVersion::Upgrading {
+                from: old.identities(),
+            },
+            adopted: true,
+            ..next
+        })
+    }
+
+    /// Upgrading: puts this build's programs on every hook that runs one of ours, with no
+    /// moment where the hook has no policer, then renames their pins over the old ones.
+    /// Must run after [`Limiter::choose_kind`]. A no-op in every other state.
+    pub fn replace_attached(&mut self, ifaces: &[String]) -> Result<(), LimiterError> {
+        let ProgramVersion::Upgrading { from } = self.version.clone() else {
+            return Ok(());
+        };
+        for iface in ifaces {
+            for d in Direction::ALL {
+                let err = |detail: String| LimiterError::Attach {
+                    prog: d.prog_name().into(),
+                    iface: iface.clone(),
+                    dir: d.name(),
+                    detail,
+                };
+                match self.kind {
+                    Some(AttachKind::Tcx) => {
+                        let link_path = self.pins.link(iface, d);
+                        let Ok(link) = super::raw::obj_get(&link_path) else {
+                            // Not attached: the first hook check attaches the new program.
+                            continue;
+                        };
+                        let prog = self
+                            .progs
+                            .get(d.prog_name())
+                            .ok_or_else(|| LimiterError::MissingProgram(d.prog_name().into()))?;
+                        let fd = prog.fd().map_err(|e| err(e.to_string()))?;
+                        super::raw::link_update(&link, fd.as_fd())
+                            .map_err(|e| err(format!("BPF_LINK_UPDATE: {e}")))?;
+                    }
+                    // Our filter's priority and handle are taken by the old program: the
+                    // attach replaces it in place (one netlink request).
+                    _ => self.attach(iface, d)?,
+                }
+                log::info!("{iface} {}: now runs {}", d.name(), self.identity(d).tag);
+            }
+        }
+        for d in Direction::ALL {
+            let (next, pin) = (
+                self.pins.prog_next(d.prog_name()),
+                self.pins.prog(d.prog_name()),
+            );
+            std::fs::rename(&next, &pin)
+                .map_err(|source| LimiterError::PinDir { path: pin, source })?;
+        }
+        self.version = ProgramVersion::Upgraded { from };
+        Ok(())
     }
 
     /// Opens the pinned policer without ever loading one (for evidence and inspection).
     pub fn adopt(pins: &PinPaths) -> Result<Limiter, LimiterError> {
+        Limiter::adopt_from(pins, false)
+    }
+
+    /// `next`: the programs pinned by an upgrade in progress.
+    fn adopt_from(pins: &PinPaths, next: bool) -> Result<Limiter, LimiterError> {
         let mut progs = BTreeMap::new();
         let mut identities = BTreeMap::new();
         for d in Direction::ALL {
@@ -74,7 +201,12 @@ impl Limiter {
                 name: name.into(),
                 source,
             };
-            let p = SchedClassifier::from_pin(pins.prog(name)).map_err(prog_err)?;
+            let path = if next {
+                pins.prog_next(name)
+            } else {
+                pins.prog(name)
+            };
+            let p = SchedClassifier::from_pin(path).map_err(prog_err)?;
             let info = p.info().map_err(prog_err)?;
             identities.insert(
                 name,
@@ -94,6 +226,7 @@ impl Limiter {
             identities,
             adopted: true,
             kind: None,
+            version: ProgramVersion::Adopted,
         })
     }
 
@@ -231,7 +364,15 @@ impl Limiter {
     }
 }
 
-fn load_and_pin(pins: &PinPaths) -> Result<(), LimiterError> {
+fn remove_next(pins: &PinPaths) {
+    for d in Direction::ALL {
+        let _ = std::fs::remove_file(pins.prog_next(d.prog_name()));
+    }
+}
+
+/// Loads the embedded object on the pinned maps (creating them if absent) and pins its
+/// programs (as `progs/<name>_next` while another build's are pinned: `next`).
+fn load_and_pin(pins: &PinPaths, next: bool) -> Result<(), LimiterError> {
     crate::pins::ensure_bpffs().map_err(|source| LimiterError::PinDir {
         path: "/sys/fs/bpf".into(),
         source,
@@ -257,7 +398,11 @@ fn load_and_pin(pins: &PinPaths) -> Result<(), LimiterError> {
             .try_into()
             .map_err(prog_err)?;
         prog.load().map_err(prog_err)?;
-        let path = pins.prog(name);
+        let path = if next {
+            pins.prog_next(name)
+        } else {
+            pins.prog(name)
+        };
         let _ = std::fs::remove_file(&path);
         prog.pin(&path)
             .map_err(|source| LimiterError::Pin { path, source })?;

@@ -12,6 +12,7 @@ const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_PROG_QUERY: libc::c_long = 16;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_LINK_UPDATE: libc::c_long = 29;
 /// `enum bpf_attach_type`: BPF_CGROUP_SETSOCKOPT.
 pub const ATTACH_CGROUP_SETSOCKOPT: u32 = 22;
 
@@ -64,6 +65,15 @@ pub fn link_create(prog: &OwnedFd, target: &OwnedFd, attach_type: u32) -> std::i
     let fd = bpf(BPF_LINK_CREATE, &mut a)?;
     // SAFETY: a new link fd we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `BPF_LINK_UPDATE`: the link runs `new_prog` from the next packet on. The kernel swaps the
+/// program under RCU, so the hook is never without a program.
+pub fn link_update(link: &OwnedFd, new_prog: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    let mut a = [0u8; 128];
+    put32(&mut a, 0, link.as_raw_fd() as u32);
+    put32(&mut a, 4, new_prog.as_raw_fd() as u32);
+    bpf(BPF_LINK_UPDATE, &mut a).map(|_| ())
 }
 
 /// Ids of the programs attached to `target` for `attach_type`, in run order.

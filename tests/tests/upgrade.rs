@@ -1,0 +1,82 @@
+//! Upgrades: a daemon that finds another build's policer pinned replaces it on every hook,
+//! with no moment without a policer, and keeps the bucket and counters (the maps are the
+//! pinned ones).
+
+use std::{os::fd::AsFd, time::Duration};
+
+use rackwarden::limiter::{Direction, raw};
+use rackwarden_tests::{Daemon, Net, counter, load_pass_all_classifier, status_json};
+
+#[test]
+fn a_new_daemon_replaces_an_old_pinned_policer_on_every_hook() {
+    let net = Net::new("upg");
+    let pins = net.attach_bare_limiter();
+    // "Another build": a classifier that passes everything, put on our tcx links and pinned
+    // where our programs are pinned.
+    let old = load_pass_all_classifier();
+    let old_id = raw::prog_id(&old).unwrap();
+    for d in Direction::ALL {
+        let link = raw::obj_get(&pins.link(&net.rack_if, d)).unwrap();
+        raw::link_update(&link, old.as_fd()).unwrap();
+        let name = match d {
+            Direction::Egress => rackwarden_common::prog_names::EGRESS,
+            Direction::Ingress => rackwarden_common::prog_names::INGRESS,
+        };
+        std::fs::remove_file(pins.prog(name)).unwrap();
+        raw::obj_pin(&old, &pins.prog(name)).unwrap();
+    }
+    // The old program really is what runs: nothing is capped.
+    let (uncapped, w) = net.egress_flood(1.0);
+    assert!(
+        uncapped as f64 > 20.0 * (256.0 * 1024.0 + 1e6 * w),
+        "{uncapped} B in {w:.2} s"
+    );
+
+    let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
+    let mut d = Daemon::start(&cfg, &net.socket_path());
+    let st = status_json(&net.socket_path());
+    assert_eq!(
+        st["program_version"]["state"], "upgraded",
+        "{:#}",
+        st["program_version"]
+    );
+    assert_eq!(st["program_version"]["from"][0]["id"], old_id);
+    for p in st["programs"].as_array().unwrap() {
+        assert_ne!(p["id"], old_id, "the old program is gone from the pins");
+    }
+    for h in st["hooks"].as_array().unwrap() {
+        assert_eq!(h["attached"], true, "{h:#}");
+        assert!(h["foreign_ahead"].as_array().unwrap().is_empty());
+        assert!(
+            !h["programs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["id"] == old_id)
+        );
+    }
+    assert_eq!(
+        st["gaps_total"], 0,
+        "the swap leaves no hook unprotected: no gap to record"
+    );
+    let before = counter(&st, "egress", "passed_bytes");
+    // Capped again, and on the same counters (the maps were kept).
+    let (bytes, w) = net.egress_flood(3.0);
+    let bound = 256.0 * 1024.0 + 1e6 * w;
+    assert!(
+        bytes as f64 <= bound && bytes as f64 >= 0.9 * bound,
+        "{bytes} B vs bound {bound:.0}"
+    );
+    let after = counter(&status_json(&net.socket_path()), "egress", "passed_bytes");
+    assert!(
+        after >= before + bytes,
+        "counters go on from where the old program left them"
+    );
+
+    // The next start finds its own build pinned: adopted, nothing replaced.
+    d.stop();
+    let _d = Daemon::start(&cfg, &net.socket_path());
+    std::thread::sleep(Duration::from_millis(200));
+    let st = status_json(&net.socket_path());
+    assert_eq!(st["program_version"]["state"], "adopted");
+}
