@@ -262,13 +262,9 @@ impl Verifier {
                 host: host.into(),
             });
         }
-        let mut n = [0u8; 32];
-        // SAFETY: getrandom fills the buffer we own.
-        let got = unsafe { libc::getrandom(n.as_mut_ptr() as *mut libc::c_void, 32, 0) };
-        if got != 32 {
-            return Err(VerifierError::Key("getrandom failed".into()));
-        }
-        let nonce = hex::encode(n);
+        let nonce = rackwarden_attest::nonce::Nonce::random()
+            .map_err(|e| VerifierError::Key(e.to_string()))?
+            .to_hex();
         let expires = now_ms + self.policy.nonce_ttl.as_millis() as u64;
         self.store
             .insert_nonce(&nonce, rack, host, now_ms, expires)?;

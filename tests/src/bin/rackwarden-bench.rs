@@ -35,6 +35,9 @@ fn main() {
     if all || what.iter().any(|w| w == "limiter") {
         bench_limiter();
     }
+    if all || what.iter().any(|w| w == "epoch") {
+        bench_epoch();
+    }
     if all || what.iter().any(|w| w == "bypass") {
         println!("== bench bypass: bytes crossing a 1 MB/s cap in 3 s, per path ==");
         print!(
@@ -42,6 +45,130 @@ fn main() {
             rackwarden_tests::redteam::render(&rackwarden_tests::redteam::run())
         );
     }
+}
+
+// ---- epoch: the daemon's own epoch, phase by phase, vs the same steps as CLI commands ----
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn bench_epoch() {
+    use rackwarden_tests::epoch::*;
+    use std::time::Instant;
+    const ROUNDS: usize = 5;
+    const WIPE: &str = "1 GiB";
+    let image_bytes = 64usize << 20;
+    println!(
+        "== bench epoch: {WIPE} host wipe + {} MiB image set, {ROUNDS} alternating rounds, medians ==",
+        image_bytes >> 20
+    );
+    let net = Net::new("bep");
+    let fx = EpochFixture::new(&net.dir, image_bytes);
+    let mut v = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
+    let (rack, host) = ids(&net);
+    v.enroll(&rack, &host, &fx.host_pub);
+    v.start();
+    // The default interval: the overhead figure is downtime / 15 min.
+    let cfg = write_epoch_config(&net, &fx, &fx.sections(&v.url(), "15 min", WIPE));
+    let sock = net.socket_path();
+    let _d = Daemon::start(&cfg, &sock);
+    wait_epoch(&sock, Duration::from_secs(300), "the startup epoch", |e| {
+        e["delivery"]["delivered_seq"] == 0
+    });
+    let cli_log = net.dir.join("cli-evidence.jsonl");
+    let cli = |args: &[&str]| {
+        let t = Instant::now();
+        let out = Command::new(bin("rackwarden")).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    let phases = ["challenge", "drain", "wipe", "stage", "restart", "sign"];
+    let mut per_phase: Vec<Vec<f64>> = vec![vec![]; phases.len()];
+    let (mut total, mut downtime, mut cli_total, mut cli_wipe, mut cli_stage, mut cli_attest) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for round in 1..=ROUNDS {
+        // Ours: one epoch asked for by wipe-now, timed by the daemon itself.
+        let t = Instant::now();
+        wipe_now(&sock);
+        let st = wait_epoch(&sock, Duration::from_secs(300), "an epoch", |e| {
+            e["delivery"]["delivered_seq"] == round as u64
+        });
+        let _ = t;
+        let last = &st["epoch"]["last_epoch"];
+        let mut sum = 0.0;
+        for p in last["phases"].as_array().unwrap() {
+            let i = phases.iter().position(|x| *x == p["phase"]).unwrap();
+            let ms = p["ms"].as_f64().unwrap();
+            per_phase[i].push(ms);
+            sum += ms;
+        }
+        total.push(sum);
+        downtime.push(last["downtime_ms"].as_f64().unwrap());
+        // Anchor: the same steps as separate commands, each a fresh process.
+        let nonce = "5a".repeat(32);
+        let w = cli(&[
+            "wipe",
+            "--backend",
+            "host",
+            "--max-bytes",
+            WIPE,
+            "--nonce",
+            &nonce,
+            "--json",
+        ]);
+        let staging = net.dir.join("cli-staging");
+        let s = cli(&[
+            "image",
+            "stage",
+            "--manifest",
+            fx.manifest.to_str().unwrap(),
+            "--key",
+            fx.verifier_pub.to_str().unwrap(),
+            "--source",
+            fx.images.to_str().unwrap(),
+            "--staging",
+            staging.to_str().unwrap(),
+        ]);
+        let a = cli(&[
+            "--config",
+            cfg.to_str().unwrap(),
+            "attest",
+            "--key",
+            fx.host_key.to_str().unwrap(),
+            "--log",
+            cli_log.to_str().unwrap(),
+            "--nonce",
+            &nonce,
+        ]);
+        cli_wipe.push(w);
+        cli_stage.push(s);
+        cli_attest.push(a);
+        cli_total.push(w + s + a);
+    }
+    println!("{:<12} {:>12}", "phase", "median ms");
+    for (i, p) in phases.iter().enumerate() {
+        println!("{p:<12} {:>12.1}", median(&mut per_phase[i]));
+    }
+    let (t, c) = (median(&mut total), median(&mut cli_total));
+    println!(
+        "epoch, all phases: {t:.1} ms; the same steps as CLI commands (wipe {:.1} + image stage {:.1} + attest {:.1}): {c:.1} ms; ratio {:.3}",
+        median(&mut cli_wipe),
+        median(&mut cli_stage),
+        median(&mut cli_attest),
+        t / c
+    );
+    let d = median(&mut downtime);
+    println!(
+        "inference downtime per epoch (drain start to restart end): {d:.1} ms; overhead at the default 15 min interval: {:.4}% ({:.2e})",
+        100.0 * d / 900_000.0,
+        d / 900_000.0
+    );
 }
 
 // ---- verifier: statements ingested per second over HTTP vs raw signature verification ----
