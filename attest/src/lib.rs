@@ -29,3 +29,11 @@ pub fn sha3(data: &[u8]) -> [u8; 32] {
     use sha3::Digest;
     sha3::Sha3_256::digest(data).into()
 }
+
+/// Now, in unix milliseconds (the time unit of every statement, gap and nonce).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -4,19 +4,18 @@
 //! Where things live:
 //! - a packet is dropped: `ebpf/src/main.rs` (the only drop point), loaded by [`limiter`];
 //! - pin paths: [`pins`]; caps and units: [`config`], [`units`];
-//! - the daemon's state machine: [`agent`]; enforcement gaps: [`gaps`];
+//! - the enforcement state machine: [`enforce::agent`]; enforcement gaps: [`enforce::gaps`];
+//! - what statements report of the limiter and the bypass surface: [`collect`];
 //! - the epoch loop (challenge, drain, wipe, stage, sign, deliver): [`epoch`];
 //! - the control socket: [`control`]; what `status` shows: [`status`].
 
-pub mod agent;
 pub mod atomic_file;
-pub mod bypass;
+pub mod collect;
 pub mod config;
 pub mod config_edit;
 pub mod control;
+pub mod enforce;
 pub mod epoch;
-pub mod evidence;
-pub mod gaps;
 pub mod images;
 pub mod limiter;
 pub mod netns;

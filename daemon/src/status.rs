@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use rackwarden_common::Counters;
 
 use crate::{
-    gaps::EnforcementGap,
+    enforce::gaps::EnforcementGap,
     limiter::{AttachKind, Direction, ProgramIdentity, maps::MapIds, watch::HookStatus},
     units::{fmt_bytes, fmt_rate},
 };

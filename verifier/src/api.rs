@@ -29,12 +29,7 @@ pub struct AppState {
     pub verifier: Mutex<Verifier>,
 }
 
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub use rackwarden_attest::now_ms;
 
 fn error(code: StatusCode, reason: impl Into<String>) -> Response {
     (code, Json(serde_json::json!({ "error": reason.into() }))).into_response()

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use rackwarden::{agent, config::Config};
+use rackwarden::{config::Config, enforce::agent};
 
 #[derive(Parser)]
 #[command(

@@ -25,7 +25,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use super::spool::{Cursor, Spool, SpoolLine};
-use crate::{config::epoch::VerifierEndpoint, gaps::now_ms};
+use crate::{config::epoch::VerifierEndpoint, enforce::gaps::now_ms};
 
 /// Most statements in one POST (a few KB each; far below the verifier's body limit).
 pub const BATCH: usize = 32;

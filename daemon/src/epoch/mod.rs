@@ -63,7 +63,7 @@ use self::{
 };
 use crate::{
     config::{Config, epoch::EpochConfig},
-    gaps::now_ms,
+    enforce::gaps::now_ms,
     wipe,
 };
 
@@ -324,7 +324,7 @@ pub fn start(
         cfg: cfg.clone(),
         ecfg: ecfg.clone(),
         key,
-        producer: crate::evidence::producer("rackwardend"),
+        producer: crate::collect::producer("rackwardend"),
         log: Some(log),
         log_path,
         journal,

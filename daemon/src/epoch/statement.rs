@@ -10,7 +10,7 @@ use rackwarden_attest::{
     statement::{Challenge, EpochPredicate, Statement, Subject},
 };
 
-use crate::{config::Config, gaps::now_ms};
+use crate::{config::Config, enforce::gaps::now_ms};
 
 /// What an epoch contributes to its statement; the rest comes from the log and the kernel.
 pub struct EpochEvidence {
@@ -48,7 +48,7 @@ pub fn sign_and_append(
         challenge: ev.challenge,
         epoch_start_unix_ms: start,
         epoch_end_unix_ms: now,
-        limiter: crate::evidence::limiter_report(cfg, start),
+        limiter: crate::collect::limiter_report(cfg, start),
         wipe: ev.wipe,
         images,
         incidents,

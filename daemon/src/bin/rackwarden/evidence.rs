@@ -78,7 +78,7 @@ pub fn attest(config: &Path, key: &Path, log: &Path, nonce: Option<Nonce>) -> an
         &cfg,
         &mut elog,
         &sk,
-        &rackwarden::evidence::producer("rackwarden"),
+        &rackwarden::collect::producer("rackwarden"),
         statement::EpochEvidence {
             challenge,
             wipe: None,

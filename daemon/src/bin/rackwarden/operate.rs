@@ -37,7 +37,7 @@ fn pinned_status(cli: &Cli, why: &str, json: bool) -> anyhow::Result<()> {
     if let Some(ns) = &cfg.netns {
         rackwarden::netns::enter(ns)?;
     }
-    let report = rackwarden::evidence::limiter_report(&cfg, 0);
+    let report = rackwarden::collect::limiter_report(&cfg, 0);
     if json {
         println!(
             "{}",

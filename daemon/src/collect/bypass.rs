@@ -59,3 +59,19 @@ pub fn scan(capped: &[String]) -> (Vec<String>, Vec<String>, Vec<String>, Option
         .collect();
     (rdma, vfio, uncapped, af_xdp_sockets())
 }
+
+/// The refusal protection, its counts, and the surface software cannot block.
+pub fn bypass_report(
+    cfg: &crate::config::Config,
+    pins: &crate::pins::PinPaths,
+) -> rackwarden_attest::evidence::BypassReport {
+    let (rdma_devices, vfio_devices, uncapped_interfaces, af_xdp_sockets) = scan(&cfg.interfaces);
+    rackwarden_attest::evidence::BypassReport {
+        refusal: crate::limiter::sockopt::inspect(pins),
+        refusals: crate::limiter::sockopt::refusal_counts(pins),
+        rdma_devices,
+        vfio_devices,
+        uncapped_interfaces,
+        af_xdp_sockets,
+    }
+}

@@ -25,7 +25,7 @@ use rackwarden_common::{BucketConfig, Counters};
 use crate::{
     config::Config,
     control::{self, CapSetOutcome, Envelope, Request, Response},
-    gaps::{EnforcementGap, GapKind, GapLog, now_ms},
+    enforce::gaps::{EnforcementGap, GapKind, GapLog, now_ms},
     limiter::{Direction, HookDirection, Limiter, LimiterError, maps::bucket_config},
     pins::PinPaths,
     status::{DirectionStatus, StatusReport},
@@ -61,7 +61,7 @@ pub enum AgentError {
     #[error(transparent)]
     Limiter(#[from] LimiterError),
     #[error(transparent)]
-    Gaps(#[from] crate::gaps::GapLogError),
+    Gaps(#[from] crate::enforce::gaps::GapLogError),
     #[error(transparent)]
     Control(#[from] crate::control::ControlError),
     #[error(transparent)]
@@ -563,7 +563,7 @@ impl Agent {
             gaps_total: n,
             gaps_unpersisted: self.gaps.unpersisted(),
             recent_gaps: self.gaps.gaps[n.saturating_sub(20)..].to_vec(),
-            bypass: crate::evidence::bypass_report(&self.cfg, self.limiter.pins()),
+            bypass: crate::collect::bypass::bypass_report(&self.cfg, self.limiter.pins()),
             epoch: self.epoch.as_ref().and_then(|h| h.snapshot()),
             reload_error: self.reload_error.clone(),
             program_version: Some(self.limiter.version.clone()),

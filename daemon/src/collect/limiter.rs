@@ -7,7 +7,7 @@ use rackwarden_attest::evidence::{
 
 use crate::{
     config::Config,
-    gaps::GapLog,
+    enforce::gaps::GapLog,
     limiter::{AttachKind, Direction, Limiter},
     pins::PinPaths,
     status::counters_json,
@@ -87,22 +87,8 @@ fn collect(cfg: &Config, since_ms: u64) -> Result<LimiterEvidence, String> {
         caps,
         counters,
         gaps,
-        bypass: Some(bypass_report(cfg, &pins)),
+        bypass: Some(super::bypass::bypass_report(cfg, &pins)),
     })
-}
-
-/// The refusal protection, its counts, and the surface software cannot block.
-pub fn bypass_report(cfg: &Config, pins: &PinPaths) -> rackwarden_attest::evidence::BypassReport {
-    let (rdma_devices, vfio_devices, uncapped_interfaces, af_xdp_sockets) =
-        crate::bypass::scan(&cfg.interfaces);
-    rackwarden_attest::evidence::BypassReport {
-        refusal: crate::limiter::sockopt::inspect(pins),
-        refusals: crate::limiter::sockopt::refusal_counts(pins),
-        rdma_devices,
-        vfio_devices,
-        uncapped_interfaces,
-        af_xdp_sockets,
-    }
 }
 
 /// This binary's name, version and SHA3-256 (of `/proc/self/exe`).

@@ -139,12 +139,7 @@ impl GapLog {
     }
 }
 
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub use rackwarden_attest::now_ms;
 
 #[cfg(test)]
 mod tests {
