@@ -245,6 +245,8 @@ pub fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
         format!("{ms} ms")
+    } else if ms < 60_000 && ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
     } else if ms < 60_000 {
         format!("{:.1} s", d.as_secs_f64())
     } else if ms < 3_600_000 {
@@ -331,6 +333,8 @@ mod tests {
         assert_eq!(fmt_bytes(262_144.0), "256 KiB");
         assert_eq!(Interval(Duration::from_secs(900)).to_string(), "15 min");
         assert_eq!(Interval(Duration::from_millis(250)).to_string(), "250 ms");
+        assert_eq!(Interval(Duration::from_secs(30)).to_string(), "30 s");
+        assert_eq!(Interval(Duration::from_millis(4200)).to_string(), "4.2 s");
         assert_eq!(fmt_unix_ms(0), "1970-01-01 00:00:00.000Z");
         // `date -u -d @1796278201` = 2026-12-03 06:10:01 UTC
         assert_eq!(fmt_unix_ms(1_796_278_201_250), "2026-12-03 06:10:01.250Z");

@@ -516,7 +516,7 @@ units = ["vllm.service", "router.service"]
             (
                 "wipe_interval = \"15 min\"",
                 "wipe_interval = \"100 ms\"",
-                "between 1.0 s",
+                "between 1 s",
             ),
             (
                 "url = \"http://10.0.0.1:7700/\"",
