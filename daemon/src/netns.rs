@@ -5,7 +5,7 @@
 //! pins live. `setns` applies to the calling thread only: call [`enter`] before spawning
 //! threads to move the whole process.
 
-use std::{ffi::CString, fs::File, os::fd::AsRawFd, path::PathBuf};
+use std::{fs::File, path::PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
@@ -30,21 +30,13 @@ pub fn enter(name: &str) -> Result<(), NetnsError> {
         path: path.clone(),
         source,
     })?;
-    // SAFETY: plain syscall on an fd we own.
-    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    if rc != 0 {
-        return Err(NetnsError::Setns {
-            name: name.into(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| NetnsError::Setns {
+        name: name.into(),
+        source: e.into(),
+    })
 }
 
 /// The interface index of `name` in the current thread's namespace, if it exists.
 pub fn ifindex(name: &str) -> Option<u32> {
-    let c = CString::new(name).ok()?;
-    // SAFETY: c is a valid NUL-terminated string.
-    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    (idx != 0).then_some(idx)
+    nix::net::if_::if_nametoindex(name).ok().filter(|i| *i != 0)
 }

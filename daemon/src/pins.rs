@@ -89,26 +89,18 @@ const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 /// Mounts bpffs on `/sys/fs/bpf` if nothing is mounted there yet. systemd does this at boot;
 /// minimal hosts, containers and VM guests may not, and pins on a non-bpffs path fail.
 pub fn ensure_bpffs() -> std::io::Result<()> {
-    let mnt = c"/sys/fs/bpf";
-    // SAFETY: statfs writes into the zeroed struct we pass.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(mnt.as_ptr(), &mut st) } == 0 && st.f_type as i64 == BPF_FS_MAGIC {
+    let mnt = "/sys/fs/bpf";
+    if nix::sys::statfs::statfs(mnt).is_ok_and(|st| st.filesystem_type().0 == BPF_FS_MAGIC) {
         return Ok(());
     }
     log::info!("bpffs is not mounted on /sys/fs/bpf; mounting it");
-    // SAFETY: constant, NUL-terminated arguments.
-    let rc = unsafe {
-        libc::mount(
-            c"bpf".as_ptr(),
-            mnt.as_ptr(),
-            c"bpf".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    nix::mount::mount(
+        Some("bpf"),
+        mnt,
+        Some("bpf"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )?;
     Ok(())
 }
 

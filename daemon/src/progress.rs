@@ -21,8 +21,7 @@ impl Progress {
     pub fn start(label: String, total: u64) -> Progress {
         let done = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        // SAFETY: isatty on a constant fd.
-        let tty = unsafe { libc::isatty(2) } == 1;
+        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let handle = tty.then(|| {
             let (done, stop) = (done.clone(), stop.clone());
             std::thread::spawn(move || {

@@ -742,15 +742,23 @@ extern "C" fn on_reload_signal(_: libc::c_int) {
     RELOAD.store(true, Ordering::SeqCst);
 }
 
+/// Sets `handler` for `sig`; a failure is logged (it can only be an invalid signal).
+fn set_handler(sig: nix::sys::signal::Signal, handler: extern "C" fn(libc::c_int)) {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet};
+    let action = SigAction::new(
+        SigHandler::Handler(handler),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    // SAFETY: the handlers only store to an atomic, which is async-signal-safe.
+    if let Err(e) = unsafe { nix::sys::signal::sigaction(sig, &action) } {
+        log::error!("cannot install the {sig} handler: {e}");
+    }
+}
+
 /// Installs the SIGHUP handler that asks [`Agent::run`] to reload the configuration.
 pub fn reload_on_sighup() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(
-            libc::SIGHUP,
-            on_reload_signal as *const () as libc::sighandler_t,
-        );
-    }
+    set_handler(nix::sys::signal::Signal::SIGHUP, on_reload_signal);
 }
 
 /// Waits (bounded) for the configured interfaces: at boot the NIC may appear after us, and
@@ -783,16 +791,7 @@ pub const INTERFACE_WAIT: Duration = Duration::from_secs(30);
 
 /// Installs SIGTERM/SIGINT handlers that ask [`Agent::run`] to stop, and returns the flag.
 pub fn stop_on_signals() -> &'static AtomicBool {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(
-            libc::SIGTERM,
-            on_stop_signal as *const () as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGINT,
-            on_stop_signal as *const () as libc::sighandler_t,
-        );
-    }
+    set_handler(nix::sys::signal::Signal::SIGTERM, on_stop_signal);
+    set_handler(nix::sys::signal::Signal::SIGINT, on_stop_signal);
     &STOP
 }

@@ -72,14 +72,13 @@ pub fn cgroup_headroom() -> Option<(u64, String)> {
 }
 
 fn drop_page_cache() -> Result<(), String> {
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
+    nix::unistd::sync();
     std::fs::write("/proc/sys/vm/drop_caches", b"3\n").map_err(|e| e.to_string())
 }
 
 /// One anonymous mapping, unmapped on drop.
 struct Segment {
-    ptr: *mut u8,
+    ptr: std::ptr::NonNull<libc::c_void>,
     len: usize,
 }
 
@@ -89,25 +88,23 @@ unsafe impl Sync for Segment {}
 
 impl Segment {
     fn map(len: usize) -> Option<Segment> {
-        // SAFETY: anonymous private mapping; checked for MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
+        use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags};
+        let len = std::num::NonZeroUsize::new(len)?;
+        // SAFETY: a fresh anonymous private mapping aliases nothing.
+        let ptr = unsafe {
+            nix::sys::mman::mmap_anonymous(
+                None,
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE | MapFlags::MAP_NORESERVE,
             )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
         }
-        // SAFETY: advisory call on our own mapping; failure only means no huge pages.
-        unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+        .ok()?;
+        // SAFETY: advice on our own mapping; failure only means no huge pages.
+        let _ = unsafe { nix::sys::mman::madvise(ptr, len.get(), MmapAdvise::MADV_HUGEPAGE) };
         Some(Segment {
-            ptr: p as *mut u8,
-            len,
+            ptr,
+            len: len.get(),
         })
     }
 
@@ -116,19 +113,19 @@ impl Segment {
     #[allow(clippy::mut_from_ref)]
     unsafe fn block(&self, off: usize, len: usize) -> &mut [u8] {
         // SAFETY: within the mapping (off + len <= self.len); distinctness is the caller's.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(off), len) }
+        unsafe { std::slice::from_raw_parts_mut((self.ptr.as_ptr() as *mut u8).add(off), len) }
     }
 
     fn lock(&self) -> bool {
-        // SAFETY: our mapping.
-        unsafe { libc::mlock(self.ptr as *const libc::c_void, self.len) == 0 }
+        // SAFETY: locking pages of our own mapping changes no memory.
+        unsafe { nix::sys::mman::mlock(self.ptr, self.len) }.is_ok()
     }
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        // SAFETY: unmapping the mapping we created.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+        // SAFETY: unmapping the mapping we created; no slice of it outlives the segment.
+        let _ = unsafe { nix::sys::mman::munmap(self.ptr, self.len) };
     }
 }
 

@@ -20,15 +20,10 @@ fn used_bytes(p: &Path) -> u64 {
 }
 
 fn fs_type(p: &Path) -> String {
-    // SAFETY: statfs writes into the zeroed struct.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default();
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return "unknown".into();
-    }
-    match st.f_type as i64 {
-        0x0102_1994 => "tmpfs".into(),
-        other => format!("fs magic {other:#x}"),
+    match nix::sys::statfs::statfs(p) {
+        Err(_) => "unknown".into(),
+        Ok(st) if st.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC => "tmpfs".into(),
+        Ok(st) => format!("fs magic {:#x}", st.filesystem_type().0),
     }
 }
 
