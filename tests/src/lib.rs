@@ -62,6 +62,10 @@ pub struct Net {
     pub out_if: String,
     pub pin_root: PathBuf,
     pub dir: PathBuf,
+    /// A cgroup v2 directory of this fixture's own: the daemon's bypass refusal attaches
+    /// there (`refusal_cgroup`), so a test neither refuses nor counts other processes. Tests
+    /// about the system-wide refusal use [`Net::write_config_root_refusal`].
+    pub cgroup: PathBuf,
 }
 
 impl Net {
@@ -81,11 +85,15 @@ impl Net {
             out_if: format!("ro{id}"),
             pin_root: PathBuf::from(format!("/sys/fs/bpf/rwt-{tag}-{id}")),
             dir: std::env::temp_dir().join(format!("rwt-{tag}-{id}")),
+            cgroup: rackwarden::limiter::sockopt::cgroup2_root()
+                .expect("a cgroup v2 hierarchy (the bypass refusal attaches to one)")
+                .join(format!("rwt-{tag}-{id}")),
         };
         assert!(net.rack_if.len() <= 15 && net.out_if.len() <= 15);
         // Constructed before any command runs: if one fails, Drop still removes what exists.
         let _ = std::fs::remove_dir_all(&net.dir);
         std::fs::create_dir_all(&net.dir).unwrap();
+        std::fs::create_dir_all(&net.cgroup).unwrap();
         run(&["ip", "netns", "add", &net.rack_ns]);
         run(&["ip", "netns", "add", &net.out_ns]);
         run(&[
@@ -191,6 +199,7 @@ pin_root = "{pins}"
 state_dir = "{state}"
 control_socket = "{sock}"
 check_interval = "500 ms"
+refusal_cgroup = "{cgroup}"
 
 [cap]
 egress = "{egress}"
@@ -203,7 +212,22 @@ burst = "{burst}"
             pins = self.pin_root.display(),
             state = self.dir.join("state").display(),
             sock = self.dir.join("control.sock").display(),
+            cgroup = self.cgroup.display(),
         );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// As [`Net::write_config`], with the bypass refusal at the cgroup v2 root (every
+    /// process), for the tests about that refusal.
+    pub fn write_config_root_refusal(&self, egress: &str, ingress: &str, burst: &str) -> PathBuf {
+        let path = self.write_config(egress, ingress, burst);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text: String = text
+            .lines()
+            .filter(|l| !l.starts_with("refusal_cgroup"))
+            .map(|l| format!("{l}\n"))
+            .collect();
         std::fs::write(&path, text).unwrap();
         path
     }
@@ -251,6 +275,8 @@ impl Drop for Net {
             .status();
         let _ = std::fs::remove_dir_all(&self.pin_root);
         let _ = std::fs::remove_dir_all(&self.dir);
+        // Empty by now (no process of ours stays in it); its links go with it.
+        let _ = std::fs::remove_dir(&self.cgroup);
     }
 }
 

@@ -219,7 +219,8 @@ pub fn run() -> Vec<Row> {
     let mut rows = Vec::new();
     let fresh = |tag: &str| {
         let net = Net::new(tag);
-        let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
+        // The refusal under test is the system-wide one, at the cgroup v2 root.
+        let cfg = net.write_config_root_refusal("1 MB/s", "1 MB/s", "256 KiB");
         let d = Daemon::start(&cfg, &net.socket_path());
         (net, d)
     };

@@ -115,6 +115,12 @@ fn detach_and_config_tampering_are_gaps_and_get_restored() {
     assert_eq!(st["gaps_total"], 0);
     assert_eq!(st["agent_state"], "enforcing");
     assert_eq!(st["bypass"]["refusal"]["state"], "present", "{st}");
+    // In the fixture's own cgroup, not the root: other processes are neither refused nor
+    // counted by this test's program, and the report names where it is.
+    assert_eq!(
+        st["bypass"]["refusal"]["cgroup"],
+        net.cgroup.display().to_string()
+    );
     // Another process removes the refusal's link pin: detected as a gap and reattached.
     std::fs::remove_file(net.pin_root.join("links/cgroup_setsockopt")).unwrap();
     thread::sleep(Duration::from_millis(1500));

@@ -57,7 +57,7 @@ pub fn bypass_report(
 ) -> rackwarden_attest::evidence::BypassReport {
     let (rdma_devices, vfio_devices, uncapped_interfaces, af_xdp_sockets) = scan(&cfg.interfaces);
     rackwarden_attest::evidence::BypassReport {
-        refusal: crate::limiter::sockopt::inspect(pins),
+        refusal: crate::limiter::sockopt::inspect(pins, cfg.refusal_cgroup.as_deref()),
         refusals: crate::limiter::sockopt::refusal_counts(pins),
         rdma_devices,
         vfio_devices,

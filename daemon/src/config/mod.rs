@@ -20,7 +20,9 @@
 //! `/var/lib/rackwarden`), `control_socket` (default `/run/rackwarden/control.sock`),
 //! `check_interval` (default `"2 s"`), `attach_mode` (`auto` | `tcx` | `clsact`), `netns`
 //! (a named network namespace under `/run/netns` to enforce in; for tests and for hosts whose
-//! frontend lives in a namespace). Top-level keys must come before the first `[table]`:
+//! frontend lives in a namespace), `refusal_cgroup` (a cgroup v2 directory the bypass refusal
+//! attaches to instead of the root; leave it unset in production, where the root covers every
+//! process). Top-level keys must come before the first `[table]`:
 //! TOML puts a key written after `[cap]` into `cap`.
 //!
 //! The epoch loop's sections (`[epoch]`, `[verifier]`, `[wipe]`, `[images]`, `[workloads]`)
@@ -82,6 +84,8 @@ pub struct Config {
     pub check_interval: Duration,
     pub attach_mode: AttachMode,
     pub netns: Option<String>,
+    /// Where the bypass refusal attaches; `None`: the cgroup v2 root (every process).
+    pub refusal_cgroup: Option<PathBuf>,
     /// The epoch loop; `None`: this daemon only enforces the caps.
     pub epoch: Option<epoch::EpochConfig>,
 }
@@ -321,6 +325,20 @@ impl Config {
                 "`pin_root` must be a directory under /sys/fs/bpf/".into(),
             ));
         }
+        let refusal_cgroup = match &raw.refusal_cgroup {
+            None => None,
+            Some(s) => {
+                let p = PathBuf::from(s.get_ref());
+                if !p.starts_with("/sys/fs/cgroup") {
+                    return Err(err(
+                        Some(s.span()),
+                        "`refusal_cgroup` must be a cgroup v2 directory under /sys/fs/cgroup"
+                            .into(),
+                    ));
+                }
+                Some(p)
+            }
+        };
         let epoch = epoch::validate(
             &err,
             epoch::RawSections {
@@ -350,6 +368,7 @@ impl Config {
             check_interval,
             attach_mode,
             netns: raw.netns.map(|s| s.into_inner()),
+            refusal_cgroup,
             epoch,
         })
     }
@@ -414,6 +433,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "check_interval",
     "attach_mode",
     "netns",
+    "refusal_cgroup",
 ];
 
 #[derive(Deserialize)]
@@ -430,6 +450,7 @@ struct RawConfig {
     check_interval: Option<Spanned<String>>,
     attach_mode: Option<Spanned<String>>,
     netns: Option<Spanned<String>>,
+    refusal_cgroup: Option<Spanned<String>>,
     epoch: Option<Spanned<epoch::RawEpoch>>,
     verifier: Option<Spanned<epoch::RawVerifier>>,
     wipe: Option<Spanned<epoch::RawWipe>>,

@@ -155,7 +155,11 @@ impl Agent {
             }
             _ => {}
         }
-        let (refusal, _) = crate::limiter::sockopt::ensure(&pins, crate::limiter::loader::OBJECT);
+        let (refusal, _) = crate::limiter::sockopt::ensure(
+            &pins,
+            crate::limiter::loader::OBJECT,
+            agent.cfg.refusal_cgroup.as_deref(),
+        );
         if refusal.state == "present" {
             log::info!("bypass refusal present: {}", refusal.detail);
         } else {
@@ -199,6 +203,10 @@ impl Agent {
                 new.control_socket == self.cfg.control_socket,
             ),
             ("attach_mode", new.attach_mode == self.cfg.attach_mode),
+            (
+                "refusal_cgroup",
+                new.refusal_cgroup == self.cfg.refusal_cgroup,
+            ),
         ] {
             if !same {
                 log::warn!("reload: `{key}` changed; it takes effect at the next restart");
@@ -212,6 +220,7 @@ impl Agent {
             state_dir: self.cfg.state_dir.clone(),
             control_socket: self.cfg.control_socket.clone(),
             attach_mode: self.cfg.attach_mode,
+            refusal_cgroup: self.cfg.refusal_cgroup.clone(),
             ..new
         };
         if next.epoch.is_some() && self.epoch.is_none() {
@@ -336,6 +345,7 @@ impl Agent {
             let (state, reattached) = crate::limiter::sockopt::ensure(
                 self.limiter.pins(),
                 crate::limiter::loader::OBJECT,
+                self.cfg.refusal_cgroup.as_deref(),
             );
             if reattached && self.refusal_present {
                 self.gaps.record(EnforcementGap {

@@ -2,8 +2,12 @@
 //! program at the cgroup v2 root refuses `PACKET_QDISC_BYPASS` (AF_PACKET's direct transmit
 //! path) and `XDP_UMEM_REG` (without which an AF_XDP socket cannot send) for every process,
 //! and counts each refusal. Pinned beside the limiter; survives daemon restarts.
+//!
+//! The cgroup is the root unless the config's `refusal_cgroup` names a cgroup v2 directory:
+//! then only processes under it are refused (the integration tests use one of their own so
+//! they neither refuse nor count other processes). The report always names the cgroup.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use aya::{EbpfLoader, programs::CgroupSockopt};
 use rackwarden_common::{RefusalCounters, map_names, prog_names};
@@ -34,10 +38,15 @@ fn absent(detail: String) -> RefusalState {
     }
 }
 
+/// The cgroup the refusal attaches to: `configured`, or the cgroup v2 root.
+pub fn target_cgroup(configured: Option<&Path>) -> Option<PathBuf> {
+    configured.map(Path::to_path_buf).or_else(cgroup2_root)
+}
+
 /// The refusal as it stands, read-only: present only if our pinned program is attached at
-/// the cgroup v2 root right now.
-pub fn inspect(pins: &PinPaths) -> RefusalState {
-    let Some(root) = cgroup2_root() else {
+/// the target cgroup right now.
+pub fn inspect(pins: &PinPaths, cgroup: Option<&Path>) -> RefusalState {
+    let Some(root) = target_cgroup(cgroup) else {
         return absent("no cgroup v2 hierarchy is mounted".into());
     };
     let prog_path = pins.prog(prog_names::SOCKOPT);
@@ -72,10 +81,10 @@ pub fn inspect(pins: &PinPaths) -> RefusalState {
     }
 }
 
-/// Loads (or adopts) the refusal program, and attaches and pins it at the cgroup v2 root
+/// Loads (or adopts) the refusal program, and attaches and pins it at the target cgroup
 /// unless it is already there. Returns the state and whether it had to (re)attach.
-pub fn ensure(pins: &PinPaths, object: &[u8]) -> (RefusalState, bool) {
-    let Some(root) = cgroup2_root() else {
+pub fn ensure(pins: &PinPaths, object: &[u8], cgroup: Option<&Path>) -> (RefusalState, bool) {
+    let Some(root) = target_cgroup(cgroup) else {
         return (absent("no cgroup v2 hierarchy is mounted".into()), false);
     };
     let prog_path = pins.prog(prog_names::SOCKOPT);
@@ -89,7 +98,7 @@ pub fn ensure(pins: &PinPaths, object: &[u8]) -> (RefusalState, bool) {
             false,
         );
     }
-    let now = inspect(pins);
+    let now = inspect(pins, cgroup);
     if now.state == "present" {
         return (now, false);
     }
@@ -101,7 +110,7 @@ pub fn ensure(pins: &PinPaths, object: &[u8]) -> (RefusalState, bool) {
             .and_then(|l| raw::obj_pin(&l, &link_path))
     });
     match attach {
-        Ok(()) => (inspect(pins), true),
+        Ok(()) => (inspect(pins, cgroup), true),
         Err(e) => (
             absent(format!("attaching to {}: {e}", root.display())),
             false,
