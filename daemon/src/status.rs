@@ -224,13 +224,13 @@ impl StatusReport {
         for g in &self.recent_gaps {
             let _ = writeln!(
                 s,
-                "  at {} ms  {:?} {} {}  last ok {}  restored {}  {}",
-                g.detected_at_ms,
+                "  at {}  {:?} {} {}  last ok {}  restored {}  {}",
+                crate::units::fmt_unix_ms(g.detected_at_ms),
                 g.kind,
                 g.interface.as_deref().unwrap_or("-"),
                 g.direction.map(|d| d.name()).unwrap_or("-"),
                 g.last_verified_at_ms
-                    .map(|t| t.to_string())
+                    .map(crate::units::fmt_unix_ms)
                     .unwrap_or_else(|| "never".into()),
                 g.restored,
                 g.detail

@@ -158,6 +158,23 @@ fn a_full_epoch_is_signed_delivered_and_affirming() {
         );
         assert_eq!(p["limiter"]["state"], "present");
     }
+    // What an operator reads: the epoch part of the text status.
+    let out = Command::new(bin("rackwarden"))
+        .args(["status", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    for want in [
+        "epoch loop: every 1 h",
+        "state: waiting; next epoch at 20",
+        "wipe verified, images verified, workloads Restarted",
+        "acknowledged up to seq 1; backlog 0",
+        "last verdict: seq 1 affirming",
+    ] {
+        assert!(text.contains(want), "status lacks {want:?}:\n{text}");
+    }
     // Workloads were stopped before each wipe and started after it.
     let ev: Vec<String> = r.fx.workload_events().into_iter().map(|e| e.0).collect();
     assert_eq!(ev, ["stop", "start", "stop", "start"]);

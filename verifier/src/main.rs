@@ -14,6 +14,7 @@ use rackwarden_verifier::{api, check::Verifier, config::VerifierConfig, recheck,
     about = "Checks rackwarden attestations and shows each rack's standing"
 )]
 struct Cli {
+    /// Configuration file (listen address, database, policy, racks).
     #[arg(
         long,
         global = true,
@@ -30,15 +31,19 @@ enum Cmd {
     Serve,
     /// Enroll (or rotate) a host's public key.
     Enroll {
+        /// The rack the host belongs to (a `[racks.<id>]` of the policy).
         #[arg(long)]
         rack: String,
+        /// The host's id, as its config's `host_id`.
         #[arg(long)]
         host: String,
+        /// The host's public key (SPKI PEM, `host.pub` from `rackwarden keygen`).
         #[arg(long)]
         key: PathBuf,
     },
     /// Re-derive every stored verdict from the stored statements; exits 1 on any difference.
     Recheck {
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
