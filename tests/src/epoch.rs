@@ -434,3 +434,17 @@ pub fn wipe_now(socket: &Path) {
 pub fn status(socket: &Path) -> serde_json::Value {
     status_json(socket)
 }
+
+/// `rackwarden verify --key PUB LOG`: whether every statement verifies offline, and the table.
+pub fn verify_log(host_pub: &Path, log: &Path) -> (bool, String) {
+    let out = Command::new(bin("rackwarden"))
+        .args(["verify", "--key"])
+        .arg(host_pub)
+        .arg(log)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}

@@ -10,7 +10,10 @@ use std::{
 
 use rackwarden_tests::{
     Daemon, Net, bin,
-    epoch::{EpochFixture, Verifier, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config},
+    epoch::{
+        EpochFixture, Verifier, ids, predicate_of, verify_log, wait_epoch, wipe_now,
+        write_epoch_config,
+    },
 };
 
 const MIB: u64 = 1 << 20;
@@ -180,17 +183,8 @@ fn a_full_epoch_is_signed_delivered_and_affirming() {
     assert_eq!(ev, ["stop", "start", "stop", "start"]);
     // The local log verifies offline with the host's public key.
     let log = r.net.dir.join("state/evidence.jsonl");
-    let out = Command::new(bin("rackwarden"))
-        .args(["verify", "--key"])
-        .arg(&r.fx.host_pub)
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let (ok, table) = verify_log(&r.fx.host_pub, &log);
+    assert!(ok, "{table}");
     // The staging directory keeps the current set only.
     let sets = std::fs::read_dir(r.fx.staging.join("sets"))
         .unwrap()
@@ -477,13 +471,9 @@ fn a_full_state_disk_stops_epochs_and_loses_nothing() {
         now.starts_with(&before),
         "the log's acknowledged bytes are untouched"
     );
-    let out = Command::new(bin("rackwarden"))
-        .args(["verify", "--key"])
-        .arg(&r.fx.host_pub)
-        .arg(&log)
-        .output()
-        .unwrap();
-    println!("{}", String::from_utf8_lossy(&out.stdout));
+    let (ok, table) = verify_log(&r.fx.host_pub, &log);
+    println!("{table}");
+    assert!(ok, "the log still verifies with the disk full");
     // Space comes back: the epoch is retried and its statement says what happened.
     std::fs::remove_file(&filler).unwrap();
     wait_epoch(&sock, Duration::from_secs(60), "seq 1 delivered", |e| {
@@ -500,17 +490,8 @@ fn a_full_state_disk_stops_epochs_and_loses_nothing() {
         "{:?}",
         p["incidents"]
     );
-    let out = Command::new(bin("rackwarden"))
-        .args(["verify", "--key"])
-        .arg(&r.fx.host_pub)
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let (ok, table) = verify_log(&r.fx.host_pub, &log);
+    assert!(ok, "{table}");
 }
 
 #[test]
