@@ -243,8 +243,9 @@ pub enum Incident {
     EpochInterrupted {
         /// The `seq` the interrupted epoch's statement would have had.
         seq: u64,
-        /// The epoch state it was in: `challenged`, `draining`, `wiping`, `staging`,
-        /// `restarting` or `signing`.
+        /// The epoch state it was in: `challenging`, `challenged`, `draining`, `wiping`,
+        /// `staging`, `restarting` or `signing`; `unknown` when the journal that would say
+        /// was unreadable (kept aside on the host as `epoch-in-progress.unreadable-<ms>`).
         state: String,
         started_unix_ms: u64,
         /// When the daemon found it (its next start).

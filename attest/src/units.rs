@@ -150,10 +150,10 @@ pub fn fmt_rate(bytes_per_s: f64) -> String {
     format!("{}/s", fmt_bytes(bytes_per_s))
 }
 
-/// Human form of a byte count: [`fmt_size_exact`] for whole byte counts.
+/// Human form of a byte count: [`fmt_size`] for whole byte counts.
 pub fn fmt_bytes(b: f64) -> String {
     if b >= 0.0 && b.fract() == 0.0 && b < u64::MAX as f64 {
-        return fmt_size_exact(b as u64);
+        return fmt_size(b as u64);
     }
     let (v, u) = if b >= 1e9 {
         (b / 1e9, "GB")
@@ -180,7 +180,7 @@ impl FromStr for ByteSize {
 
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&fmt_size_exact(self.0))
+        f.write_str(&fmt_size(self.0))
     }
 }
 
@@ -209,9 +209,9 @@ impl fmt::Display for Interval {
 }
 
 /// A size as an operator reads it: exact when a unit divides it into a short number
-/// (`256 KiB`, `10 MB`, `262145 B`), otherwise to two decimals in binary units
+/// (`256 KiB`, `10 MB`, `9999 B`), otherwise to two decimals in binary units
 /// (`23.29 GiB`).
-pub fn fmt_size_exact(b: u64) -> String {
+pub fn fmt_size(b: u64) -> String {
     for (m, u) in [
         (1u64 << 40, "TiB"),
         (1 << 30, "GiB"),

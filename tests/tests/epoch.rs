@@ -496,19 +496,25 @@ fn a_full_state_disk_stops_epochs_and_loses_nothing() {
 
 #[test]
 fn sighup_with_a_bad_config_keeps_the_old_one_and_a_good_one_applies() {
-    let r = rack("hup", 1 << 20);
+    let mut r = rack("hup", 1 << 20);
+    // Start pointed at a port where nothing listens; the reload names the real verifier.
     let sections = r.fx.sections(&r.verifier.url(), "1 h", "8 MiB");
     let cfg = write_epoch_config(&r.net, &r.fx, &sections);
     let good = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, good.replace(&r.verifier.url(), "http://127.0.0.1:1")).unwrap();
+    r.verifier.start();
     let sock = r.net.socket_path();
     let d = Daemon::start(&cfg, &sock);
     let hup = || {
         // SAFETY: signalling the daemon we started, by PID.
         unsafe { libc::kill(d.child.id() as i32, libc::SIGHUP) };
     };
-    wait_epoch(&sock, Duration::from_secs(60), "seq 0 signed", |e| {
-        e["last_epoch"]["seq"] == 0
-    });
+    wait_epoch(
+        &sock,
+        Duration::from_secs(60),
+        "seq 0 failing to deliver",
+        |e| e["last_epoch"]["seq"] == 0 && e["delivery"]["state"]["state"] == "delivery_failed",
+    );
     std::fs::write(
         &cfg,
         good.replace("egress = \"1 MB/s\"", "egress = \"1 parsec/s\""),
@@ -552,6 +558,15 @@ fn sighup_with_a_bad_config_keeps_the_old_one_and_a_good_one_applies() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Delivery follows the reload to the real verifier, at once (no old backoff).
+    let st = wait_epoch(
+        &sock,
+        Duration::from_secs(20),
+        "seq 0 delivered to the new url",
+        |e| e["delivery"]["delivered_seq"] == 0,
+    );
+    assert_eq!(st["epoch"]["verifier_url"], r.verifier.url());
+    assert_eq!(r.verifier.history(&r.rack, &r.host).len(), 1);
     // Nothing was detached by either reload.
     let st = rackwarden_tests::status_json(&sock);
     assert_eq!(st["gaps_total"], 0, "{:#}", st["recent_gaps"]);
@@ -562,4 +577,41 @@ fn the_demo_tells_the_whole_story() {
     let r = rackwarden_tests::demo::full(3.0);
     print!("{}", r.render());
     assert!(r.ok(), "the demo's own success condition");
+}
+
+#[test]
+fn an_unreadable_journal_is_kept_disclosed_and_does_not_stop_the_daemon() {
+    let mut r = rack("jrnl", 1 << 20);
+    r.verifier.start();
+    let sections = r.fx.sections(&r.verifier.url(), "1 h", "8 MiB");
+    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
+    let sock = r.net.socket_path();
+    let mut d = Daemon::start(&cfg, &sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 0
+    });
+    d.kill9();
+    let state = r.net.dir.join("state");
+    std::fs::write(state.join("epoch-in-progress.json"), b"{\"seq\": 1, \"sta").unwrap();
+    let _d = Daemon::start(&cfg, &sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 1 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 1
+    });
+    let h = r.verifier.history(&r.rack, &r.host);
+    let p = predicate_of(&h[1]);
+    assert_eq!(p["epoch"]["trigger"], "after_interruption");
+    assert_eq!(
+        incident_kinds(&p),
+        [("epoch_interrupted".to_string(), "unknown".to_string())]
+    );
+    let kept: Vec<_> = std::fs::read_dir(&state)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("unreadable-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "the damaged journal is kept as evidence");
+    assert_eq!(
+        std::fs::read(kept[0].path()).unwrap(),
+        b"{\"seq\": 1, \"sta"
+    );
 }

@@ -39,8 +39,9 @@ fn ready_status_and_a_watchdog_that_stops_while_a_loop_is_stuck() {
         .env("NOTIFY_SOCKET", &sock_path)
         .env("WATCHDOG_USEC", "1500000")
         .env("RUST_LOG", "info")
-        // The startup epoch sticks in `challenging` for 6 s: no sign of life meanwhile.
-        .env("RACKWARDEN_TEST_HOLD", "challenging:6000")
+        // The startup epoch sticks in `signing` for 6 s: no sign of life meanwhile (signing
+        // has no budget beyond the watchdog's own timeout).
+        .env("RACKWARDEN_TEST_HOLD", "signing:6000")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

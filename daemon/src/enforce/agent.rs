@@ -253,22 +253,28 @@ impl Agent {
         if p != last_progress.0 {
             *last_progress = (p, Instant::now());
         }
+        let (challenge_ms, request_ms) = self.cfg.epoch.as_ref().map_or((0, 0), |e| {
+            (
+                e.challenge_timeout.as_millis() as u64,
+                e.verifier.request_timeout.as_millis() as u64,
+            )
+        });
+        let since_beat = now.saturating_sub(h.epoch_heartbeat_ms.load(Ordering::SeqCst));
         let busy_ok = match h.snapshot().map(|s| s.state) {
             Some(crate::epoch::EpochState::Wiping { .. }) => last_progress.1.elapsed() < limit,
+            // Waiting for the verifier's nonce is bounded by challenge_timeout.
+            Some(crate::epoch::EpochState::Challenging { .. }) => since_beat < challenge_ms + lim,
             // Draining waits for `systemctl stop` (bounded by stop_timeout) and staging
             // hashes the images: give them an hour before calling them stuck.
             Some(crate::epoch::EpochState::Draining { .. })
             | Some(crate::epoch::EpochState::Restarting { .. })
-            | Some(crate::epoch::EpochState::Staging { .. }) => {
-                now.saturating_sub(h.epoch_heartbeat_ms.load(Ordering::SeqCst)) < 3_600_000
-            }
+            | Some(crate::epoch::EpochState::Staging { .. }) => since_beat < 3_600_000,
             _ => false,
         };
-        let epoch_ok =
-            busy_ok || now.saturating_sub(h.epoch_heartbeat_ms.load(Ordering::SeqCst)) < lim;
+        let epoch_ok = busy_ok || since_beat < lim;
         // Delivery blocks at most one request timeout per attempt.
         let delivery_ok =
-            now.saturating_sub(h.delivery_heartbeat_ms.load(Ordering::SeqCst)) < lim + 60_000;
+            now.saturating_sub(h.delivery_heartbeat_ms.load(Ordering::SeqCst)) < lim + request_ms;
         epoch_ok && delivery_ok
     }
 

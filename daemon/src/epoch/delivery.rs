@@ -81,7 +81,8 @@ impl Default for DeliveryStatus {
 
 pub struct Delivery {
     pub spool: Spool,
-    pub endpoint: VerifierEndpoint,
+    /// Shared with the epoch loop, which updates it on a reload.
+    pub endpoint: Arc<Mutex<VerifierEndpoint>>,
     /// The log's length after its last fsynced append (set by the epoch loop).
     pub durable_len: Arc<AtomicU64>,
     pub status: Arc<Mutex<DeliveryStatus>>,
@@ -122,27 +123,45 @@ impl Delivery {
         }
     }
 
+    fn endpoint(&self) -> Option<VerifierEndpoint> {
+        self.endpoint.lock().ok().map(|e| e.clone())
+    }
+
     /// Runs until `stop`; `kick` wakes it when a statement was appended.
     pub fn run(self, stop: &AtomicBool, kick: mpsc::Receiver<()>) {
-        let client = match reqwest::blocking::Client::builder()
-            .timeout(self.endpoint.request_timeout)
-            .connect_timeout(self.endpoint.request_timeout)
-            .build()
-        {
-            Ok(c) => c,
-            Err(e) => {
-                log::error!(
-                    "delivery: cannot build the HTTP client: {e}; statements stay in the log"
-                );
-                return;
-            }
-        };
         let mut attempt: u32 = 0;
         let mut retry_at_ms: u64 = 0;
+        // Rebuilt when a reload changes the endpoint (its timeouts live in the client).
+        let mut client: Option<(VerifierEndpoint, reqwest::blocking::Client)> = None;
         while !stop.load(Ordering::SeqCst) {
             self.heartbeat_ms.store(now_ms(), Ordering::SeqCst);
+            let Some(ep) = self.endpoint() else { break };
+            if client.as_ref().is_none_or(|(e, _)| *e != ep) {
+                match reqwest::blocking::Client::builder()
+                    .timeout(ep.request_timeout)
+                    .connect_timeout(ep.request_timeout)
+                    .build()
+                {
+                    Ok(c) => {
+                        // A new verifier (a reload) is tried at once, without the old backoff.
+                        if client.is_some() {
+                            log::info!("delivery: now to {}", ep.url);
+                            (attempt, retry_at_ms) = (0, 0);
+                        }
+                        client = Some((ep.clone(), c));
+                    }
+                    Err(e) => {
+                        log::error!(
+                            "delivery: cannot build the HTTP client: {e}; statements stay in the log"
+                        );
+                        std::thread::sleep(Duration::from_secs(1));
+                        continue;
+                    }
+                }
+            }
+            let Some((_, http)) = &client else { continue };
             if now_ms() >= retry_at_ms {
-                match self.attempt(&client) {
+                match self.attempt(http, &ep) {
                     Attempt::Nothing => {
                         attempt = 0;
                         self.set_state(DeliveryState::Idle);
@@ -154,7 +173,7 @@ impl Delivery {
                     }
                     Attempt::Failed { error, retry_after } => {
                         attempt = attempt.saturating_add(1);
-                        let backoff = backoff(attempt, self.endpoint.retry_max);
+                        let backoff = backoff(attempt, ep.retry_max);
                         let wait =
                             retry_after.map_or(backoff, |ra| ra.min(Duration::from_secs(3600)));
                         retry_at_ms = now_ms() + wait.as_millis() as u64;
@@ -185,7 +204,7 @@ impl Delivery {
         lines.iter().find_map(|l| l.statement.as_ref().map(|s| s.0))
     }
 
-    fn attempt(&self, client: &reqwest::blocking::Client) -> Attempt {
+    fn attempt(&self, client: &reqwest::blocking::Client, ep: &VerifierEndpoint) -> Attempt {
         let fail = |error: String| Attempt::Failed {
             error,
             retry_after: None,
@@ -239,7 +258,7 @@ impl Delivery {
             }
         }
         body.push(b']');
-        let url = format!("{}/v1/statements", self.endpoint.url);
+        let url = format!("{}/v1/statements", ep.url);
         let resp = match client
             .post(&url)
             .header("Content-Type", "application/json")

@@ -61,6 +61,15 @@ impl Journal {
         atomic_file::replace(&self.path, &bytes).map_err(|e| self.err(e.to_string()))
     }
 
+    /// Moves an unreadable journal out of the way, keeping its bytes; returns where.
+    pub fn set_aside(&self, now_ms: u64) -> PathBuf {
+        let to = self.path.with_extension(format!("unreadable-{now_ms}"));
+        if let Err(e) = std::fs::rename(&self.path, &to) {
+            log::error!("cannot set {} aside: {e}", self.path.display());
+        }
+        to
+    }
+
     /// The epoch's statement is durable: the journal has nothing left to say.
     pub fn clear(&self) -> Result<(), JournalError> {
         match std::fs::remove_file(&self.path) {
@@ -87,8 +96,13 @@ impl Journal {
 /// What a journal found at start means for the next statement: the incidents it must carry.
 /// `next_seq` is the seq the log would give the next statement.
 pub fn recover(entry: &JournalEntry, next_seq: u64, now_ms: u64) -> Vec<Incident> {
+    // The log holds this epoch's statement: it carried everything (the crash fell between
+    // the append and the journal's removal).
+    if entry.seq < next_seq {
+        return vec![];
+    }
     let mut incidents = entry.carried.clone();
-    if entry.seq >= next_seq {
+    {
         carry(
             &mut incidents,
             Incident::EpochInterrupted {
@@ -148,6 +162,26 @@ mod tests {
         ));
         // The log already holds seq 7: the crash fell after the append.
         assert!(recover(&back, 8, 2000).is_empty());
+        // Incidents carried from earlier attempts go along with the interruption, and are
+        // not carried again once the statement that carried them is in the log.
+        let earlier = Incident::EpochInterrupted {
+            seq: 7,
+            state: "draining".into(),
+            started_unix_ms: 500,
+            detected_unix_ms: 900,
+        };
+        let with = JournalEntry {
+            carried: vec![earlier.clone()],
+            ..e.clone()
+        };
+        let inc = recover(&with, 7, 2000);
+        assert_eq!(inc.len(), 2);
+        assert_eq!(inc[0], earlier);
+        assert!(recover(&with, 8, 2000).is_empty());
+        // One attempt is one incident, however often it is recorded.
+        let mut list = inc.clone();
+        carry(&mut list, inc[1].clone());
+        assert_eq!(list.len(), 2);
         j.clear().unwrap();
         assert_eq!(j.read().unwrap(), None);
         std::fs::write(j.path(), b"{not json").unwrap();

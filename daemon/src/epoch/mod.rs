@@ -218,6 +218,8 @@ struct EpochLoop {
     next_at_ms: u64,
     durable_len: Arc<AtomicU64>,
     kick: mpsc::Sender<()>,
+    /// The verifier as delivery sees it: a reload changes it for both loops.
+    endpoint: Arc<Mutex<crate::config::epoch::VerifierEndpoint>>,
     status: Arc<Mutex<EpochStatus>>,
     heartbeat_ms: Arc<AtomicU64>,
     wipe_progress: Arc<AtomicU64>,
@@ -261,9 +263,28 @@ pub fn start(
     let (next_seq, _) = log.next_link();
     let mut carried = Vec::new();
     let mut trigger_now = None;
-    if let Some(entry) = journal.read()? {
+    // An unreadable journal (it is replaced atomically, so this is damage or tampering) is
+    // kept aside as evidence and disclosed; it does not stop the daemon.
+    let found = match journal.read() {
+        Ok(e) => e,
+        Err(e) => {
+            let kept = journal.set_aside(now);
+            log::error!(
+                "{e}; kept as {}; the next statement discloses it",
+                kept.display()
+            );
+            Some(JournalEntry {
+                seq: next_seq,
+                state: "unknown".into(),
+                trigger: EpochTrigger::AfterInterruption,
+                started_unix_ms: 0,
+                carried: vec![],
+            })
+        }
+    };
+    if let Some(entry) = found {
         carried = journal::recover(&entry, next_seq, now);
-        if entry.seq >= next_seq {
+        if !carried.is_empty() {
             log::warn!(
                 "epoch {} was interrupted in state `{}` (started at {} ms): the next statement reports it, and an epoch starts now",
                 entry.seq,
@@ -301,9 +322,10 @@ pub fn start(
     let delivery_hb = Arc::new(AtomicU64::new(now));
     let wipe_progress = Arc::new(AtomicU64::new(0));
 
+    let endpoint = Arc::new(Mutex::new(ecfg.verifier.clone()));
     let delivery = Delivery {
         spool: Spool::new(&log_path, &cfg.state_dir, key.verifying_key()),
-        endpoint: ecfg.verifier.clone(),
+        endpoint: endpoint.clone(),
         durable_len: durable_len.clone(),
         status: delivery_status.clone(),
         heartbeat_ms: delivery_hb.clone(),
@@ -335,6 +357,7 @@ pub fn start(
         next_at_ms,
         durable_len,
         kick: kick_tx,
+        endpoint,
         status: status.clone(),
         heartbeat_ms: epoch_hb.clone(),
         wipe_progress: wipe_progress.clone(),
@@ -544,6 +567,9 @@ impl EpochLoop {
         if let Ok(mut st) = self.status.lock() {
             st.wipe_interval_ms = self.ecfg.wipe_interval.as_millis() as u64;
             st.verifier_url = self.ecfg.verifier.url.clone();
+        }
+        if let Ok(mut ep) = self.endpoint.lock() {
+            *ep = self.ecfg.verifier.clone();
         }
     }
 
