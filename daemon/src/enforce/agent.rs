@@ -690,13 +690,21 @@ impl Agent {
         let mut last_progress = (0u64, Instant::now());
         let mut next_ping = Instant::now();
         let mut last_status = String::new();
-        crate::notify::ready(&self.notify_status());
+        // READY only once every hook enforces: a start that ends Degraded keeps checking,
+        // and systemd's TimeoutStartSec restarts a daemon that never gets there.
+        let mut ready = false;
         while !stop.load(Ordering::SeqCst) {
+            if !ready && self.state == AgentState::Enforcing {
+                crate::notify::ready(&self.notify_status());
+                ready = true;
+            }
             let now = Instant::now();
             if RELOAD.swap(false, Ordering::SeqCst) {
                 crate::notify::reloading();
                 self.reload();
-                crate::notify::ready(&self.notify_status());
+                if ready {
+                    crate::notify::ready(&self.notify_status());
+                }
             }
             if now >= next_ping {
                 let st = self.notify_status();
