@@ -206,18 +206,28 @@ fn raw_elements(body: &[u8]) -> Option<Vec<Vec<u8>>> {
 async fn racks(State(st): State<Arc<AppState>>) -> Response {
     match with_verifier(&st, |v| {
         let now = now_ms();
-        v.racks().into_iter().filter_map(|r| v.rack_standing(&r, now).ok()).map(|s| serde_json::json!({"rack": s.rack, "status": s.status, "hosts": s.hosts.len(), "findings": s.findings})).collect::<Vec<_>>()
+        let mut list = Vec::new();
+        for r in v.racks()? {
+            let s = v.rack_standing(&r, now)?;
+            list.push(serde_json::json!({"rack": s.rack, "status": s.status, "hosts": s.hosts.len(), "findings": s.findings}));
+        }
+        Ok::<_, crate::check::VerifierError>(list)
     })
     .await
     {
         Err(r) => r,
-        Ok(list) => Json(list).into_response(),
+        // A store that cannot be read is an error, never an empty (all clear) list.
+        Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("storage: {e}")),
+        Ok(Ok(list)) => Json(list).into_response(),
     }
 }
 
 async fn rack(State(st): State<Arc<AppState>>, Path(rack): Path<String>) -> Response {
     match with_verifier(&st, move |v| {
-        if !v.racks().contains(&rack) {
+        let racks = v
+            .racks()
+            .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("storage: {e}")))?;
+        if !racks.contains(&rack) {
             return Err(error(
                 StatusCode::NOT_FOUND,
                 format!("unknown rack `{rack}`"),

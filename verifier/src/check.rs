@@ -362,7 +362,18 @@ impl Verifier {
             .iter()
             .find(|s| s.pae_sha3 == p.prev)
             .and_then(stored_statement);
-        check_limiter(&mut j, &st, prev.as_ref());
+        // The byte bound holds against the last statement before this one, over the whole
+        // elapsed time, across a gap too: a skipped seq must not skip the budget check.
+        let baseline = match prev {
+            Some(x) => Some(x),
+            None if p.seq > 0 => self
+                .store
+                .before(&hk.rack, &hk.host, p.seq)?
+                .as_ref()
+                .and_then(stored_statement),
+            None => None,
+        };
+        check_limiter(&mut j, &st, baseline.as_ref());
         let wipe_ok = check_wipe(&mut j, &self.store, &hk, &st)?;
         check_images(&mut j, &st);
         check_incidents(&mut j, &st);
@@ -693,6 +704,22 @@ fn check_wipe(j: &mut Judge, store: &Store, hk: &HostKey, st: &Statement) -> Res
         }
         Some(w) => judge_wipe(j, w, &p.challenge),
     };
+    // Only a wipe keyed by a nonce this verifier issued, to this host, unused and unexpired,
+    // resets the wipe clock: a nonce the host chose itself proves nothing about freshness.
+    let bound_to_ours = matches!(p.challenge, Challenge::Nonce { .. })
+        && !j
+            .findings
+            .iter()
+            .any(|f| f.aspect == "freshness" && f.severity == Status::Contraindicated);
+    if ok && !bound_to_ours {
+        j.add(
+            "wipe",
+            "wipe_not_counted",
+            Status::Warning,
+            "the wipe is not keyed by a nonce this verifier issued: it does not reset the wipe clock",
+        );
+    }
+    let ok = ok && bound_to_ours;
     if !ok {
         let since = store
             .last_wipe(&hk.rack, &hk.host)?
@@ -734,7 +761,57 @@ fn judge_wipe(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
         );
         ok = false;
     }
+    if w.devices.is_empty() {
+        j.add(
+            "wipe",
+            "wipe_empty",
+            Status::Contraindicated,
+            "the wipe report names no device",
+        );
+        ok = false;
+    }
+    for backend in &j.policy.required_wipe_backends {
+        let covered = w
+            .devices
+            .iter()
+            .any(|d| &d.backend == backend && d.status == "complete" && d.bytes_verified > 0);
+        if !covered {
+            let seen: Vec<String> = w
+                .devices
+                .iter()
+                .map(|d| format!("{} {}", d.backend, d.status))
+                .collect();
+            j.add(
+                "wipe",
+                "wipe_device_missing",
+                Status::Contraindicated,
+                format!(
+                    "the policy requires a complete `{backend}` wipe; the report has [{}]",
+                    seen.join(", ")
+                ),
+            );
+            ok = false;
+        }
+    }
     for d in &w.devices {
+        // What can be recomputed is: a report that does not add up counts for nothing, and
+        // residue is judged on total - verified whatever the report claims.
+        let recomputed = d.bytes_total.saturating_sub(d.bytes_verified);
+        if d.bytes_verified > d.bytes_filled
+            || d.bytes_filled > d.bytes_total
+            || d.residue_bytes != recomputed
+        {
+            j.add(
+                "wipe",
+                "wipe_inconsistent",
+                Status::Contraindicated,
+                format!(
+                    "{}: total {} B, filled {} B, verified {} B, residue claimed {} B (total - verified = {recomputed} B)",
+                    d.device, d.bytes_total, d.bytes_filled, d.bytes_verified, d.residue_bytes
+                ),
+            );
+            ok = false;
+        }
         // A failed device says nothing of its memory (a GPU whose driver would not start
         // reports no size at all), so its residue cannot be judged: it was not wiped.
         if d.status == "failed" {
@@ -764,8 +841,9 @@ fn judge_wipe(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
             "gpu" => Some(j.policy.max_residue_gpu),
             _ => None,
         };
+        let residue = d.residue_bytes.max(recomputed);
         if let Some(max) = max
-            && d.residue_bytes > max
+            && residue > max
         {
             j.add(
                 "wipe",
@@ -773,7 +851,7 @@ fn judge_wipe(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
                 Status::Contraindicated,
                 format!(
                     "{}: residue {} B above the allowed {} B ({})",
-                    d.device, d.residue_bytes, max, d.status
+                    d.device, residue, max, d.status
                 ),
             );
             ok = false;

@@ -15,6 +15,7 @@
 //! max_residue_gpu = "1 GiB"
 //! trainable_state = "10 TB"
 //! max_epoch_fraction = 0.01       # bytes received in one epoch / trainable state
+//! required_wipe_backends = ["host"] # device classes each wipe must cover completely (default)
 //! # manifest = "/etc/rackwarden-verifier/manifest.dsse.json"
 //! # manifest_key = "/etc/rackwarden-verifier/verifier.pub"
 //!
@@ -51,6 +52,8 @@ pub struct Policy {
     pub max_residue_gpu: u64,
     pub trainable_state_bytes: u64,
     pub max_epoch_fraction: f64,
+    /// Device classes (`host`, `gpu`, `scratch`) every wipe must cover completely to count.
+    pub required_wipe_backends: Vec<String>,
     /// Digests (merkle_sha3_256) the signed manifest allows, if a manifest is configured.
     pub allowed_images: Option<Vec<String>>,
     pub racks: BTreeMap<String, RackAgreement>,
@@ -88,6 +91,7 @@ struct RawPolicy {
     max_residue_gpu: Spanned<String>,
     trainable_state: Spanned<String>,
     max_epoch_fraction: Spanned<f64>,
+    required_wipe_backends: Option<Spanned<Vec<Spanned<String>>>>,
     manifest: Option<Spanned<String>>,
     manifest_key: Option<Spanned<String>>,
 }
@@ -201,6 +205,25 @@ impl VerifierConfig {
                 None => Duration::from_secs(10),
             },
             policy: Policy {
+                required_wipe_backends: match &p.required_wipe_backends {
+                    None => vec!["host".into()],
+                    Some(list) => {
+                        let mut v = Vec::new();
+                        for b in list.get_ref() {
+                            if !["host", "gpu", "scratch"].contains(&b.get_ref().as_str()) {
+                                return Err(err(
+                                    Some(b.span()),
+                                    format!(
+                                        "`policy.required_wipe_backends`: unknown backend `{}` (host, gpu, scratch)",
+                                        b.get_ref()
+                                    ),
+                                ));
+                            }
+                            v.push(b.get_ref().clone());
+                        }
+                        v
+                    }
+                },
                 id: p.id.get_ref().clone(),
                 nonce_ttl: dur("policy.nonce_ttl", &p.nonce_ttl)?,
                 max_wipe_interval: dur("policy.max_wipe_interval", &p.max_wipe_interval)?,

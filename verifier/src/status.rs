@@ -27,33 +27,34 @@ pub struct RackStanding {
 }
 
 impl Verifier {
-    pub fn racks(&self) -> Vec<String> {
-        let mut r: Vec<String> = self.host_list().into_iter().map(|(r, _, _)| r).collect();
+    /// Every rack with an agreement or an enrolled host. A store that cannot be read is an
+    /// error, never an empty list (which would read as racks with nothing wrong).
+    pub fn racks(&self) -> Result<Vec<String>, VerifierError> {
+        let mut r: Vec<String> = self.host_list()?.into_iter().map(|(r, _, _)| r).collect();
         r.extend(self.policy.racks.keys().cloned());
         r.sort();
         r.dedup();
-        r
+        Ok(r)
     }
 
     /// (rack, host, enrolled_ms) of current (non-retired) keys.
-    fn host_list(&self) -> Vec<(String, String, u64)> {
+    fn host_list(&self) -> Result<Vec<(String, String, u64)>, VerifierError> {
         let mut v: Vec<(String, String, u64)> = self
             .store
-            .host_keys()
-            .unwrap_or_default()
+            .host_keys()?
             .into_iter()
             .filter(|k| k.retired_ms.is_none())
             .map(|k| (k.rack, k.host, k.enrolled_ms))
             .collect();
         v.sort();
         v.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-        v
+        Ok(v)
     }
 
     pub fn rack_standing(&self, rack: &str, now_ms: u64) -> Result<RackStanding, VerifierError> {
         let max = self.policy.max_wipe_interval.as_millis() as u64;
         let mut hosts = Vec::new();
-        for (_, host, enrolled) in self.host_list().into_iter().filter(|(r, _, _)| r == rack) {
+        for (_, host, enrolled) in self.host_list()?.into_iter().filter(|(r, _, _)| r == rack) {
             let mut findings = Vec::new();
             let last = self.store.history(rack, &host, 1)?.into_iter().next();
             let last_result: Option<AttestationResult> = last
@@ -160,7 +161,15 @@ impl Verifier {
             m.challenges
         );
         s += "# HELP rackwarden_rack_status Rack standing (0 affirming, 1 warning, 2 contraindicated).\n# TYPE rackwarden_rack_status gauge\n";
-        for r in self.racks() {
+        let racks = match self.racks() {
+            Ok(r) => r,
+            Err(e) => {
+                s +=
+                    &format!("# rack standing unavailable: {e}\nrackwarden_store_errors_total 1\n");
+                vec![]
+            }
+        };
+        for r in racks {
             if let Ok(st) = self.rack_standing(&r, now_ms) {
                 s += &format!(
                     "rackwarden_rack_status{{rack=\"{}\"}} {}\n",
@@ -170,5 +179,27 @@ impl Verifier {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{check::Verifier, store::Store};
+
+    #[test]
+    fn a_store_error_is_an_error_never_an_empty_list() {
+        let cfg = crate::config::VerifierConfig::parse(
+            std::path::Path::new("v.toml"),
+            "listen = \"127.0.0.1:7700\"\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n",
+        )
+        .unwrap();
+        let v = Verifier::new(Store::in_memory().unwrap(), cfg.policy).unwrap();
+        assert!(v.racks().unwrap().contains(&"r1".to_string()));
+        v.store.conn.execute_batch("DROP TABLE host_keys").unwrap();
+        assert!(
+            v.racks().is_err(),
+            "a failed host_keys() must not read as `no hosts`"
+        );
+        assert!(v.rack_standing("r1", 0).is_err());
     }
 }

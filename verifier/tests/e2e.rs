@@ -172,6 +172,8 @@ struct Epoch {
     images: Vec<(String, String)>,
     duration_ms: u64,
     bypass_reported: bool,
+    /// Replaces the wipe's device list (the red-team cases).
+    wipe_devices: Option<Vec<WipeDeviceReport>>,
 }
 
 impl Default for Epoch {
@@ -186,6 +188,7 @@ impl Default for Epoch {
             images: vec![],
             duration_ms: 1000,
             bypass_reported: true,
+            wipe_devices: None,
         }
     }
 }
@@ -262,6 +265,7 @@ impl Host {
                 af_xdp_sockets: Some(0),
             }),
         }));
+        let devices_override = e.wipe_devices.clone();
         let wipe = e.wipe_residue.map(|r| WipeReport {
             nonce: e.nonce.clone().unwrap_or_else(|| "00".repeat(32)),
             stream: Some("rackwarden/wipe-stream/v2".into()),
@@ -279,6 +283,10 @@ impl Host {
                 verify_ms: 1,
                 detail: None,
             }],
+        });
+        let wipe = wipe.map(|w| match devices_override {
+            Some(devices) => WipeReport { devices, ..w },
+            None => w,
         });
         let subject = e
             .images
@@ -829,4 +837,113 @@ fn an_expired_nonce_is_contraindicated() {
     let r = serde_json::to_value(&out).unwrap();
     assert!(codes(&r).contains(&"nonce_expired".to_string()), "{r}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn host_device(
+    status: &str,
+    total: u64,
+    filled: u64,
+    verified: u64,
+    residue: u64,
+) -> WipeDeviceReport {
+    WipeDeviceReport {
+        backend: "host".into(),
+        device: "host-ram".into(),
+        status: status.into(),
+        bytes_total: total,
+        bytes_filled: filled,
+        bytes_verified: verified,
+        mismatches: 0,
+        residue_bytes: residue,
+        fill_ms: 1,
+        verify_ms: 1,
+        detail: None,
+    }
+}
+
+/// Red-team classes 2 and 3: a withheld statement must not hide an overrun, and a wipe
+/// report counts only if it adds up, covers what the policy requires, and is bound to a
+/// nonce this verifier issued.
+#[test]
+fn a_gap_does_not_skip_the_budget_and_a_wipe_must_add_up() {
+    let (dir, config, port) = setup("redteam", "15 min", None);
+    let k = enroll(&config, &dir, "rack-a", "h1");
+    let s = Server::start(&dir, &config, port);
+    let mut h1 = Host::new(k, "rack-a", "h1");
+    let n = challenge(&s, "rack-a", "h1");
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            nonce: Some(n),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+
+    // seq 1 carries 1000x the cap and is withheld; seq 2 is sent.
+    let _withheld = h1.next(Epoch {
+        egress_delta: 5_000_000 * 1000,
+        ..Default::default()
+    });
+    let n = challenge(&s, "rack-a", "h1");
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            nonce: Some(n),
+            ..Default::default()
+        }),
+    );
+    let c = codes(&r);
+    assert!(c.contains(&"gap".to_string()), "{r}");
+    assert!(
+        c.contains(&"counters_above_cap".to_string()),
+        "the bound holds across the gap: {r}"
+    );
+    assert_eq!(r["result"]["status"], "contraindicated");
+
+    let total = 24u64 << 30;
+    let cases: Vec<(&str, Vec<WipeDeviceReport>, &[&str])> = vec![
+        ("no devices", vec![], &["wipe_empty", "wipe_device_missing"]),
+        (
+            "host RAM absent",
+            vec![host_device("absent", total, 0, 0, total)],
+            &["wipe_device_missing"],
+        ),
+        (
+            "0 residue claimed, 0 verified",
+            vec![host_device("complete", total, 0, 0, 0)],
+            &["wipe_inconsistent", "wipe_device_missing"],
+        ),
+        (
+            "more verified than filled",
+            vec![host_device(
+                "complete",
+                total,
+                1 << 30,
+                2 << 30,
+                total - (2 << 30),
+            )],
+            &["wipe_inconsistent"],
+        ),
+    ];
+    for (what, devices, want) in cases {
+        let n = challenge(&s, "rack-a", "h1");
+        let r = post_one(
+            &s,
+            h1.next(Epoch {
+                nonce: Some(n),
+                wipe_devices: Some(devices),
+                ..Default::default()
+            }),
+        );
+        for w in want {
+            assert!(codes(&r).contains(&w.to_string()), "{what}: want {w}: {r}");
+        }
+        assert_eq!(r["result"]["status"], "contraindicated", "{what}: {r}");
+    }
+
+    // A complete wipe keyed by a nonce the host chose itself does not count.
+    let r = post_one(&s, h1.next(Epoch::default()));
+    assert!(codes(&r).contains(&"unchallenged".to_string()), "{r}");
+    assert!(codes(&r).contains(&"wipe_not_counted".to_string()), "{r}");
 }
