@@ -638,6 +638,19 @@ fn check_limiter(j: &mut Judge, st: &Statement, prev: Option<&Statement>) {
                 } else {
                     agreed.ingress_bytes_per_s
                 };
+                if c.burst_bytes > agreed.max_burst_bytes {
+                    j.add(
+                        "budget",
+                        "burst_above_agreement",
+                        Status::Contraindicated,
+                        format!(
+                            "{} burst {} B above the agreed {} B",
+                            c.direction.name(),
+                            c.burst_bytes,
+                            agreed.max_burst_bytes
+                        ),
+                    );
+                }
                 if c.rate_bytes_per_s > limit {
                     j.add(
                         "budget",

@@ -22,6 +22,7 @@
 //! [racks.rack-a17]
 //! egress = "10 MB/s"
 //! ingress = "10 MB/s"
+//! burst = "1 MiB"                  # the largest bucket a host may report (default)
 //! ```
 
 use std::{
@@ -41,6 +42,9 @@ pub use rackwarden_attest::config_error::{ConfigError, line_of};
 pub struct RackAgreement {
     pub egress_bytes_per_s: u64,
     pub ingress_bytes_per_s: u64,
+    /// The largest bucket depth a host may report (`burst`, default 1 MiB): the byte bound
+    /// is burst + rate x time, so an unbounded burst would bound nothing.
+    pub max_burst_bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -101,6 +105,7 @@ struct RawPolicy {
 struct RawRack {
     egress: Spanned<String>,
     ingress: Spanned<String>,
+    burst: Option<Spanned<String>>,
 }
 
 impl VerifierConfig {
@@ -188,6 +193,10 @@ impl VerifierConfig {
                 RackAgreement {
                     egress_bytes_per_s: rate(&format!("racks.{name}.egress"), &rr.egress)?,
                     ingress_bytes_per_s: rate(&format!("racks.{name}.ingress"), &rr.ingress)?,
+                    max_burst_bytes: match &rr.burst {
+                        None => 1 << 20,
+                        Some(b) => size(&format!("racks.{name}.burst"), b)?,
+                    },
                 },
             );
         }

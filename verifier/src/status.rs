@@ -15,6 +15,7 @@ pub struct HostStanding {
     pub findings: Vec<String>,
     /// Current egress cap reported by the host (for the rack sum).
     pub egress_cap_bytes_per_s: Option<u64>,
+    pub ingress_cap_bytes_per_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -81,17 +82,18 @@ impl Verifier {
                 status = status.max(Status::Warning);
                 findings.push(format!("gap: {} of seqs 0..={top} stored", seqs.len()));
             }
-            let egress_cap =
-                last.as_ref()
-                    .and_then(stored_statement)
-                    .and_then(|s| match s.predicate.limiter {
-                        rackwarden_attest::evidence::LimiterReport::Present(e) => e
-                            .caps
-                            .iter()
-                            .find(|c| c.direction.name() == "egress")
-                            .map(|c| c.rate_bytes_per_s),
-                        _ => None,
-                    });
+            let last_st = last.as_ref().and_then(stored_statement);
+            let cap = |dir: &str| {
+                last_st.as_ref().and_then(|s| match &s.predicate.limiter {
+                    rackwarden_attest::evidence::LimiterReport::Present(e) => e
+                        .caps
+                        .iter()
+                        .find(|c| c.direction.name() == dir)
+                        .map(|c| c.rate_bytes_per_s),
+                    _ => None,
+                })
+            };
+            let (egress_cap, ingress_cap) = (cap("egress"), cap("ingress"));
             hosts.push(HostStanding {
                 host,
                 status,
@@ -100,6 +102,7 @@ impl Verifier {
                 last_result,
                 findings,
                 egress_cap_bytes_per_s: egress_cap,
+                ingress_cap_bytes_per_s: ingress_cap,
             });
         }
         let mut findings = Vec::new();
@@ -117,13 +120,31 @@ impl Verifier {
                 findings.push("no agreed cap for this rack in the policy".into());
             }
             Some(a) => {
-                let sum: u64 = hosts.iter().filter_map(|h| h.egress_cap_bytes_per_s).sum();
-                if sum > a.egress_bytes_per_s {
-                    status = Status::Contraindicated;
-                    findings.push(format!(
-                        "hosts' egress caps sum to {sum} B/s, above the agreed {} B/s",
-                        a.egress_bytes_per_s
-                    ));
+                // Both directions: the rack's agreement bounds what all its hosts enforce.
+                for (dir, agreed, sum) in [
+                    (
+                        "egress",
+                        a.egress_bytes_per_s,
+                        hosts
+                            .iter()
+                            .filter_map(|h| h.egress_cap_bytes_per_s)
+                            .sum::<u64>(),
+                    ),
+                    (
+                        "ingress",
+                        a.ingress_bytes_per_s,
+                        hosts
+                            .iter()
+                            .filter_map(|h| h.ingress_cap_bytes_per_s)
+                            .sum::<u64>(),
+                    ),
+                ] {
+                    if sum > agreed {
+                        status = Status::Contraindicated;
+                        findings.push(format!(
+                            "hosts' {dir} caps sum to {sum} B/s, above the agreed {agreed} B/s"
+                        ));
+                    }
                 }
             }
         }

@@ -174,6 +174,9 @@ struct Epoch {
     bypass_reported: bool,
     /// Replaces the wipe's device list (the red-team cases).
     wipe_devices: Option<Vec<WipeDeviceReport>>,
+    burst: u64,
+    /// Ingress cap when it differs from `cap`.
+    ingress_cap: Option<u64>,
 }
 
 impl Default for Epoch {
@@ -189,6 +192,8 @@ impl Default for Epoch {
             duration_ms: 1000,
             bypass_reported: true,
             wipe_devices: None,
+            burst: 262_144,
+            ingress_cap: None,
         }
     }
 }
@@ -234,8 +239,11 @@ impl Host {
                 .iter()
                 .map(|d| CapInForce {
                     direction: *d,
-                    rate_bytes_per_s: e.cap,
-                    burst_bytes: 262_144,
+                    rate_bytes_per_s: match d {
+                        Direction::Ingress => e.ingress_cap.unwrap_or(e.cap),
+                        Direction::Egress => e.cap,
+                    },
+                    burst_bytes: e.burst,
                     small_reserve_bytes: 16_384,
                     generation: 1,
                 })
@@ -946,4 +954,53 @@ fn a_gap_does_not_skip_the_budget_and_a_wipe_must_add_up() {
     let r = post_one(&s, h1.next(Epoch::default()));
     assert!(codes(&r).contains(&"unchallenged".to_string()), "{r}");
     assert!(codes(&r).contains(&"wipe_not_counted".to_string()), "{r}");
+}
+
+/// Red-team class 4: the agreement bounds the burst and both directions, per rack.
+#[test]
+fn the_agreement_bounds_burst_and_ingress_summed_per_rack() {
+    let (dir, config, port) = setup("burst", "15 min", None);
+    let k1 = enroll(&config, &dir, "rack-a", "h1");
+    let k2 = enroll(&config, &dir, "rack-a", "h2");
+    let s = Server::start(&dir, &config, port);
+    let mut h1 = Host::new(k1, "rack-a", "h1");
+    let mut h2 = Host::new(k2, "rack-a", "h2");
+    // A 100 TiB bucket would let 10 TB through a 5 s epoch "within" burst + rate x time.
+    let n = challenge(&s, "rack-a", "h1");
+    let r = post_one(
+        &s,
+        h1.next(Epoch {
+            nonce: Some(n),
+            burst: 100 << 40,
+            egress_delta: 10_000_000_000_000,
+            duration_ms: 5000,
+            ..Default::default()
+        }),
+    );
+    assert!(
+        codes(&r).contains(&"burst_above_agreement".to_string()),
+        "{r}"
+    );
+    assert_eq!(r["result"]["status"], "contraindicated");
+    // Each host's ingress (6 MB/s) is under the rack's 10 MB/s; together they are not.
+    for (h, name) in [(&mut h1, "h1"), (&mut h2, "h2")] {
+        let n = challenge(&s, "rack-a", name);
+        post_one(
+            &s,
+            h.next(Epoch {
+                nonce: Some(n),
+                cap: 1_000_000,
+                ingress_cap: Some(6_000_000),
+                ..Default::default()
+            }),
+        );
+    }
+    let rack = get(&s, "/v1/racks/rack-a");
+    assert_eq!(rack["status"], "contraindicated", "{rack}");
+    assert!(
+        rack["findings"]
+            .to_string()
+            .contains("ingress caps sum to 12000000"),
+        "{rack}"
+    );
 }

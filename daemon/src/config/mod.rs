@@ -46,6 +46,9 @@ pub const DEFAULT_PATH: &str = "/etc/rackwarden/rackwarden.toml";
 /// The smallest burst we accept: one maximal GSO/TSO super-packet (64 KiB of payload plus
 /// headers) must fit, or a TCP flow could never send a full segment.
 pub const MIN_BURST_BYTES: u64 = 65_536 + 1_024;
+/// The largest burst we accept: 64 MiB is seconds of any sane cap; a bigger bucket would let
+/// a host pass a burst no rack agreement bounds (the verifier's default is 1 MiB).
+pub const MAX_BURST_BYTES: u64 = 64 << 20;
 /// Default bucket share reserved for small packets: room for ~16 token messages at once.
 pub const DEFAULT_SMALL_RESERVE: u64 = 16 * 1024;
 /// Default largest packet that counts as small (frame bytes).
@@ -239,6 +242,16 @@ impl Config {
         }
         let burst = units::parse_size(cap.burst.get_ref())
             .map_err(|e| unit_err("cap.burst", &cap.burst, e))?;
+        if burst > MAX_BURST_BYTES {
+            return Err(err(
+                Some(cap.burst.span()),
+                format!(
+                    "`cap.burst` must be at most {} (it is {}): the byte bound is burst + rate x time, and no rack agreement allows a bucket that deep",
+                    units::ByteSize(MAX_BURST_BYTES),
+                    units::ByteSize(burst)
+                ),
+            ));
+        }
         if burst < MIN_BURST_BYTES {
             return Err(err(
                 Some(cap.burst.span()),
@@ -566,6 +579,12 @@ burst = "256 KiB"
                 "burst = \"1 KiB\"",
                 ":9:",
                 "cap.burst",
+            ),
+            (
+                "burst = \"256 KiB\"",
+                "burst = \"100 TiB\"",
+                ":9:",
+                "at most 64 MiB",
             ),
             (
                 "burst = \"256 KiB\"",
