@@ -41,6 +41,20 @@ enum Cmd {
         #[arg(long)]
         key: PathBuf,
     },
+    /// Clear a host's contraindicated statements after investigating them; the clearing is
+    /// recorded with its reason and shown in the host's standing. Local only: no HTTP
+    /// endpoint changes state beyond ingesting signed statements.
+    Clear {
+        /// The rack.
+        #[arg(long)]
+        rack: String,
+        /// The host.
+        #[arg(long)]
+        host: String,
+        /// Why: what was found and done (kept with the clearance).
+        #[arg(long)]
+        reason: String,
+    },
     /// Re-derive every stored verdict from the stored statements; exits 1 on any difference.
     Recheck {
         /// Print JSON.
@@ -92,6 +106,26 @@ fn main() -> anyhow::Result<()> {
             let mut v = open(&cfg)?;
             let keyid = v.enroll(&rack, &host, &pem, api::now_ms())?;
             println!("enrolled {rack}/{host} with keyid {keyid}");
+        }
+        Cmd::Clear { rack, host, reason } => {
+            if reason.trim().is_empty() {
+                anyhow::bail!("--reason must say what was found and done");
+            }
+            let v = open(&cfg)?;
+            let pending = v.store.contraindicated_after(
+                &rack,
+                &host,
+                v.store
+                    .last_clearance(&rack, &host)?
+                    .map_or(0, |c| c.up_to_id),
+            )?;
+            let c = v.store.clear(&rack, &host, &reason, api::now_ms())?;
+            println!(
+                "cleared {} contraindicated statement(s) of {rack}/{host} (up to row {}): {}",
+                pending.len(),
+                c.up_to_id,
+                c.reason
+            );
         }
         Cmd::Recheck { json } => {
             let v = open(&cfg)?;

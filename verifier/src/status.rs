@@ -16,6 +16,8 @@ pub struct HostStanding {
     /// Current egress cap reported by the host (for the rack sum).
     pub egress_cap_bytes_per_s: Option<u64>,
     pub ingress_cap_bytes_per_s: Option<u64>,
+    /// The operator's latest clearing of contraindicated statements, if any.
+    pub clearance: Option<crate::store::Clearance>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -82,6 +84,34 @@ impl Verifier {
                 status = status.max(Status::Warning);
                 findings.push(format!("gap: {} of seqs 0..={top} stored", seqs.len()));
             }
+            // Standing is the whole history, not the latest statement: a contraindicated
+            // statement anywhere (a fork at an old seq, or one with more built on it) holds
+            // the host contraindicated until an operator clears it (`rackwarden-verifier
+            // clear`, recorded).
+            let clearance = self.store.last_clearance(rack, &host)?;
+            let bad = self.store.contraindicated_after(
+                rack,
+                &host,
+                clearance.as_ref().map_or(0, |c| c.up_to_id),
+            )?;
+            if let Some(first) = bad.first() {
+                status = Status::Contraindicated;
+                let codes: Vec<String> = serde_json::from_str::<AttestationResult>(&first.result)
+                    .map(|r| {
+                        r.findings
+                            .into_iter()
+                            .filter(|f| f.severity == Status::Contraindicated)
+                            .map(|f| f.code)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                findings.push(format!(
+                    "{} contraindicated statement(s) not cleared, the first at seq {} ({}); an operator clears them with `rackwarden-verifier clear`",
+                    bad.len(),
+                    first.seq,
+                    codes.join(", ")
+                ));
+            }
             let last_st = last.as_ref().and_then(stored_statement);
             let cap = |dir: &str| {
                 last_st.as_ref().and_then(|s| match &s.predicate.limiter {
@@ -103,6 +133,7 @@ impl Verifier {
                 findings,
                 egress_cap_bytes_per_s: egress_cap,
                 ingress_cap_bytes_per_s: ingress_cap,
+                clearance,
             });
         }
         let mut findings = Vec::new();

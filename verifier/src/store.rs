@@ -63,7 +63,19 @@ CREATE TABLE IF NOT EXISTS statements (
   wipe_ms INTEGER,
   UNIQUE(rack, host, pae_sha3));
 CREATE INDEX IF NOT EXISTS statements_by_seq ON statements(rack, host, seq);
+CREATE TABLE IF NOT EXISTS clearances (
+  id INTEGER PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL,
+  up_to_id INTEGER NOT NULL, cleared_ms INTEGER NOT NULL, reason TEXT NOT NULL);
 ";
+
+/// An operator's clearing of a host's contraindicated statements (local CLI only), kept.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Clearance {
+    /// Statements stored up to this row id are cleared.
+    pub up_to_id: i64,
+    pub cleared_ms: u64,
+    pub reason: String,
+}
 
 fn row_statement(r: &rusqlite::Row) -> rusqlite::Result<StoredStatement> {
     Ok(StoredStatement {
@@ -268,6 +280,61 @@ impl Store {
             .query_row(params![rack, host], |r| {
                 Ok(r.get::<_, Option<i64>>(0)?.map(|v| v as u64))
             })
+    }
+
+    /// Records that the host's contraindicated statements stored so far are cleared.
+    pub fn clear(
+        &self,
+        rack: &str,
+        host: &str,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<Clearance, DbError> {
+        let up_to_id: i64 = self.conn.query_row(
+            "SELECT COALESCE(MAX(id), 0) FROM statements WHERE rack = ?1 AND host = ?2",
+            params![rack, host],
+            |r| r.get(0),
+        )?;
+        self.conn.execute(
+            "INSERT INTO clearances (rack, host, up_to_id, cleared_ms, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![rack, host, up_to_id, now_ms as i64, reason],
+        )?;
+        Ok(Clearance {
+            up_to_id,
+            cleared_ms: now_ms,
+            reason: reason.into(),
+        })
+    }
+
+    /// The host's latest clearance, if any.
+    pub fn last_clearance(&self, rack: &str, host: &str) -> Result<Option<Clearance>, DbError> {
+        self.conn
+            .query_row(
+                "SELECT up_to_id, cleared_ms, reason FROM clearances WHERE rack = ?1 AND host = ?2 ORDER BY id DESC LIMIT 1",
+                params![rack, host],
+                |r| {
+                    Ok(Clearance {
+                        up_to_id: r.get(0)?,
+                        cleared_ms: r.get::<_, i64>(1)? as u64,
+                        reason: r.get(2)?,
+                    })
+                },
+            )
+            .optional()
+    }
+
+    /// Contraindicated statements of the host stored after row `after_id`, oldest first.
+    pub fn contraindicated_after(
+        &self,
+        rack: &str,
+        host: &str,
+        after_id: i64,
+    ) -> Result<Vec<StoredStatement>, DbError> {
+        let mut st = self.conn.prepare_cached(&format!(
+            "SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND id > ?3 AND status = 'contraindicated' ORDER BY id"
+        ))?;
+        let rows = st.query_map(params![rack, host, after_id], row_statement)?;
+        rows.collect()
     }
 
     pub fn all_nonces(&self) -> Result<Vec<NonceRecord>, DbError> {

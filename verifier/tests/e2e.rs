@@ -1004,3 +1004,113 @@ fn the_agreement_bounds_burst_and_ingress_summed_per_rack() {
         "{rack}"
     );
 }
+
+/// Red-team class 1: a contraindicated statement anywhere in a host's history holds the
+/// host contraindicated, also with newer good statements built on it, until an operator
+/// clears it with the local CLI; the clearing is recorded and shown.
+#[test]
+fn a_contraindicated_statement_stays_until_an_operator_clears_it() {
+    let (dir, config, port) = setup("clear", "15 min", None);
+    let k = enroll(&config, &dir, "rack-a", "h1");
+    let s = Server::start(&dir, &config, port);
+    let mut h = Host::new(k, "rack-a", "h1");
+    let n = challenge(&s, "rack-a", "h1");
+    post_one(
+        &s,
+        h.next(Epoch {
+            nonce: Some(n),
+            ..Default::default()
+        }),
+    );
+    // seq 1 passes 200x what the cap allows.
+    let n = challenge(&s, "rack-a", "h1");
+    let r = post_one(
+        &s,
+        h.next(Epoch {
+            nonce: Some(n),
+            egress_delta: 1_000_000_000,
+            ..Default::default()
+        }),
+    );
+    assert_eq!(r["result"]["status"], "contraindicated", "{r}");
+    for _ in 0..3 {
+        let n = challenge(&s, "rack-a", "h1");
+        let r = post_one(
+            &s,
+            h.next(Epoch {
+                nonce: Some(n),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(r["result"]["status"], "affirming", "{r}");
+    }
+    let rack = get(&s, "/v1/racks/rack-a");
+    assert_eq!(
+        rack["status"], "contraindicated",
+        "the latest being fine hides nothing: {rack}"
+    );
+    let f = rack["hosts"][0]["findings"].to_string();
+    assert!(
+        f.contains("not cleared, the first at seq 1 (counters_above_cap)"),
+        "{f}"
+    );
+    let racks = get(&s, "/v1/racks");
+    assert_eq!(racks[0]["status"], "contraindicated", "{racks}");
+
+    // No HTTP endpoint clears anything; the local CLI does, and says what it cleared.
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "clear",
+            "--rack",
+            "rack-a",
+            "--host",
+            "h1",
+            "--reason",
+            "ticket 4711: mirror traffic, cap lowered",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("cleared 1 contraindicated statement(s)")
+    );
+    let rack = get(&s, "/v1/racks/rack-a");
+    assert_eq!(rack["status"], "affirming", "{rack}");
+    assert_eq!(
+        rack["hosts"][0]["clearance"]["reason"],
+        "ticket 4711: mirror traffic, cap lowered"
+    );
+    // A clearing covers what was stored, not what comes later.
+    let n = challenge(&s, "rack-a", "h1");
+    post_one(
+        &s,
+        h.next(Epoch {
+            nonce: Some(n),
+            wipe_status: "interrupted",
+            ..Default::default()
+        }),
+    );
+    let n = challenge(&s, "rack-a", "h1");
+    post_one(
+        &s,
+        h.next(Epoch {
+            nonce: Some(n),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(get(&s, "/v1/racks/rack-a")["status"], "contraindicated");
+    let empty = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["clear", "--rack", "rack-a", "--host", "h1", "--reason", " "])
+        .output()
+        .unwrap();
+    assert!(!empty.status.success(), "a clearing needs a reason");
+    let _ = std::fs::remove_dir_all(&dir);
+}
