@@ -1,6 +1,7 @@
 //! The HTTP JSON API. Every bad input gets a 4xx with a reason; nothing here panics on input.
 //!
-//! - `POST /v1/challenges` `{"rack":R,"host":H}` -> `{"nonce":hex,"expires_at_ms":n}`
+//! - `POST /v1/challenges` `{"rack":R,"host":H}` -> `{"nonce":hex,"expires_at_ms":n}`; 429
+//!   with `Retry-After` beyond 16 unused nonces per host or 50 (then 10/s) per source address
 //! - `POST /v1/statements` one envelope or an array of them -> one outcome per envelope
 //! - `GET /v1/racks`, `GET /v1/racks/{rack}`, `GET /v1/hosts/{rack}/{host}/statements?limit=N`
 //! - `GET /metrics` (Prometheus text)
@@ -9,6 +10,8 @@
 #![allow(clippy::result_large_err)]
 
 use std::{
+    collections::HashMap,
+    net::{IpAddr, SocketAddr},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -16,7 +19,7 @@ use std::{
 use axum::{
     Json, Router,
     body::Bytes,
-    extract::{DefaultBodyLimit, Path, Query, State},
+    extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State},
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
@@ -27,6 +30,64 @@ use crate::check::{IngestOutcome, Verifier};
 
 pub struct AppState {
     pub verifier: Mutex<Verifier>,
+    /// Challenges asked per source address (a token bucket each).
+    pub challenge_buckets: Mutex<HashMap<IpAddr, SourceBucket>>,
+}
+
+impl AppState {
+    pub fn new(verifier: Verifier) -> AppState {
+        AppState {
+            verifier: Mutex::new(verifier),
+            challenge_buckets: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Challenges one source may ask for: `CHALLENGE_BURST` at once, then `CHALLENGE_RATE` per
+/// second (a rack host asks once per epoch; this only stops a flood).
+pub const CHALLENGE_RATE: f64 = 10.0;
+pub const CHALLENGE_BURST: f64 = 50.0;
+/// Sources remembered at most; idle ones are forgotten first.
+const MAX_SOURCES: usize = 100_000;
+
+pub struct SourceBucket {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+/// Takes one challenge token for `ip`; `Err(seconds)` until the next one.
+fn take_challenge_token(st: &AppState, ip: IpAddr) -> Result<(), u64> {
+    let Ok(mut map) = st.challenge_buckets.lock() else {
+        return Ok(());
+    };
+    let now = std::time::Instant::now();
+    if map.len() >= MAX_SOURCES {
+        map.retain(|_, b| {
+            now.duration_since(b.at).as_secs_f64() * CHALLENGE_RATE < CHALLENGE_BURST
+        });
+    }
+    let b = map.entry(ip).or_insert(SourceBucket {
+        tokens: CHALLENGE_BURST,
+        at: now,
+    });
+    b.tokens =
+        (b.tokens + now.duration_since(b.at).as_secs_f64() * CHALLENGE_RATE).min(CHALLENGE_BURST);
+    b.at = now;
+    if b.tokens >= 1.0 {
+        b.tokens -= 1.0;
+        Ok(())
+    } else {
+        Err(((1.0 - b.tokens) / CHALLENGE_RATE).ceil().max(1.0) as u64)
+    }
+}
+
+fn too_many(retry_after_s: u64, reason: String) -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, retry_after_s.to_string())],
+        Json(serde_json::json!({ "error": reason })),
+    )
+        .into_response()
 }
 
 pub use rackwarden_attest::now_ms;
@@ -89,9 +150,23 @@ struct ChallengeReq {
     host: String,
 }
 
-async fn challenge(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn challenge(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if let Err(r) = require_json(&headers) {
         return r;
+    }
+    if let Err(wait) = take_challenge_token(&st, peer.ip()) {
+        return too_many(
+            wait,
+            format!(
+                "{}: more than {CHALLENGE_BURST} challenges at {CHALLENGE_RATE}/s from this address",
+                peer.ip()
+            ),
+        );
     }
     let req: ChallengeReq = match serde_json::from_slice(&body) {
         Ok(r) => r,
@@ -104,6 +179,9 @@ async fn challenge(State(st): State<Arc<AppState>>, headers: HeaderMap, body: By
         }
         Ok(Err(e @ crate::check::VerifierError::NotEnrolled { .. })) => {
             error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e @ crate::check::VerifierError::TooManyNonces { retry_after_s, .. })) => {
+            too_many(retry_after_s, e.to_string())
         }
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }

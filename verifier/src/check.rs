@@ -110,6 +110,15 @@ pub enum VerifierError {
     Db(#[from] DbError),
     #[error("rack `{rack}` host `{host}` is not enrolled")]
     NotEnrolled { rack: String, host: String },
+    #[error(
+        "rack `{rack}` host `{host}` already has {outstanding} unused nonces; use one or wait {retry_after_s} s"
+    )]
+    TooManyNonces {
+        rack: String,
+        host: String,
+        outstanding: u64,
+        retry_after_s: u64,
+    },
     #[error("{0}")]
     Key(String),
 }
@@ -164,6 +173,9 @@ pub fn prepare(keys: &KeyTable, raw: &[u8]) -> Result<Prepared, String> {
 }
 
 const UNKNOWN_KEY: &str = "signed by no enrolled key";
+
+/// Unused, unexpired nonces one host may hold: a daemon asks once per epoch.
+pub const MAX_OUTSTANDING_NONCES: u64 = 16;
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Metrics {
@@ -260,6 +272,19 @@ impl Verifier {
             return Err(VerifierError::NotEnrolled {
                 rack: rack.into(),
                 host: host.into(),
+            });
+        }
+        // What an anonymous caller can make us store is bounded: a few outstanding nonces
+        // per enrolled host, and nonces nobody used are pruned a TTL after they expired.
+        let ttl = self.policy.nonce_ttl.as_millis() as u64;
+        self.store.prune_nonces(now_ms.saturating_sub(ttl))?;
+        let outstanding = self.store.outstanding_nonces(rack, host, now_ms)?;
+        if outstanding >= MAX_OUTSTANDING_NONCES {
+            return Err(VerifierError::TooManyNonces {
+                rack: rack.into(),
+                host: host.into(),
+                outstanding,
+                retry_after_s: self.policy.nonce_ttl.as_secs().max(1),
             });
         }
         let nonce = rackwarden_attest::nonce::Nonce::random()
@@ -494,7 +519,10 @@ fn check_freshness(
             Status::Warning,
             "the statement answers no challenge",
         ),
-        Challenge::Nonce { nonce } => match store.nonce(nonce)? {
+        Challenge::Nonce { nonce } => match {
+            store.present_nonce(nonce, now_ms)?;
+            store.nonce(nonce)?
+        } {
             None => j.add(
                 "freshness",
                 "nonce_unknown",

@@ -6,6 +6,8 @@
 //! database = "/var/lib/rackwarden-verifier/verifier.sqlite"
 //! max_body = "4 MiB"
 //! request_timeout = "10 s"
+//! max_connections = 1024          # open connections at once; more wait in the backlog
+//! header_timeout = "5 s"          # a client that has not sent its headers by then is dropped
 //!
 //! [policy]
 //! id = "inference-only-2026-12"
@@ -70,6 +72,8 @@ pub struct VerifierConfig {
     pub database: PathBuf,
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
+    pub max_connections: usize,
+    pub header_timeout: Duration,
     pub policy: Policy,
 }
 
@@ -80,6 +84,8 @@ struct Raw {
     database: Spanned<String>,
     max_body: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
+    max_connections: Option<Spanned<i64>>,
+    header_timeout: Option<Spanned<String>>,
     policy: RawPolicy,
     #[serde(default)]
     racks: BTreeMap<String, Spanned<RawRack>>,
@@ -209,6 +215,23 @@ impl VerifierConfig {
             listen,
             database: PathBuf::from(raw.database.get_ref()),
             max_body_bytes: max_body,
+            max_connections: match &raw.max_connections {
+                None => 1024,
+                Some(n) if (1..=65_536).contains(n.get_ref()) => *n.get_ref() as usize,
+                Some(n) => {
+                    return Err(err(
+                        Some(n.span()),
+                        format!(
+                            "`max_connections` must be between 1 and 65536 (it is {})",
+                            n.get_ref()
+                        ),
+                    ));
+                }
+            },
+            header_timeout: match &raw.header_timeout {
+                Some(s) => dur("header_timeout", s)?,
+                None => Duration::from_secs(5),
+            },
             request_timeout: match &raw.request_timeout {
                 Some(s) => dur("request_timeout", s)?,
                 None => Duration::from_secs(10),

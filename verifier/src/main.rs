@@ -1,8 +1,5 @@
 //! rackwarden-verifier: the verifying party's service. All logic is in the library.
-use std::{
-    path::PathBuf,
-    sync::{Arc, Mutex},
-};
+use std::{path::PathBuf, sync::Arc};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -76,9 +73,7 @@ fn main() -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Serve => {
             let v = open(&cfg)?;
-            let state = Arc::new(api::AppState {
-                verifier: Mutex::new(v),
-            });
+            let state = Arc::new(api::AppState::new(v));
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind(cfg.listen)
@@ -89,13 +84,17 @@ fn main() -> anyhow::Result<()> {
                     listener.local_addr()?,
                     cfg.policy.id
                 );
-                axum::serve(
+                rackwarden_verifier::serve::serve(
                     listener,
                     api::router(state, cfg.max_body_bytes, cfg.request_timeout),
+                    rackwarden_verifier::serve::ConnLimits {
+                        max_connections: cfg.max_connections,
+                        header_timeout: cfg.header_timeout,
+                    },
+                    async {
+                        let _ = tokio::signal::ctrl_c().await;
+                    },
                 )
-                .with_graceful_shutdown(async {
-                    let _ = tokio::signal::ctrl_c().await;
-                })
                 .await?;
                 anyhow::Ok(())
             })?;

@@ -55,7 +55,8 @@ CREATE TABLE IF NOT EXISTS host_keys (
   pubkey_pem TEXT NOT NULL, enrolled_ms INTEGER NOT NULL, retired_ms INTEGER);
 CREATE TABLE IF NOT EXISTS nonces (
   nonce TEXT PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL,
-  issued_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, used_ms INTEGER);
+  issued_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, used_ms INTEGER,
+  presented_ms INTEGER);
 CREATE TABLE IF NOT EXISTS statements (
   id INTEGER PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL, seq INTEGER NOT NULL,
   pae_sha3 TEXT NOT NULL, envelope TEXT NOT NULL, received_ms INTEGER NOT NULL,
@@ -123,6 +124,17 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA)?;
+        // Databases made before `presented_ms` existed get the column (NULL: never named,
+        // which is what pruning needs to be sure of; rows used by a statement have used_ms).
+        let has_presented: bool = conn
+            .prepare(
+                "SELECT COUNT(*) FROM pragma_table_info('nonces') WHERE name = 'presented_ms'",
+            )?
+            .query_row([], |r| r.get::<_, i64>(0))?
+            > 0;
+        if !has_presented {
+            conn.execute_batch("ALTER TABLE nonces ADD COLUMN presented_ms INTEGER")?;
+        }
         Ok(Store { conn })
     }
 
@@ -184,6 +196,31 @@ impl Store {
             .prepare_cached("SELECT nonce, rack, host, issued_ms, expires_ms, used_ms FROM nonces WHERE nonce = ?1")?
             .query_row(params![nonce], row_nonce)
             .optional()
+    }
+
+    /// A statement named this nonce (whatever came of it): from now on the row is evidence
+    /// and is never pruned, so `recheck` judges that statement the same way again.
+    pub fn present_nonce(&self, nonce: &str, now_ms: u64) -> Result<(), DbError> {
+        self.conn.execute(
+            "UPDATE nonces SET presented_ms = COALESCE(presented_ms, ?1) WHERE nonce = ?2",
+            params![now_ms as i64, nonce],
+        )?;
+        Ok(())
+    }
+
+    /// Nonces issued to the host that no statement has named and that have not expired.
+    pub fn outstanding_nonces(&self, rack: &str, host: &str, now_ms: u64) -> Result<u64, DbError> {
+        self.conn
+            .prepare_cached("SELECT COUNT(*) FROM nonces WHERE rack = ?1 AND host = ?2 AND used_ms IS NULL AND presented_ms IS NULL AND expires_ms >= ?3")?
+            .query_row(params![rack, host, now_ms as i64], |r| Ok(r.get::<_, i64>(0)? as u64))
+    }
+
+    /// Deletes nonces that expired before `before_ms` and that no statement ever named.
+    pub fn prune_nonces(&self, before_ms: u64) -> Result<usize, DbError> {
+        self.conn.execute(
+            "DELETE FROM nonces WHERE used_ms IS NULL AND presented_ms IS NULL AND expires_ms < ?1",
+            params![before_ms as i64],
+        )
     }
 
     pub fn use_nonce(&self, nonce: &str, now_ms: u64) -> Result<(), DbError> {
@@ -343,5 +380,30 @@ impl Store {
         )?;
         let rows = st.query_map([], row_nonce)?;
         rows.collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_removes_only_expired_nonces_no_statement_named() {
+        let s = Store::in_memory().unwrap();
+        s.insert_nonce("a", "r", "h", 0, 100).unwrap(); // expired, never named
+        s.insert_nonce("b", "r", "h", 0, 100).unwrap(); // expired, named by a statement
+        s.insert_nonce("c", "r", "h", 0, 100).unwrap(); // expired, used
+        s.insert_nonce("d", "r", "h", 0, 10_000).unwrap(); // not expired
+        s.present_nonce("b", 150).unwrap();
+        s.use_nonce("c", 90).unwrap();
+        assert_eq!(s.outstanding_nonces("r", "h", 200).unwrap(), 1);
+        assert_eq!(s.prune_nonces(1000).unwrap(), 1);
+        assert!(s.nonce("a").unwrap().is_none());
+        for n in ["b", "c", "d"] {
+            assert!(
+                s.nonce(n).unwrap().is_some(),
+                "{n} is evidence or still valid"
+            );
+        }
     }
 }

@@ -104,6 +104,7 @@ fn setup(
 database = "{db}"
 max_body = "64 KiB"
 request_timeout = "1 s"
+header_timeout = "1 s"
 
 [policy]
 id = "test-policy"
@@ -1112,5 +1113,92 @@ fn a_contraindicated_statement_stays_until_an_operator_clears_it() {
         .output()
         .unwrap();
     assert!(!empty.status.success(), "a clearing needs a reason");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Red-team class 5: half-open connections do not make the verifier unreachable, and what an
+/// anonymous caller can make it store is bounded (per host, per source address).
+#[test]
+fn half_open_connections_and_nonce_floods_are_bounded() {
+    let (dir, config, port) = setup("avail", "15 min", None);
+    let _k = enroll(&config, &dir, "rack-a", "h1");
+    let s = Server::start(&dir, &config, port);
+    // 1,100 connections that send half a request line and then nothing.
+    let mut slow = Vec::new();
+    for _ in 0..1100 {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let _ = c.write_all(b"GET /v1/racks HTTP/1.1\r\nHo");
+        slow.push(c);
+    }
+    let t0 = std::time::Instant::now();
+    let racks = get(&s, "/v1/racks");
+    assert!(racks.is_array(), "{racks}");
+    let served_in = t0.elapsed();
+    assert!(
+        served_in < Duration::from_secs(5),
+        "served after {served_in:?}"
+    );
+    // The slow ones are closed once the header timeout (1 s) has passed.
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut closed = 0;
+    for c in slow.iter_mut().take(50) {
+        c.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = [0u8; 256];
+        if matches!(c.read(&mut b), Ok(_)) {
+            closed += 1;
+        }
+    }
+    assert_eq!(
+        closed, 50,
+        "half-open connections outlived the header timeout"
+    );
+    drop(slow);
+    println!("a request beside 1,100 half-open connections was served in {served_in:?}");
+
+    // 16 unused nonces per host, then 429 with Retry-After.
+    let mut codes_seen = Vec::new();
+    for _ in 0..17 {
+        let (code, _) = post(
+            &s,
+            "/v1/challenges",
+            br#"{"rack":"rack-a","host":"h1"}"#.to_vec(),
+        );
+        codes_seen.push(code);
+    }
+    assert!(codes_seen[..16].iter().all(|c| *c == 200), "{codes_seen:?}");
+    assert_eq!(codes_seen[16], 429, "{codes_seen:?}");
+    // And a source asking too fast is slowed down whatever it asks for.
+    let mut last = 0;
+    for _ in 0..60 {
+        last = post(
+            &s,
+            "/v1/challenges",
+            br#"{"rack":"rack-a","host":"nobody"}"#.to_vec(),
+        )
+        .0;
+        if last == 429 {
+            break;
+        }
+    }
+    assert_eq!(last, 429, "per-source rate limit never applied");
+    let raw = {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let body = br#"{"rack":"rack-a","host":"h1"}"#;
+        write!(
+            c,
+            "POST /v1/challenges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        c.write_all(body).unwrap();
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        out
+    };
+    assert!(
+        raw.starts_with("HTTP/1.1 429") && raw.to_lowercase().contains("retry-after:"),
+        "{raw}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
