@@ -512,6 +512,10 @@ fn check_freshness(
     st: &Statement,
     now_ms: u64,
 ) -> Result<(), DbError> {
+    // Whatever comes of it, a nonce a statement named is evidence from now on (never pruned).
+    if let Challenge::Nonce { nonce } = &st.predicate.challenge {
+        store.present_nonce(nonce, now_ms)?;
+    }
     match &st.predicate.challenge {
         Challenge::Unchallenged => j.add(
             "freshness",
@@ -519,10 +523,7 @@ fn check_freshness(
             Status::Warning,
             "the statement answers no challenge",
         ),
-        Challenge::Nonce { nonce } => match {
-            store.present_nonce(nonce, now_ms)?;
-            store.nonce(nonce)?
-        } {
+        Challenge::Nonce { nonce } => match store.nonce(nonce)? {
             None => j.add(
                 "freshness",
                 "nonce_unknown",
