@@ -268,6 +268,13 @@ impl Verifier {
         host: &str,
         now_ms: u64,
     ) -> Result<(String, u64), VerifierError> {
+        // A host enrolled (with the local CLI) while we serve is seen without a restart:
+        // on a miss, the key table is read again, at most once a second.
+        if !self.enrolled(rack, host)
+            && self.keys_loaded.elapsed() > std::time::Duration::from_secs(1)
+        {
+            self.reload_keys()?;
+        }
         if !self.enrolled(rack, host) {
             return Err(VerifierError::NotEnrolled {
                 rack: rack.into(),

@@ -1207,3 +1207,26 @@ fn half_open_connections_and_nonce_floods_are_bounded() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A host enrolled while the verifier serves gets its challenges without a restart.
+#[test]
+fn a_host_enrolled_while_serving_is_challenged_at_once() {
+    let (dir, config, port) = setup("late-enroll", "15 min", None);
+    let s = Server::start(&dir, &config, port);
+    let (code, _) = post(
+        &s,
+        "/v1/challenges",
+        br#"{"rack":"rack-a","host":"h9"}"#.to_vec(),
+    );
+    assert_eq!(code, 404);
+    std::thread::sleep(Duration::from_millis(1100));
+    let _k = enroll(&config, &dir, "rack-a", "h9");
+    let (code, v) = post(
+        &s,
+        "/v1/challenges",
+        br#"{"rack":"rack-a","host":"h9"}"#.to_vec(),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["nonce"].as_str().map(str::len), Some(64));
+    let _ = std::fs::remove_dir_all(&dir);
+}
