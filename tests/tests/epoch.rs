@@ -43,6 +43,17 @@ fn rack(tag: &str, image_bytes: usize) -> Rack {
     }
 }
 
+impl Rack {
+    /// The daemon config (wipe every `interval`, `wipe_max` of host RAM) and its socket.
+    fn config(&self, interval: &str, wipe_max: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let sections = self.fx.sections(&self.verifier.url(), interval, wipe_max);
+        (
+            write_epoch_config(&self.net, &self.fx, &sections),
+            self.net.socket_path(),
+        )
+    }
+}
+
 fn codes(row: &serde_json::Value) -> Vec<String> {
     row["result"]["findings"]
         .as_array()
@@ -90,9 +101,7 @@ fn assert_contiguous(h: &[serde_json::Value]) {
 fn a_full_epoch_is_signed_delivered_and_affirming() {
     let mut r = rack("full", 3 << 20);
     r.verifier.start();
-    let sections = r.fx.sections(&r.verifier.url(), "1 h", "32 MiB");
-    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
-    let sock = r.net.socket_path();
+    let (cfg, sock) = r.config("1 h", "32 MiB");
     let _d = Daemon::start(&cfg, &sock);
 
     // The first epoch runs at start, by itself.
@@ -213,9 +222,7 @@ fn a_full_epoch_is_signed_delivered_and_affirming() {
 fn a_verifier_down_for_many_epochs_receives_every_statement_in_order() {
     let mut r = rack("vdown", 1 << 20);
     // Enrolled, but not running: every epoch runs unchallenged and waits in the log.
-    let sections = r.fx.sections(&r.verifier.url(), "1 s", "8 MiB");
-    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
-    let sock = r.net.socket_path();
+    let (cfg, sock) = r.config("1 s", "8 MiB");
     let _d = Daemon::start(&cfg, &sock);
     let st = wait_epoch(
         &sock,
@@ -282,9 +289,7 @@ fn a_verifier_down_for_many_epochs_receives_every_statement_in_order() {
 fn kill9_in_every_epoch_state_loses_nothing_and_the_limiter_never_lapses() {
     let mut r = rack("kill", 4 << 20);
     r.verifier.start();
-    let sections = r.fx.sections(&r.verifier.url(), "1 h", "32 MiB");
-    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
-    let sock = r.net.socket_path();
+    let (cfg, sock) = r.config("1 h", "32 MiB");
     let states = ["draining", "wiping", "staging", "restarting", "signing"];
 
     // A flood across all the kills and restarts: the pinned policer must hold the bound.
@@ -375,9 +380,7 @@ fn kill9_in_every_epoch_state_loses_nothing_and_the_limiter_never_lapses() {
 fn an_image_mismatch_leaves_workloads_stopped_and_is_contraindicated() {
     let mut r = rack("img", 2 << 20);
     r.verifier.start();
-    let sections = r.fx.sections(&r.verifier.url(), "1 h", "16 MiB");
-    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
-    let sock = r.net.socket_path();
+    let (cfg, sock) = r.config("1 h", "16 MiB");
     let _d = Daemon::start(&cfg, &sock);
     wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
         e["delivery"]["delivered_seq"] == 0
@@ -443,9 +446,7 @@ fn a_full_state_disk_stops_epochs_and_loses_nothing() {
     r.verifier.start();
     let state = r.net.dir.join("state");
     let _fs = SmallFs::mount(&state, "1m");
-    let sections = r.fx.sections(&r.verifier.url(), "1 h", "16 MiB");
-    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
-    let sock = r.net.socket_path();
+    let (cfg, sock) = r.config("1 h", "16 MiB");
     let _d = Daemon::start(&cfg, &sock);
     wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
         e["delivery"]["delivered_seq"] == 0
@@ -498,12 +499,10 @@ fn a_full_state_disk_stops_epochs_and_loses_nothing() {
 fn sighup_with_a_bad_config_keeps_the_old_one_and_a_good_one_applies() {
     let mut r = rack("hup", 1 << 20);
     // Start pointed at a port where nothing listens; the reload names the real verifier.
-    let sections = r.fx.sections(&r.verifier.url(), "1 h", "8 MiB");
-    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
+    let (cfg, sock) = r.config("1 h", "8 MiB");
     let good = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(&cfg, good.replace(&r.verifier.url(), "http://127.0.0.1:1")).unwrap();
     r.verifier.start();
-    let sock = r.net.socket_path();
     let d = Daemon::start(&cfg, &sock);
     let hup = || {
         // SAFETY: signalling the daemon we started, by PID.
@@ -583,9 +582,7 @@ fn the_demo_tells_the_whole_story() {
 fn an_unreadable_journal_is_kept_disclosed_and_does_not_stop_the_daemon() {
     let mut r = rack("jrnl", 1 << 20);
     r.verifier.start();
-    let sections = r.fx.sections(&r.verifier.url(), "1 h", "8 MiB");
-    let cfg = write_epoch_config(&r.net, &r.fx, &sections);
-    let sock = r.net.socket_path();
+    let (cfg, sock) = r.config("1 h", "8 MiB");
     let mut d = Daemon::start(&cfg, &sock);
     wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
         e["delivery"]["delivered_seq"] == 0
