@@ -121,6 +121,17 @@ pub enum VerifierError {
     },
     #[error("{0}")]
     Key(String),
+    #[error("{0}")]
+    Enroll(String),
+}
+
+/// What `enroll` did.
+#[derive(Debug, Clone)]
+pub struct Enrolled {
+    pub keyid: String,
+    /// The same key was already enrolled for this host: nothing changed.
+    pub already: bool,
+    pub warnings: Vec<String>,
 }
 
 /// keyid -> enrolled key (current and retired). Shared as a snapshot so that signatures can
@@ -241,18 +252,75 @@ impl Verifier {
         self.keys.clone()
     }
 
+    /// Enrolls (or rotates) a host's key. One key belongs to one host: a key enrolled for
+    /// another host, or retired, is refused. A rack with no agreement in the policy is
+    /// enrolled with a warning (its hosts are contraindicated until the policy names it).
     pub fn enroll(
         &mut self,
         rack: &str,
         host: &str,
         pubkey_pem: &str,
         now_ms: u64,
-    ) -> Result<String, VerifierError> {
+    ) -> Result<Enrolled, VerifierError> {
         let vk = keys::parse_verifying_key(pubkey_pem).map_err(VerifierError::Key)?;
         let keyid = keys::keyid(&vk);
-        self.store.enroll(rack, host, &keyid, pubkey_pem, now_ms)?;
+        let mut warnings = Vec::new();
+        if !self.policy.racks.contains_key(rack) {
+            warnings.push(format!(
+                "rack `{rack}` has no agreement in the policy ([racks.{rack}]): its hosts are contraindicated (no_agreement) until it has one"
+            ));
+        }
+        let existing = self
+            .store
+            .host_keys()?
+            .into_iter()
+            .find(|k| k.keyid == keyid);
+        let already = match existing {
+            Some(k) if k.rack != rack || k.host != host => {
+                return Err(VerifierError::Enroll(format!(
+                    "key {keyid} is already enrolled for {}/{}: one key belongs to one host (make a key for {rack}/{host})",
+                    k.rack, k.host
+                )));
+            }
+            Some(HostKey {
+                retired_ms: Some(r),
+                ..
+            }) => {
+                return Err(VerifierError::Enroll(format!(
+                    "key {keyid} of {rack}/{host} was retired at {r} ms; a retired key is not enrolled again (make a new key)"
+                )));
+            }
+            Some(_) => true,
+            None => {
+                self.store.enroll(rack, host, &keyid, pubkey_pem, now_ms)?;
+                false
+            }
+        };
         self.reload_keys()?;
-        Ok(keyid)
+        Ok(Enrolled {
+            keyid,
+            already,
+            warnings,
+        })
+    }
+
+    /// Retires the host's current key: statements it signs later are `retired_key`, and
+    /// the host leaves its rack's standing. History is kept.
+    pub fn retire(&mut self, rack: &str, host: &str, now_ms: u64) -> Result<String, VerifierError> {
+        let Some(k) = self
+            .store
+            .host_keys()?
+            .into_iter()
+            .find(|k| k.rack == rack && k.host == host && k.retired_ms.is_none())
+        else {
+            return Err(VerifierError::NotEnrolled {
+                rack: rack.into(),
+                host: host.into(),
+            });
+        };
+        self.store.retire(&k.keyid, now_ms)?;
+        self.reload_keys()?;
+        Ok(k.keyid)
     }
 
     fn enrolled(&self, rack: &str, host: &str) -> bool {
@@ -373,7 +441,10 @@ impl Verifier {
             policy: &self.policy,
             findings: Vec::new(),
         };
-        if let Some(r) = hk.retired_ms
+        // Read from the store, not the cached key table: a key retired with the CLI while
+        // the service runs is retired at once.
+        let retired_ms = self.store.key_retired_ms(&hk.keyid)?.or(hk.retired_ms);
+        if let Some(r) = retired_ms
             && p.epoch_end_unix_ms > r
         {
             j.add(
@@ -383,6 +454,7 @@ impl Verifier {
                 format!("key {} was retired at {r} ms", hk.keyid),
             );
         }
+        check_pins(&mut j, &st);
         let preds = if p.seq > 0 {
             self.store.by_seq(&hk.rack, &hk.host, p.seq - 1)?
         } else {
@@ -907,6 +979,38 @@ fn judge_wipe(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
         }
     }
     ok
+}
+
+/// The daemon builds and eBPF programs the policy accepts, if it pins them: a statement
+/// from another daemon binary, or naming another program, is contraindicated.
+fn check_pins(j: &mut Judge, st: &Statement) {
+    let p = &st.predicate;
+    if let Some(ok) = &j.policy.accepted_daemon_digests
+        && !ok.contains(&p.producer.binary_sha3_256)
+    {
+        j.add(
+            "identity",
+            "daemon_not_accepted",
+            Status::Contraindicated,
+            format!(
+                "{} {} (sha3-256 {}) is not a daemon build the policy accepts",
+                p.producer.name, p.producer.version, p.producer.binary_sha3_256
+            ),
+        );
+    }
+    if let (Some(ok), LimiterReport::Present(e)) = (&j.policy.accepted_program_tags, &p.limiter) {
+        for prog in e.programs.iter().filter(|g| !ok.contains(&g.tag)) {
+            j.add(
+                "limiter",
+                "program_not_accepted",
+                Status::Contraindicated,
+                format!(
+                    "program {} #{} has tag {}, not one the policy accepts",
+                    prog.name, prog.id, prog.tag
+                ),
+            );
+        }
+    }
 }
 
 /// What the host disclosed about its own trail: damage to its log, and epochs cut short

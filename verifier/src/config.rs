@@ -18,6 +18,8 @@
 //! trainable_state = "10 TB"
 //! max_epoch_fraction = 0.01       # bytes received in one epoch / trainable state
 //! required_wipe_backends = ["host"] # device classes each wipe must cover completely (default)
+//! # accepted_daemon_digests = ["<sha3-256 of rackwardend>"]   # pin daemon builds (optional)
+//! # accepted_program_tags = ["<16 hex digits>"]               # pin eBPF program tags (optional)
 //! # manifest = "/etc/rackwarden-verifier/manifest.dsse.json"
 //! # manifest_key = "/etc/rackwarden-verifier/verifier.pub"
 //!
@@ -60,6 +62,11 @@ pub struct Policy {
     pub max_epoch_fraction: f64,
     /// Device classes (`host`, `gpu`, `scratch`) every wipe must cover completely to count.
     pub required_wipe_backends: Vec<String>,
+    /// SHA3-256 of the daemon binaries the policy accepts (`producer.binary_sha3_256`); any
+    /// when unset.
+    pub accepted_daemon_digests: Option<Vec<String>>,
+    /// Kernel tags of the eBPF programs the policy accepts; any when unset.
+    pub accepted_program_tags: Option<Vec<String>>,
     /// Digests (merkle_sha3_256) the signed manifest allows, if a manifest is configured.
     pub allowed_images: Option<Vec<String>>,
     pub racks: BTreeMap<String, RackAgreement>,
@@ -102,6 +109,8 @@ struct RawPolicy {
     trainable_state: Spanned<String>,
     max_epoch_fraction: Spanned<f64>,
     required_wipe_backends: Option<Spanned<Vec<Spanned<String>>>>,
+    accepted_daemon_digests: Option<Vec<Spanned<String>>>,
+    accepted_program_tags: Option<Vec<Spanned<String>>>,
     manifest: Option<Spanned<String>>,
     manifest_key: Option<Spanned<String>>,
 }
@@ -237,6 +246,18 @@ impl VerifierConfig {
                 None => Duration::from_secs(10),
             },
             policy: Policy {
+                accepted_daemon_digests: hex_list(
+                    &err,
+                    "policy.accepted_daemon_digests",
+                    &p.accepted_daemon_digests,
+                    64,
+                )?,
+                accepted_program_tags: hex_list(
+                    &err,
+                    "policy.accepted_program_tags",
+                    &p.accepted_program_tags,
+                    16,
+                )?,
                 required_wipe_backends: match &p.required_wipe_backends {
                     None => vec!["host".into()],
                     Some(list) => {
@@ -268,6 +289,32 @@ impl VerifierConfig {
             },
         })
     }
+}
+
+/// A list of lowercase hex strings of `len` digits, each checked where it is written.
+fn hex_list(
+    err: &dyn Fn(Option<std::ops::Range<usize>>, String) -> ConfigError,
+    key: &str,
+    v: &Option<Vec<Spanned<String>>>,
+    len: usize,
+) -> Result<Option<Vec<String>>, ConfigError> {
+    let Some(list) = v else { return Ok(None) };
+    let mut out = Vec::new();
+    for h in list {
+        let s = h.get_ref();
+        if s.len() != len
+            || !s
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(err(
+                Some(h.span()),
+                format!("`{key}`: `{s}` is not {len} lowercase hex digits"),
+            ));
+        }
+        out.push(s.clone());
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]

@@ -38,6 +38,21 @@ enum Cmd {
         #[arg(long)]
         key: PathBuf,
     },
+    /// Retire a host's current key (it leaves its rack; its history is kept).
+    Retire {
+        /// The rack.
+        #[arg(long)]
+        rack: String,
+        /// The host.
+        #[arg(long)]
+        host: String,
+    },
+    /// List enrolled hosts: keys, enrollment and retirement times, last statement.
+    Hosts {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Clear a host's contraindicated statements after investigating them; the clearing is
     /// recorded with its reason and shown in the host's standing. Local only: no HTTP
     /// endpoint changes state beyond ingesting signed statements.
@@ -103,8 +118,64 @@ fn main() -> anyhow::Result<()> {
             let pem =
                 std::fs::read_to_string(&key).with_context(|| format!("{}", key.display()))?;
             let mut v = open(&cfg)?;
-            let keyid = v.enroll(&rack, &host, &pem, api::now_ms())?;
-            println!("enrolled {rack}/{host} with keyid {keyid}");
+            let e = v.enroll(&rack, &host, &pem, api::now_ms())?;
+            for w in &e.warnings {
+                eprintln!("warning: {w}");
+            }
+            if e.already {
+                println!("{rack}/{host} is already enrolled with keyid {}", e.keyid);
+            } else {
+                println!("enrolled {rack}/{host} with keyid {}", e.keyid);
+            }
+        }
+        Cmd::Retire { rack, host } => {
+            let mut v = open(&cfg)?;
+            let keyid = v.retire(&rack, &host, api::now_ms())?;
+            println!(
+                "retired keyid {keyid} of {rack}/{host}: statements it signs from now on are retired_key"
+            );
+        }
+        Cmd::Hosts { json } => {
+            let v = open(&cfg)?;
+            let mut rows = Vec::new();
+            for k in v.store.host_keys()? {
+                let last = v.store.history(&k.rack, &k.host, 1)?.into_iter().next();
+                rows.push(serde_json::json!({
+                    "rack": k.rack, "host": k.host, "keyid": k.keyid,
+                    "enrolled_ms": k.enrolled_ms, "retired_ms": k.retired_ms,
+                    "last_seq": last.as_ref().map(|s| s.seq),
+                    "last_status": last.as_ref().map(|s| s.status.clone()),
+                }));
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!(
+                    "{:<16} {:<16} {:<18} {:<25} {:<25} {:>8} status",
+                    "rack", "host", "keyid", "enrolled", "retired", "last seq"
+                );
+                for r in &rows {
+                    let t = |k: &str| {
+                        r[k].as_u64()
+                            .map(rackwarden_attest::units::fmt_unix_ms)
+                            .unwrap_or_else(|| "-".into())
+                    };
+                    println!(
+                        "{:<16} {:<16} {:<18} {:<25} {:<25} {:>8} {}",
+                        r["rack"].as_str().unwrap_or(""),
+                        r["host"].as_str().unwrap_or(""),
+                        &r["keyid"].as_str().unwrap_or("")
+                            [..16.min(r["keyid"].as_str().unwrap_or("").len())],
+                        t("enrolled_ms"),
+                        t("retired_ms"),
+                        r["last_seq"]
+                            .as_u64()
+                            .map(|x| x.to_string())
+                            .unwrap_or_else(|| "-".into()),
+                        r["last_status"].as_str().unwrap_or("-")
+                    );
+                }
+            }
         }
         Cmd::Clear { rack, host, reason } => {
             if reason.trim().is_empty() {

@@ -161,6 +161,25 @@ impl Store {
         tx.commit()
     }
 
+    /// When the key was retired, if it was.
+    pub fn key_retired_ms(&self, keyid: &str) -> Result<Option<u64>, DbError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT retired_ms FROM host_keys WHERE keyid = ?1")?
+            .query_row(params![keyid], |r| r.get::<_, Option<i64>>(0))
+            .optional()?
+            .flatten()
+            .map(|v| v as u64))
+    }
+
+    pub fn retire(&self, keyid: &str, now_ms: u64) -> Result<(), DbError> {
+        self.conn.execute(
+            "UPDATE host_keys SET retired_ms = ?1 WHERE keyid = ?2 AND retired_ms IS NULL",
+            params![now_ms as i64, keyid],
+        )?;
+        Ok(())
+    }
+
     pub fn host_keys(&self) -> Result<Vec<HostKey>, DbError> {
         let mut st = self.conn.prepare_cached("SELECT rack, host, keyid, pubkey_pem, enrolled_ms, retired_ms FROM host_keys ORDER BY id")?;
         let rows = st.query_map([], |r| {

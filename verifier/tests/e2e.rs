@@ -226,7 +226,11 @@ impl Host {
         let limiter = LimiterReport::Present(Box::new(LimiterEvidence {
             attach_kind: "tcx".into(),
             pin_root: "/sys/fs/bpf/rackwarden".into(),
-            programs: vec![],
+            programs: vec![ProgramIdentity {
+                name: "rw_egress".into(),
+                id: 7,
+                tag: "fe60982fe492cb35".into(),
+            }],
             attach_points: Direction::ALL
                 .iter()
                 .map(|d| AttachPoint {
@@ -1228,5 +1232,104 @@ fn a_host_enrolled_while_serving_is_challenged_at_once() {
     );
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["nonce"].as_str().map(str::len), Some(64));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Enrollment rules (one key, one host; a rack without agreement is warned about), the
+/// hosts and retire commands, and policy pins on daemon digests and program tags.
+#[test]
+fn enrollment_rules_retirement_and_policy_pins() {
+    let (dir, config, port) = setup("enroll", "15 min", None);
+    // Pin a daemon build the test host is not, and the program tag it reports.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[racks.rack-a]",
+        &format!(
+            "accepted_daemon_digests = [\"{}\"]\naccepted_program_tags = [\"fe60982fe492cb35\"]\n\n[racks.rack-a]",
+            "ab".repeat(32)
+        ),
+    );
+    std::fs::write(&config, text).unwrap();
+    let cli = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let k = enroll(&config, &dir, "rack-a", "h1");
+    let pubkey = dir.join("h1.pub");
+    let p = pubkey.to_str().unwrap();
+    let twice = cli(&["enroll", "--rack", "rack-a", "--host", "h2", "--key", p]);
+    assert!(!twice.status.success());
+    assert!(
+        String::from_utf8_lossy(&twice.stderr).contains("already enrolled for rack-a/h1"),
+        "{}",
+        String::from_utf8_lossy(&twice.stderr)
+    );
+    let again = cli(&["enroll", "--rack", "rack-a", "--host", "h1", "--key", p]);
+    assert!(again.status.success());
+    assert!(String::from_utf8_lossy(&again.stdout).contains("already enrolled"));
+    let other = keys::generate();
+    let op = dir.join("x.pub");
+    std::fs::write(&op, keys::public_pem(&other.verifying_key())).unwrap();
+    let norack = cli(&[
+        "enroll",
+        "--rack",
+        "rack-zz",
+        "--host",
+        "x",
+        "--key",
+        op.to_str().unwrap(),
+    ]);
+    assert!(norack.status.success());
+    assert!(String::from_utf8_lossy(&norack.stderr).contains("has no agreement"));
+
+    let s = Server::start(&dir, &config, port);
+    let mut h = Host::new(k, "rack-a", "h1");
+    let n = challenge(&s, "rack-a", "h1");
+    let r = post_one(
+        &s,
+        h.next(Epoch {
+            nonce: Some(n),
+            ..Default::default()
+        }),
+    );
+    let c = codes(&r);
+    assert!(c.contains(&"daemon_not_accepted".to_string()), "{r}");
+    assert!(
+        !c.contains(&"program_not_accepted".to_string()),
+        "the pinned tag is accepted: {r}"
+    );
+
+    let hosts = cli(&["hosts", "--json"]);
+    let v: Value = serde_json::from_slice(&hosts.stdout).unwrap();
+    assert!(
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["host"] == "h1" && h["last_seq"] == 0),
+        "{v}"
+    );
+    let retire = cli(&["retire", "--rack", "rack-a", "--host", "h1"]);
+    assert!(
+        retire.status.success(),
+        "{}",
+        String::from_utf8_lossy(&retire.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    // An epoch that ends after the retirement (earlier epochs stay valid).
+    h.last_end = now();
+    let r = post_one(&s, h.next(Epoch::default()));
+    assert!(codes(&r).contains(&"retired_key".to_string()), "{r}");
+    let rack = get(&s, "/v1/racks/rack-a");
+    assert!(
+        rack["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["host"] != "h1"),
+        "{rack}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
