@@ -215,7 +215,6 @@ fn a_full_epoch_is_signed_delivered_and_affirming() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = Instant::now();
 }
 
 #[test]

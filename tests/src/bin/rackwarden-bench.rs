@@ -94,12 +94,10 @@ fn bench_epoch() {
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     for round in 1..=ROUNDS {
         // Ours: one epoch asked for by wipe-now, timed by the daemon itself.
-        let t = Instant::now();
         wipe_now(&sock);
         let st = wait_epoch(&sock, Duration::from_secs(300), "an epoch", |e| {
             e["delivery"]["delivered_seq"] == round as u64
         });
-        let _ = t;
         let last = &st["epoch"]["last_epoch"];
         let mut sum = 0.0;
         for p in last["phases"].as_array().unwrap() {
