@@ -138,10 +138,6 @@ impl EvidenceLog {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Bytes of the log known to be on disk.
     pub fn durable_len(&self) -> u64 {
         self.durable_len

@@ -96,7 +96,9 @@ enum Attempt {
     Nothing,
     /// Every pending statement up to the batch was acknowledged.
     Acked,
+    /// `seq`: the statement the attempt was at.
     Failed {
+        seq: u64,
         error: String,
         retry_after: Option<Duration>,
     },
@@ -171,13 +173,16 @@ impl Delivery {
                         attempt = 0;
                         continue;
                     }
-                    Attempt::Failed { error, retry_after } => {
+                    Attempt::Failed {
+                        seq,
+                        error,
+                        retry_after,
+                    } => {
                         attempt = attempt.saturating_add(1);
                         let backoff = backoff(attempt, ep.retry_max);
                         let wait =
                             retry_after.map_or(backoff, |ra| ra.min(Duration::from_secs(3600)));
                         retry_at_ms = now_ms() + wait.as_millis() as u64;
-                        let seq = self.pending_seq().unwrap_or(0);
                         self.set_state(DeliveryState::DeliveryFailed {
                             seq,
                             attempt,
@@ -195,28 +200,23 @@ impl Delivery {
         }
     }
 
-    fn pending_seq(&self) -> Option<u64> {
-        let c = self.spool.load_cursor().ok()?;
-        let lines = self
-            .spool
-            .lines(c.offset, self.durable_len.load(Ordering::SeqCst))
-            .ok()?;
-        lines.iter().find_map(|l| l.statement.as_ref().map(|s| s.0))
-    }
-
     fn attempt(&self, client: &reqwest::blocking::Client, ep: &VerifierEndpoint) -> Attempt {
-        let fail = |error: String| Attempt::Failed {
+        let fail = |seq: u64, error: String| Attempt::Failed {
+            seq,
             error,
             retry_after: None,
         };
         let mut cursor = match self.spool.load_cursor() {
             Ok(c) => c,
-            Err(e) => return fail(e.to_string()),
+            Err(e) => return fail(0, e.to_string()),
         };
+        // The statement this attempt is at: the one after the acknowledged one, until the
+        // batch says which it is.
+        let mut at = cursor.seq.map_or(0, |s| s + 1);
         let durable = self.durable_len.load(Ordering::SeqCst);
         let lines = match self.spool.lines(cursor.offset, durable) {
             Ok(l) => l,
-            Err(e) => return fail(e.to_string()),
+            Err(e) => return fail(at, e.to_string()),
         };
         let backlog = lines.iter().filter(|l| l.statement.is_some()).count() as u64;
         if let Ok(mut st) = self.status.lock() {
@@ -241,13 +241,14 @@ impl Delivery {
             );
             cursor.offset = end;
             if let Err(e) = self.spool.save_cursor(&cursor) {
-                return fail(e.to_string());
+                return fail(at, e.to_string());
             }
         }
         let Some(first) = batch.first().and_then(|l| l.statement.as_ref()) else {
             return Attempt::Nothing;
         };
-        self.set_state(DeliveryState::Delivering { seq: first.0 });
+        at = first.0;
+        self.set_state(DeliveryState::Delivering { seq: at });
         let mut body = b"[".to_vec();
         for (i, l) in batch.iter().enumerate() {
             if i > 0 {
@@ -266,7 +267,7 @@ impl Delivery {
             .send()
         {
             Ok(r) => r,
-            Err(e) => return fail(format!("{url}: {e}")),
+            Err(e) => return fail(at, format!("{url}: {e}")),
         };
         let status = resp.status();
         let retry_after = resp
@@ -278,19 +279,21 @@ impl Delivery {
         let text = resp.text().unwrap_or_default();
         if !status.is_success() {
             return Attempt::Failed {
+                seq: at,
                 error: format!("{url}: {status}: {}", text.trim()),
                 retry_after,
             };
         }
         let v: serde_json::Value = match serde_json::from_str(&text) {
             Ok(v) => v,
-            Err(e) => return fail(format!("{url}: answer is not JSON: {e}")),
+            Err(e) => return fail(at, format!("{url}: answer is not JSON: {e}")),
         };
         let results = v["results"].as_array().cloned().unwrap_or_default();
         let mut acked = 0usize;
         let mut refusal = None;
         for (i, l) in batch.iter().enumerate() {
             let Some((seq, _)) = &l.statement else { break };
+            at = *seq;
             let r = results
                 .iter()
                 .find(|r| r["index"].as_u64() == Some(i as u64));
@@ -328,13 +331,14 @@ impl Delivery {
                 seq: Some(*seq),
             };
             acked += 1;
+            at = *seq + 1;
             if let Ok(mut s) = self.status.lock() {
                 s.last_verdict = Some(verdict);
             }
         }
         if acked > 0 {
             if let Err(e) = self.spool.save_cursor(&cursor) {
-                return fail(e.to_string());
+                return fail(at, e.to_string());
             }
             log::info!(
                 "delivered {acked} statement(s) up to seq {}",
@@ -346,7 +350,7 @@ impl Delivery {
             }
         }
         match refusal {
-            Some(error) => fail(error),
+            Some(error) => fail(at, error),
             None => Attempt::Acked,
         }
     }

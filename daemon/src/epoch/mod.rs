@@ -284,7 +284,9 @@ pub fn start(
     };
     if let Some(entry) = found {
         carried = journal::recover(&entry, next_seq, now);
-        if !carried.is_empty() {
+        if carried.is_empty() {
+            journal.clear()?;
+        } else {
             log::warn!(
                 "epoch {} was interrupted in state `{}` (started at {} ms): the next statement reports it, and an epoch starts now",
                 entry.seq,
@@ -292,9 +294,6 @@ pub fn start(
                 entry.started_unix_ms
             );
             trigger_now = Some(EpochTrigger::AfterInterruption);
-        }
-        if carried.is_empty() {
-            journal.clear()?;
         }
     }
     let interval_ms = ecfg.wipe_interval.as_millis() as u64;
