@@ -150,7 +150,7 @@ pub fn full(secs: f64) -> FullDemo {
     let sections = fx
         .sections(&v.url(), "15 min", DEMO_WIPE)
         .replace("backends = [\"host\"]", "backends = [\"host\", \"gpu\"]");
-    let cfg = write_epoch_config(&net, &fx, &sections);
+    let cfg = write_epoch_config(&net, &sections);
     let sock = net.socket_path();
     let _daemon = Daemon::start(&cfg, &sock);
     wait_epoch(

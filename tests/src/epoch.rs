@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{Net, bin, in_netns, status_json};
+use crate::{Net, bin, in_netns};
 
 /// Address of the verifier inside the rack namespace (its loopback; nothing leaves it).
 pub const VERIFIER_ADDR: &str = "127.0.0.1";
@@ -339,11 +339,10 @@ pub fn ids(net: &Net) -> (String, String) {
 }
 
 /// Writes a daemon config with the epoch sections appended; returns its path.
-pub fn write_epoch_config(net: &Net, fx: &EpochFixture, sections: &str) -> PathBuf {
+pub fn write_epoch_config(net: &Net, sections: &str) -> PathBuf {
     let path = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
     let mut text = std::fs::read_to_string(&path).unwrap();
     text += sections;
-    let _ = fx;
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -382,29 +381,6 @@ pub fn wait_epoch(
     );
 }
 
-/// Waits until the verifier holds statements `0..n` of the host.
-pub fn wait_delivered(
-    v: &Verifier,
-    rack: &str,
-    host: &str,
-    n: usize,
-    timeout: Duration,
-) -> Vec<serde_json::Value> {
-    let t0 = Instant::now();
-    loop {
-        let h = v.history(rack, host);
-        if h.len() >= n {
-            return h;
-        }
-        assert!(
-            t0.elapsed() < timeout,
-            "verifier holds {} of {n} statements after {timeout:?}",
-            h.len()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// The statement (predicate JSON) inside a stored history row's verbatim envelope.
 pub fn predicate_of(row: &serde_json::Value) -> serde_json::Value {
     use base64::Engine as _;
@@ -428,11 +404,6 @@ pub fn wipe_now(socket: &Path) {
         "wipe-now: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// The daemon's status, for tests that only need it once.
-pub fn status(socket: &Path) -> serde_json::Value {
-    status_json(socket)
 }
 
 /// `rackwarden verify --key PUB LOG`: whether every statement verifies offline, and the table.

@@ -48,7 +48,7 @@ impl Rack {
     fn config(&self, interval: &str, wipe_max: &str) -> (std::path::PathBuf, std::path::PathBuf) {
         let sections = self.fx.sections(&self.verifier.url(), interval, wipe_max);
         (
-            write_epoch_config(&self.net, &self.fx, &sections),
+            write_epoch_config(&self.net, &sections),
             self.net.socket_path(),
         )
     }

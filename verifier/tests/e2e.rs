@@ -363,6 +363,18 @@ fn post(s: &Server, path: &str, body: Vec<u8>) -> (u16, Value) {
     (code, r.json().unwrap_or(Value::Null))
 }
 
+/// The host's next statement, answering a fresh challenge issued for it.
+fn post_challenged(s: &Server, h: &mut Host, e: Epoch) -> Value {
+    let n = challenge(s, &h.rack, &h.host);
+    post_one(
+        s,
+        h.next(Epoch {
+            nonce: Some(n),
+            ..e
+        }),
+    )
+}
+
 fn post_one(s: &Server, env: Vec<u8>) -> Value {
     let (code, v) = post(s, "/v1/statements", env);
     assert_eq!(code, 200, "{v}");
@@ -883,14 +895,7 @@ fn a_gap_does_not_skip_the_budget_and_a_wipe_must_add_up() {
     let k = enroll(&config, &dir, "rack-a", "h1");
     let s = Server::start(&dir, &config, port);
     let mut h1 = Host::new(k, "rack-a", "h1");
-    let n = challenge(&s, "rack-a", "h1");
-    let r = post_one(
-        &s,
-        h1.next(Epoch {
-            nonce: Some(n),
-            ..Default::default()
-        }),
-    );
+    let r = post_challenged(&s, &mut h1, Epoch::default());
     assert_eq!(r["result"]["status"], "affirming", "{r}");
 
     // seq 1 carries 1000x the cap and is withheld; seq 2 is sent.
@@ -898,14 +903,7 @@ fn a_gap_does_not_skip_the_budget_and_a_wipe_must_add_up() {
         egress_delta: 5_000_000 * 1000,
         ..Default::default()
     });
-    let n = challenge(&s, "rack-a", "h1");
-    let r = post_one(
-        &s,
-        h1.next(Epoch {
-            nonce: Some(n),
-            ..Default::default()
-        }),
-    );
+    let r = post_challenged(&s, &mut h1, Epoch::default());
     let c = codes(&r);
     assert!(c.contains(&"gap".to_string()), "{r}");
     assert!(
@@ -940,14 +938,13 @@ fn a_gap_does_not_skip_the_budget_and_a_wipe_must_add_up() {
         ),
     ];
     for (what, devices, want) in cases {
-        let n = challenge(&s, "rack-a", "h1");
-        let r = post_one(
+        let r = post_challenged(
             &s,
-            h1.next(Epoch {
-                nonce: Some(n),
+            &mut h1,
+            Epoch {
                 wipe_devices: Some(devices),
                 ..Default::default()
-            }),
+            },
         );
         for w in want {
             assert!(codes(&r).contains(&w.to_string()), "{what}: want {w}: {r}");
@@ -971,16 +968,15 @@ fn the_agreement_bounds_burst_and_ingress_summed_per_rack() {
     let mut h1 = Host::new(k1, "rack-a", "h1");
     let mut h2 = Host::new(k2, "rack-a", "h2");
     // A 100 TiB bucket would let 10 TB through a 5 s epoch "within" burst + rate x time.
-    let n = challenge(&s, "rack-a", "h1");
-    let r = post_one(
+    let r = post_challenged(
         &s,
-        h1.next(Epoch {
-            nonce: Some(n),
+        &mut h1,
+        Epoch {
             burst: 100 << 40,
             egress_delta: 10_000_000_000_000,
             duration_ms: 5000,
             ..Default::default()
-        }),
+        },
     );
     assert!(
         codes(&r).contains(&"burst_above_agreement".to_string()),
@@ -988,16 +984,15 @@ fn the_agreement_bounds_burst_and_ingress_summed_per_rack() {
     );
     assert_eq!(r["result"]["status"], "contraindicated");
     // Each host's ingress (6 MB/s) is under the rack's 10 MB/s; together they are not.
-    for (h, name) in [(&mut h1, "h1"), (&mut h2, "h2")] {
-        let n = challenge(&s, "rack-a", name);
-        post_one(
+    for h in [&mut h1, &mut h2] {
+        post_challenged(
             &s,
-            h.next(Epoch {
-                nonce: Some(n),
+            h,
+            Epoch {
                 cap: 1_000_000,
                 ingress_cap: Some(6_000_000),
                 ..Default::default()
-            }),
+            },
         );
     }
     let rack = get(&s, "/v1/racks/rack-a");
@@ -1019,34 +1014,19 @@ fn a_contraindicated_statement_stays_until_an_operator_clears_it() {
     let k = enroll(&config, &dir, "rack-a", "h1");
     let s = Server::start(&dir, &config, port);
     let mut h = Host::new(k, "rack-a", "h1");
-    let n = challenge(&s, "rack-a", "h1");
-    post_one(
-        &s,
-        h.next(Epoch {
-            nonce: Some(n),
-            ..Default::default()
-        }),
-    );
+    post_challenged(&s, &mut h, Epoch::default());
     // seq 1 passes 200x what the cap allows.
-    let n = challenge(&s, "rack-a", "h1");
-    let r = post_one(
+    let r = post_challenged(
         &s,
-        h.next(Epoch {
-            nonce: Some(n),
+        &mut h,
+        Epoch {
             egress_delta: 1_000_000_000,
             ..Default::default()
-        }),
+        },
     );
     assert_eq!(r["result"]["status"], "contraindicated", "{r}");
     for _ in 0..3 {
-        let n = challenge(&s, "rack-a", "h1");
-        let r = post_one(
-            &s,
-            h.next(Epoch {
-                nonce: Some(n),
-                ..Default::default()
-            }),
-        );
+        let r = post_challenged(&s, &mut h, Epoch::default());
         assert_eq!(r["result"]["status"], "affirming", "{r}");
     }
     let rack = get(&s, "/v1/racks/rack-a");
@@ -1092,23 +1072,15 @@ fn a_contraindicated_statement_stays_until_an_operator_clears_it() {
         "ticket 4711: mirror traffic, cap lowered"
     );
     // A clearing covers what was stored, not what comes later.
-    let n = challenge(&s, "rack-a", "h1");
-    post_one(
+    post_challenged(
         &s,
-        h.next(Epoch {
-            nonce: Some(n),
+        &mut h,
+        Epoch {
             wipe_status: "interrupted",
             ..Default::default()
-        }),
+        },
     );
-    let n = challenge(&s, "rack-a", "h1");
-    post_one(
-        &s,
-        h.next(Epoch {
-            nonce: Some(n),
-            ..Default::default()
-        }),
-    );
+    post_challenged(&s, &mut h, Epoch::default());
     assert_eq!(get(&s, "/v1/racks/rack-a")["status"], "contraindicated");
     let empty = Command::new(BIN)
         .arg("--config")
@@ -1287,14 +1259,7 @@ fn enrollment_rules_retirement_and_policy_pins() {
 
     let s = Server::start(&dir, &config, port);
     let mut h = Host::new(k, "rack-a", "h1");
-    let n = challenge(&s, "rack-a", "h1");
-    let r = post_one(
-        &s,
-        h.next(Epoch {
-            nonce: Some(n),
-            ..Default::default()
-        }),
-    );
+    let r = post_challenged(&s, &mut h, Epoch::default());
     let c = codes(&r);
     assert!(c.contains(&"daemon_not_accepted".to_string()), "{r}");
     assert!(

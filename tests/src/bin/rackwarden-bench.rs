@@ -71,7 +71,7 @@ fn bench_epoch() {
     v.enroll(&rack, &host, &fx.host_pub);
     v.start();
     // The default interval: the overhead figure is downtime / 15 min.
-    let cfg = write_epoch_config(&net, &fx, &fx.sections(&v.url(), "15 min", WIPE));
+    let cfg = write_epoch_config(&net, &fx.sections(&v.url(), "15 min", WIPE));
     let sock = net.socket_path();
     let _d = Daemon::start(&cfg, &sock);
     wait_epoch(&sock, Duration::from_secs(300), "the startup epoch", |e| {
