@@ -358,6 +358,36 @@ mod tests {
                 "id = \"p\"\ncolour = 1",
                 "v.toml:6: unknown field `colour`",
             ),
+            (
+                "database = \"/tmp/v.sqlite\"",
+                "database = \"/tmp/v.sqlite\"\nmax_connections = 0",
+                "v.toml:3: `max_connections` must be between 1 and 65536",
+            ),
+            (
+                "database = \"/tmp/v.sqlite\"",
+                "database = \"/tmp/v.sqlite\"\nheader_timeout = \"5 fortnights\"",
+                "v.toml:3: `header_timeout`",
+            ),
+            (
+                "max_epoch_fraction = 0.01",
+                "max_epoch_fraction = 0.01\nrequired_wipe_backends = [\"host\", \"tape\"]",
+                "v.toml:12: `policy.required_wipe_backends`: unknown backend `tape`",
+            ),
+            (
+                "max_epoch_fraction = 0.01",
+                "max_epoch_fraction = 0.01\naccepted_daemon_digests = [\"abc\"]",
+                "v.toml:12: `policy.accepted_daemon_digests`: `abc` is not 64 lowercase hex digits",
+            ),
+            (
+                "max_epoch_fraction = 0.01",
+                "max_epoch_fraction = 0.01\naccepted_program_tags = [\"FE60982FE492CB35\"]",
+                "v.toml:12: `policy.accepted_program_tags`",
+            ),
+            (
+                "ingress = \"10 MB/s\"",
+                "ingress = \"10 MB/s\"\nburst = \"lots\"",
+                "v.toml:16: `racks.r1.burst`",
+            ),
         ] {
             let e = VerifierConfig::parse(Path::new("v.toml"), &GOOD.replace(from, to))
                 .unwrap_err()
