@@ -258,7 +258,9 @@ impl EpochFixture {
             std::fs::write(
                 &p,
                 format!(
-                    "#!/bin/sh\necho \"{word} $(date +%s%3N)\" >> {}\n",
+                    // By path: a busybox sh (the VM guests') would run its own `date`,
+                    // which has no %N.
+                    "#!/bin/sh\necho \"{word} $(/usr/bin/date +%s%3N)\" >> {}\n",
                     workload_log.display()
                 ),
             )

@@ -2,33 +2,49 @@
 //! with no moment without a policer, and keeps the bucket and counters (the maps are the
 //! pinned ones).
 
-use std::{os::fd::AsFd, time::Duration};
+use std::time::Duration;
 
 use rackwarden::limiter::{Direction, raw};
-use rackwarden_tests::{Daemon, Net, counter, load_pass_all_classifier, status_json};
+use rackwarden_tests::{
+    Daemon, Net, counter, load_pass_all_classifier, status_json,
+    tamper::{self, Hook},
+};
 
 #[test]
 fn a_new_daemon_replaces_an_old_pinned_policer_on_every_hook() {
     let net = Net::new("upg");
-    let pins = net.attach_bare_limiter();
+    let spec = rackwarden::limiter::maps::CapSpec {
+        rate_bytes_per_s: 1_000_000,
+        burst_bytes: 256 * 1024,
+        small_reserve_bytes: 16_384,
+        small_max_len: 1024,
+    };
+    let cap = rackwarden::limiter::maps::CapSlot::Cap(spec);
+    let pins = net.attach_bare_limiter([cap, cap]);
     // "Another build": a classifier that passes everything, put on our tcx links and pinned
     // where our programs are pinned.
     let old = load_pass_all_classifier();
     let old_id = raw::prog_id(&old).unwrap();
+    let hook = if pins.link(&net.rack_if, Direction::Egress).exists() {
+        Hook::Tcx
+    } else {
+        Hook::Clsact
+    };
+    println!("RW_REPORT upgrade: policer attached as {hook:?}");
     for d in Direction::ALL {
-        let link = raw::obj_get(&pins.link(&net.rack_if, d)).unwrap();
-        raw::link_update(&link, old.as_fd()).unwrap();
         let name = match d {
             Direction::Egress => rackwarden_common::prog_names::EGRESS,
             Direction::Ingress => rackwarden_common::prog_names::INGRESS,
         };
         std::fs::remove_file(pins.prog(name)).unwrap();
         raw::obj_pin(&old, &pins.prog(name)).unwrap();
+        tamper::replace(&net, hook, d, &old, &pins.prog(name));
     }
     // The old program really is what runs: nothing is capped.
     let (uncapped, w) = net.egress_flood(1.0);
     assert!(
-        uncapped as f64 > 20.0 * (256.0 * 1024.0 + 1e6 * w),
+        // 4x the cap's bound: far beyond it, and within what an emulated guest can send.
+        uncapped as f64 > 4.0 * (256.0 * 1024.0 + 1e6 * w),
         "{uncapped} B in {w:.2} s"
     );
 

@@ -9,6 +9,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+mod vm;
+
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 /// Debian packages the build and the tests need.
@@ -39,6 +41,7 @@ fn main() -> Result<()> {
             )?;
         }
         Some("test") => test(&setup()?)?,
+        Some("vm-test") => vm::vm_test(&setup()?, &args[1..])?,
         Some("bench") => {
             let env = setup()?;
             cargo(&env, &["build", "--release", "--workspace", "--bins"])?;
@@ -101,7 +104,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root)\n  bench [attest|images|wipe|verifier|limiter|bypass]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build]  binaries, units, sysusers/tmpfiles, example configs\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
+                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root), then vm-test\n  vm-test [--kernel PATH [--modules DIR]] [--group NAME]...  kernel-facing tests in VMs on Debian 6.1 and the newest cloud kernel\n  bench [attest|images|wipe|verifier|limiter|bypass]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build]  binaries, units, sysusers/tmpfiles, example configs\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
             );
             bail!("unknown command {:?}", args.first());
         }
@@ -327,6 +330,9 @@ fn test(env: &BTreeMap<String, String>) -> Result<()> {
             "--test-threads=1",
         ],
     )?;
+    // The same kernel-facing tests on the kernels rack hosts run (6.1: clsact; newest: tcx).
+    step("VM tests (Debian 6.1 and the newest cloud kernel, under qemu)");
+    vm::vm_test(env, &[])?;
     println!("==> all tests passed");
     Ok(())
 }

@@ -10,6 +10,9 @@ use super::{AttachKind, Direction, HookDirection, Limiter, LimiterError};
 pub struct SeenProgram {
     pub id: u32,
     pub name: String,
+    /// clsact only: the filter's priority and handle (how a filter is named to delete it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<(u16, u32)>,
 }
 
 /// What is on one hook right now.
@@ -67,6 +70,7 @@ fn query_tcx(iface: &str, dir: Direction) -> Result<Vec<SeenProgram>, LimiterErr
         .map(|i| SeenProgram {
             id: i.id(),
             name: i.name_as_str().unwrap_or("").to_string(),
+            filter: None,
         })
         .collect())
 }
@@ -104,14 +108,57 @@ fn query_clsact(iface: &str, dir: Direction) -> Result<Vec<SeenProgram>, Limiter
             .and_then(|n| n.as_str())
             .unwrap_or("")
             .to_string();
+        let handle = f
+            .get("options")
+            .and_then(|o| o.get("handle"))
+            .and_then(|h| h.as_str())
+            .and_then(|h| u32::from_str_radix(h.trim_start_matches("0x"), 16).ok());
         seen.push((
             pref,
             SeenProgram {
                 id: id as u32,
                 name,
+                filter: handle.and_then(|h| Some((u16::try_from(pref).ok()?, h))),
             },
         ));
     }
     seen.sort_by_key(|(p, _)| *p);
     Ok(seen.into_iter().map(|(_, s)| s).collect())
+}
+
+/// Deletes a clsact filter (`tc filter del`): how a foreign filter that runs before ours at
+/// our priority is removed. There is no way to move ours ahead of it without a gap: cls_bpf
+/// runs the newest filter of a priority first.
+pub(crate) fn delete_clsact_filter(
+    iface: &str,
+    dir: Direction,
+    pref: u16,
+    handle: u32,
+) -> Result<(), LimiterError> {
+    let out = std::process::Command::new("tc")
+        .args(["filter", "del", "dev", iface, dir.name()])
+        .args([
+            "pref",
+            &pref.to_string(),
+            "handle",
+            &format!("0x{handle:x}"),
+            "bpf",
+        ])
+        .output()
+        .map_err(|e| LimiterError::Query {
+            iface: iface.into(),
+            dir: dir.name(),
+            detail: format!("running tc: {e}"),
+        })?;
+    if !out.status.success() {
+        return Err(LimiterError::Query {
+            iface: iface.into(),
+            dir: dir.name(),
+            detail: format!(
+                "tc filter del pref {pref} handle 0x{handle:x}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(())
 }

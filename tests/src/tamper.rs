@@ -1,0 +1,246 @@
+//! What another root process does to the policer, on either attachment kind. The daemon
+//! picks tcx where the kernel has it and a netlink clsact filter where it does not (Debian's
+//! 6.1, in `cargo xtask vm-test`); an attacker uses whatever removes ours on that kernel.
+
+use std::{
+    os::fd::{AsRawFd as _, OwnedFd},
+    process::Command,
+};
+
+use rackwarden::limiter::{
+    Direction, HookDirection as _,
+    loader::{CLSACT_HANDLE_MINOR, CLSACT_PRIORITY},
+    raw,
+};
+
+use crate::{Net, in_netns, status_json};
+
+/// How the daemon attached the policer on this kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Tcx,
+    Clsact,
+}
+
+impl Hook {
+    /// As the daemon under test reports it.
+    pub fn of(net: &Net) -> Hook {
+        let st = status_json(&net.socket_path());
+        match st["attach_kind"].as_str() {
+            Some("tcx") => Hook::Tcx,
+            Some("clsact") => Hook::Clsact,
+            other => panic!("the daemon reports no attach kind ({other:?}): {st}"),
+        }
+    }
+}
+
+/// Removes our policer from `dir` of the rack interface, as another process would:
+/// `bpf(BPF_LINK_DETACH)` on our pinned tcx link, or a netlink delete of our clsact filter.
+pub fn detach(net: &Net, hook: Hook, dir: Direction) {
+    match hook {
+        Hook::Tcx => {
+            let link =
+                raw::obj_get(&net.pins().link(&net.rack_if, dir)).expect("open our link pin");
+            let mut a = [0u8; 128];
+            a[0..4].copy_from_slice(&(link.as_raw_fd() as u32).to_ne_bytes());
+            // SAFETY: BPF_LINK_DETACH (34) on a link fd we opened.
+            let r = unsafe { libc::syscall(libc::SYS_bpf, 34, a.as_mut_ptr(), a.len()) };
+            assert_eq!(r, 0, "BPF_LINK_DETACH: {}", std::io::Error::last_os_error());
+        }
+        Hook::Clsact => {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &net.rack_ns, "tc", "filter", "del", "dev"])
+                .arg(&net.rack_if)
+                .arg(dir.name())
+                .args(["pref", &CLSACT_PRIORITY.to_string()])
+                .args(["handle", &format!("0x{CLSACT_HANDLE_MINOR:x}"), "bpf"])
+                .output()
+                .expect("run tc");
+            assert!(
+                out.status.success(),
+                "tc filter del: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// Puts `prog` (pinned at its own path) where ours runs on `dir`, in ours' place: a
+/// `BPF_LINK_UPDATE` of our tcx link, or an in-place netlink replace of our clsact filter.
+pub fn replace(net: &Net, hook: Hook, dir: Direction, prog: &OwnedFd, pinned_at: &std::path::Path) {
+    match hook {
+        Hook::Tcx => {
+            let link =
+                raw::obj_get(&net.pins().link(&net.rack_if, dir)).expect("open our link pin");
+            raw::link_update(&link, std::os::fd::AsFd::as_fd(prog)).expect("BPF_LINK_UPDATE");
+        }
+        Hook::Clsact => {
+            let (ifc, path) = (net.rack_if.clone(), pinned_at.to_path_buf());
+            in_netns(&net.rack_ns, move || {
+                use aya::programs::{SchedClassifier, tc};
+                let mut p = SchedClassifier::from_pin(&path).expect("open the pinned program");
+                let existing = tc::SchedClassifierLink::attached(
+                    &ifc,
+                    dir.tc(),
+                    CLSACT_PRIORITY,
+                    tc::TcHandle::new(0, CLSACT_HANDLE_MINOR),
+                    None,
+                )
+                .expect("our clsact filter");
+                let id = p.attach_to_link(existing).expect("netlink replace");
+                // The filter outlives this thread.
+                std::mem::forget(p.take_link(id));
+            });
+        }
+    }
+}
+
+/// Attaches `prog` (pinned at `pinned_at`) ahead of ours on egress: first in tcx order, or
+/// a second filter at our clsact priority (cls_bpf runs the newest filter of a priority first).
+pub fn attach_ahead(
+    net: &Net,
+    hook: Hook,
+    prog: &OwnedFd,
+    pinned_at: &std::path::Path,
+) -> Option<OwnedFd> {
+    let ifc = net.rack_if.clone();
+    match hook {
+        Hook::Tcx => {
+            let fd = prog.try_clone().expect("dup");
+            Some(in_netns(&net.rack_ns, move || {
+                let mut a = [0u8; 128];
+                let ifindex = rackwarden::netns::ifindex(&ifc).expect("ifindex");
+                a[0..4].copy_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
+                a[4..8].copy_from_slice(&ifindex.to_ne_bytes());
+                a[8..12].copy_from_slice(&47u32.to_ne_bytes()); // BPF_TCX_EGRESS
+                a[12..16].copy_from_slice(&8u32.to_ne_bytes()); // BPF_F_BEFORE
+                // SAFETY: a zero-padded bpf_attr for BPF_LINK_CREATE.
+                let r = unsafe { libc::syscall(libc::SYS_bpf, 28, a.as_mut_ptr(), a.len()) };
+                assert!(
+                    r >= 0,
+                    "tcx attach first: {}",
+                    std::io::Error::last_os_error()
+                );
+                // SAFETY: a new link fd we now own.
+                unsafe { std::os::fd::FromRawFd::from_raw_fd(r as i32) }
+            }))
+        }
+        Hook::Clsact => {
+            let path = pinned_at.to_path_buf();
+            in_netns(&net.rack_ns, move || {
+                use aya::programs::{SchedClassifier, TcAttachType, tc};
+                let mut p = SchedClassifier::from_pin(&path).expect("open the pinned program");
+                let id = p
+                    .attach_with_options(
+                        &ifc,
+                        TcAttachType::Egress,
+                        tc::TcAttachOptions::Netlink(tc::NlOptions {
+                            priority: CLSACT_PRIORITY,
+                            handle: tc::TcHandle::new(0, 1),
+                            ..Default::default()
+                        }),
+                    )
+                    .expect("attach a foreign filter at our priority");
+                std::mem::forget(p.take_link(id));
+            });
+            None
+        }
+    }
+}
+
+/// `bpf(BPF_MAP_UPDATE_ELEM)` of `key` in the map pinned at `pin`, with an all-zero value (as
+/// `bpftool map update` would): resetting a bucket, zeroing counters, clearing a cap.
+pub fn write_map(pin: &std::path::Path, key: u32) -> std::io::Result<()> {
+    let map = raw::obj_get(pin)?;
+    // Large enough for any of our values on every possible CPU (per-CPU maps take one value
+    // per CPU, each rounded up to 8 bytes).
+    let value = vec![0u8; 1 << 16];
+    let mut a = [0u8; 128];
+    a[0..4].copy_from_slice(&(map.as_raw_fd() as u32).to_ne_bytes());
+    a[8..16].copy_from_slice(&(&key as *const u32 as u64).to_ne_bytes());
+    a[16..24].copy_from_slice(&(value.as_ptr() as u64).to_ne_bytes());
+    // SAFETY: BPF_MAP_UPDATE_ELEM (2) with pointers that outlive the call.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, 2, a.as_mut_ptr(), a.len()) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The errno inside a map access error (EPERM: the map is frozen).
+pub fn errno(e: &rackwarden::limiter::LimiterError) -> Option<i32> {
+    match e {
+        rackwarden::limiter::LimiterError::MapAccess {
+            source: aya::maps::MapError::SyscallError(s),
+            ..
+        } => s.io_error.raw_os_error(),
+        _ => None,
+    }
+}
+
+/// An attacker's own BPF program that zeroes `passed_bytes` of the egress counters on every
+/// CPU: frozen maps refuse `bpf()` writes, but a program may still write a map it was loaded
+/// with. (Our config map is also read-only to programs; counters cannot be, ours count.)
+/// Returns how many CPUs it ran on.
+pub fn zero_counters_by_program(counters_pin: &std::path::Path) -> usize {
+    use std::os::fd::FromRawFd as _;
+    let map = raw::obj_get(counters_pin).expect("open the counters map");
+    let fd = map.as_raw_fd();
+    let insn = |code: u8, dst: u8, src: u8, off: i16, imm: i32| {
+        let mut b = [0u8; 8];
+        b[0] = code;
+        b[1] = dst | (src << 4);
+        b[2..4].copy_from_slice(&off.to_ne_bytes());
+        b[4..8].copy_from_slice(&imm.to_ne_bytes());
+        b
+    };
+    let prog: Vec<[u8; 8]> = vec![
+        insn(0x18, 1, 1, 0, fd),  // r1 = map (BPF_PSEUDO_MAP_FD)
+        insn(0, 0, 0, 0, 0),      //   (second half of the 64-bit load)
+        insn(0x62, 10, 0, -4, 0), // *(u32 *)(r10 - 4) = 0: key DIR_EGRESS
+        insn(0xbf, 2, 10, 0, 0),  // r2 = r10
+        insn(0x07, 2, 0, 0, -4),  // r2 += -4
+        insn(0x85, 0, 0, 0, 1),   // call bpf_map_lookup_elem
+        insn(0x15, 0, 0, 1, 0),   // if r0 == 0 goto +1
+        insn(0x7a, 0, 0, 0, 0),   // *(u64 *)(r0 + 0) = 0: passed_bytes
+        insn(0xb7, 0, 0, 0, 0),   // r0 = 0
+        insn(0x95, 0, 0, 0, 0),   // exit
+    ];
+    let code: Vec<u8> = prog.concat();
+    let license = b"GPL\0";
+    let mut a = [0u8; 128];
+    a[0..4].copy_from_slice(&1u32.to_ne_bytes()); // BPF_PROG_TYPE_SOCKET_FILTER
+    a[4..8].copy_from_slice(&(prog.len() as u32).to_ne_bytes());
+    a[8..16].copy_from_slice(&(code.as_ptr() as u64).to_ne_bytes());
+    a[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
+    // SAFETY: BPF_PROG_LOAD (5) with pointers that outlive the call.
+    let p = unsafe { libc::syscall(libc::SYS_bpf, 5, a.as_mut_ptr(), a.len()) };
+    assert!(p >= 0, "BPF_PROG_LOAD: {}", std::io::Error::last_os_error());
+    // SAFETY: a new program fd we now own.
+    let prog_fd = unsafe { OwnedFd::from_raw_fd(p as i32) };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for cpu in 0..cpus {
+        let pfd = prog_fd.as_raw_fd();
+        std::thread::spawn(move || {
+            crate::pin_to_cpu(cpu);
+            let data = [0u8; 64];
+            let mut t = [0u8; 128];
+            t[0..4].copy_from_slice(&(pfd as u32).to_ne_bytes());
+            t[8..12].copy_from_slice(&(data.len() as u32).to_ne_bytes());
+            t[16..24].copy_from_slice(&(data.as_ptr() as u64).to_ne_bytes());
+            t[32..36].copy_from_slice(&1u32.to_ne_bytes());
+            // SAFETY: BPF_PROG_TEST_RUN (10) on our program with a buffer that outlives it.
+            let r = unsafe { libc::syscall(libc::SYS_bpf, 10, t.as_mut_ptr(), t.len()) };
+            assert_eq!(
+                r,
+                0,
+                "BPF_PROG_TEST_RUN: {}",
+                std::io::Error::last_os_error()
+            );
+        })
+        .join()
+        .expect("test run thread");
+    }
+    cpus
+}

@@ -1,0 +1,882 @@
+//! `cargo xtask vm-test`: the integration tests that touch the kernel, run inside VMs on the
+//! kernels rack hosts run.
+//!
+//! - Kernels: Debian's cloud kernels, fetched with `apt-get download` and unpacked with
+//!   `dpkg -x` under `target/vm/kernels/` (never installed). By default the one
+//!   `linux-image-cloud-amd64` depends on (6.1: no tcx, so the policer is a netlink clsact
+//!   filter) and the newest cloud kernel the registry has (tcx). `--kernel PATH` boots any
+//!   other bzImage (its modules, if any, from `--modules DIR`).
+//! - Guest root: one initramfs per kernel, written here (busybox, iproute2, the daemon, the
+//!   CLI, the verifier, the test binaries stripped of debug info, their shared libraries, and
+//!   the kernel's tc and veth modules) and cached by the content of what goes in.
+//! - One VM per test group, as many at once as the host has CPUs for their vCPUs, under TCG (`-cpu max`: this machine's
+//!   `/dev/kvm` is a nested device qemu cannot use). The guest's `/init` prints
+//!   `RW_VM_BOOTED` when userspace starts and `RW_VM_EXIT=<code>` after the group's tests;
+//!   a boot that never prints the first is retried once, then reported as a harness failure.
+//!   The console log of every run is kept under `target/vm/logs/`.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt::Write as _,
+    hash::{Hash as _, Hasher as _},
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{apt_install, cargo, output, run_checked, step};
+
+/// Host packages the harness needs.
+const VM_PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "xz-utils",
+    "binutils",
+    "kmod",
+];
+
+/// Modules the tests need that Debian's cloud kernels build as modules.
+const MODULES: &[&str] = &["veth", "sch_ingress", "cls_bpf", "act_bpf"];
+
+/// Guest memory and CPUs: two CPUs so the two-senders test runs on two CPUs.
+const GUEST_MEM_MIB: u64 = 2048;
+const GUEST_CPUS: u32 = 2;
+/// The guest epoch test wipes this much of the guest's RAM (and reports the coverage).
+const GUEST_WIPE: &str = "512 MiB";
+/// A group that has not finished after this long is killed and reported as failed.
+const GROUP_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// A test group: one VM runs one test binary (optionally only some of its tests).
+struct Group {
+    name: &'static str,
+    /// The integration test target in `tests/tests/`.
+    target: &'static str,
+    /// libtest filters (exact names); empty runs the whole target.
+    tests: &'static [&'static str],
+}
+
+const GROUPS: &[Group] = &[
+    Group {
+        name: "limiter",
+        target: "limiter",
+        tests: &[],
+    },
+    Group {
+        name: "enforcement",
+        target: "enforcement",
+        tests: &[],
+    },
+    Group {
+        name: "bypass",
+        target: "bypass",
+        tests: &[],
+    },
+    Group {
+        name: "upgrade",
+        target: "upgrade",
+        tests: &[],
+    },
+    Group {
+        name: "epoch",
+        target: "epoch",
+        tests: &["a_full_epoch_is_signed_delivered_and_affirming"],
+    },
+];
+
+/// A kernel to boot.
+#[derive(Clone)]
+struct GuestKernel {
+    /// What the summary calls it (the package or the file name).
+    label: String,
+    vmlinuz: PathBuf,
+    /// `lib/modules/<release>` of this kernel, if it has modules.
+    modules: Option<PathBuf>,
+}
+
+/// `cargo xtask vm-test [--kernel PATH [--modules DIR]] [--group NAME]...`
+pub fn vm_test(env: &BTreeMap<String, String>, args: &[String]) -> Result<()> {
+    apt_install(VM_PACKAGES)?;
+    let kernels = match flag(args, "--kernel")? {
+        Some(path) => vec![GuestKernel {
+            label: Path::new(&path)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or(path.clone()),
+            vmlinuz: PathBuf::from(&path),
+            modules: flag(args, "--modules")?.map(PathBuf::from),
+        }],
+        None => debian_kernels()?,
+    };
+    let only: Vec<String> = args
+        .windows(2)
+        .filter(|w| w[0] == "--group")
+        .map(|w| w[1].clone())
+        .collect();
+    let groups: Vec<&Group> = GROUPS
+        .iter()
+        .filter(|g| only.is_empty() || only.iter().any(|o| o == g.name))
+        .collect();
+    if groups.is_empty() {
+        bail!(
+            "no test group named {only:?}; groups: {}",
+            GROUPS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+        );
+    }
+
+    step("build the daemon, the tools and the test binaries for the guest");
+    cargo(env, &["build", "--workspace", "--bins"])?;
+    let tests = test_executables(env, &groups)?;
+
+    let common = common_root(&tests)?;
+    let mut runs = Vec::new();
+    for k in &kernels {
+        let initrd = initramfs(&common, k)?;
+        for g in &groups {
+            runs.push(Run {
+                kernel: k.clone(),
+                group: g,
+                initrd: initrd.clone(),
+                outcome: None,
+            });
+        }
+    }
+    // As many guests as the host has CPUs for all their vCPUs: an emulated CPU that shares a
+    // host core with another is too slow for the rate tests to offer their load.
+    let parallel = (std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        / GUEST_CPUS as usize)
+        .max(1);
+    step(&format!(
+        "boot {} VMs ({} kernels x {} groups), {parallel} at a time",
+        runs.len(),
+        kernels.len(),
+        groups.len()
+    ));
+    let started = Instant::now();
+    run_all(&mut runs, parallel);
+    let total = started.elapsed();
+    let (table, ok) = summary(&runs, total);
+    println!("{table}");
+    std::fs::write("target/vm/summary.txt", &table).ok();
+    if !ok {
+        bail!("VM tests failed (console logs under target/vm/logs/)");
+    }
+    println!("==> VM tests passed");
+    Ok(())
+}
+
+fn flag(args: &[String], name: &str) -> Result<Option<String>> {
+    match args.iter().position(|a| a == name) {
+        None => Ok(None),
+        Some(i) => args
+            .get(i + 1)
+            .cloned()
+            .map(Some)
+            .with_context(|| format!("{name} needs a value")),
+    }
+}
+
+/// The numeric parts of a kernel package name, for ordering (`6.12.117+deb12` > `6.1.0-57`).
+fn version_key(pkg: &str) -> Vec<u64> {
+    pkg.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap_or(0))
+        .collect()
+}
+
+/// The package a Debian meta package (`linux-image-cloud-amd64`) currently depends on.
+fn resolve_meta(meta: &str) -> Option<String> {
+    let deps = output(Command::new("apt-cache").args(["depends", "--no-recommends", meta]))?;
+    deps.lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends: "))
+        .map(str::trim)
+        .find(|d| d.starts_with("linux-image-") && d.ends_with("-cloud-amd64"))
+        .map(str::to_string)
+}
+
+/// Debian's default cloud kernel (6.1) and the newest cloud kernel the registry has.
+fn debian_kernels() -> Result<Vec<GuestKernel>> {
+    let mut default = resolve_meta("linux-image-cloud-amd64");
+    if default.is_none() {
+        run_checked(
+            Command::new("apt-get").args(["update", "-qq"]),
+            "apt-get update",
+        )?;
+        default = resolve_meta("linux-image-cloud-amd64");
+    }
+    let default = default.context(
+        "apt-cache knows no linux-image-cloud-amd64: is deb.debian.org (bookworm) in the sources?",
+    )?;
+    // Versioned meta packages (`linux-image-6.12-cloud-amd64`) point at newer series.
+    let names =
+        output(Command::new("apt-cache").args(["pkgnames", "linux-image-"])).unwrap_or_default();
+    let mut candidates: Vec<String> = names
+        .lines()
+        .filter(|n| {
+            n.strip_prefix("linux-image-")
+                .and_then(|r| r.strip_suffix("-cloud-amd64"))
+                .is_some_and(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        })
+        .filter_map(resolve_meta)
+        .collect();
+    candidates.push(default.clone());
+    candidates.sort_by_key(|p| version_key(p));
+    let newest = candidates.pop().unwrap_or(default.clone());
+    let mut pkgs = vec![default];
+    if !pkgs.contains(&newest) {
+        pkgs.push(newest);
+    }
+    pkgs.iter().map(|p| unpack_kernel(p)).collect()
+}
+
+/// Downloads and unpacks a kernel package under `target/vm/kernels/<pkg>` (once).
+fn unpack_kernel(pkg: &str) -> Result<GuestKernel> {
+    let base = Path::new("target/vm/kernels").join(pkg);
+    let release = pkg.trim_start_matches("linux-image-");
+    let vmlinuz = base.join(format!("boot/vmlinuz-{release}"));
+    if !vmlinuz.exists() {
+        step(&format!("apt-get download {pkg} (unpacked, not installed)"));
+        let debs = Path::new("target/vm/debs");
+        std::fs::create_dir_all(debs)?;
+        run_checked(
+            Command::new("apt-get")
+                .args(["download", "-qq", pkg])
+                .current_dir(debs),
+            "apt-get download",
+        )?;
+        let deb = std::fs::read_dir(debs)?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{pkg}_")) && n.ends_with(".deb"))
+            })
+            .with_context(|| {
+                format!("apt-get download {pkg} left no .deb in {}", debs.display())
+            })?;
+        let tmp = base.with_extension("unpacking");
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp)?;
+        run_checked(
+            Command::new("dpkg").arg("-x").arg(&deb).arg(&tmp),
+            "dpkg -x",
+        )?;
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::rename(&tmp, &base)?;
+    }
+    if !vmlinuz.exists() {
+        bail!("{pkg} has no {}", vmlinuz.display());
+    }
+    let modules = base.join(format!("lib/modules/{release}"));
+    Ok(GuestKernel {
+        label: release.to_string(),
+        vmlinuz,
+        modules: modules.exists().then_some(modules),
+    })
+}
+
+/// The test executables of the groups' targets, from cargo's build messages.
+fn test_executables(
+    env: &BTreeMap<String, String>,
+    groups: &[&Group],
+) -> Result<BTreeMap<String, PathBuf>> {
+    let mut args = vec![
+        "test",
+        "-p",
+        "rackwarden-tests",
+        "--no-run",
+        "--message-format=json",
+    ];
+    let targets: BTreeSet<&str> = groups.iter().map(|g| g.target).collect();
+    for t in &targets {
+        args.extend(["--test", t]);
+    }
+    let out = Command::new("cargo")
+        .args(&args)
+        .envs(env)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("cargo test --no-run failed");
+    }
+    let mut exes = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(name), Some(exe)) = (v["target"]["name"].as_str(), v["executable"].as_str())
+        else {
+            continue;
+        };
+        if v["target"]["kind"][0] == "test" && targets.contains(name) {
+            exes.insert(name.to_string(), PathBuf::from(exe));
+        }
+    }
+    for t in targets {
+        if !exes.contains_key(t) {
+            bail!("cargo built no test executable for `{t}`");
+        }
+    }
+    Ok(exes)
+}
+
+/// The part of the guest root every kernel shares: busybox, iproute2, our binaries, the test
+/// binaries and their libraries. Written into `target/vm/root/`; returns that directory.
+fn common_root(tests: &BTreeMap<String, PathBuf>) -> Result<PathBuf> {
+    let root = PathBuf::from("target/vm/root");
+    let _ = std::fs::remove_dir_all(&root);
+    for d in [
+        "bin", "sbin", "usr/bin", "usr/sbin", "proc", "sys", "dev", "tmp", "run", "etc", "rw/deps",
+        "var/tmp",
+    ] {
+        std::fs::create_dir_all(root.join(d))?;
+    }
+    copy_file(Path::new("/bin/busybox"), &root.join("bin/busybox"), false)?;
+    // iproute2 proper (`ip netns`, `tc -j`): busybox's applets lack both; coreutils `date`
+    // for `%N` (the workload hooks stamp milliseconds).
+    let mut elfs: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for tool in ["ip", "tc", "bpftool", "date"] {
+        let path = which(tool).with_context(|| format!("{tool} is not installed"))?;
+        // Where the host has it: busybox ash runs its own applet for a bare `date` whatever
+        // PATH says, so the workload hooks name `/usr/bin/date`.
+        let dst = root.join(path.strip_prefix("/").unwrap_or(&path));
+        elfs.push((path, dst));
+    }
+    // The fixtures find the binaries next to the test executable's `deps/` directory.
+    for b in ["rackwardend", "rackwarden", "rackwarden-verifier"] {
+        elfs.push((
+            PathBuf::from("target/debug").join(b),
+            root.join("rw").join(b),
+        ));
+    }
+    for (name, exe) in tests {
+        elfs.push((exe.clone(), root.join("rw/deps").join(name)));
+    }
+    let mut libs = BTreeSet::new();
+    for (src, dst) in &elfs {
+        copy_file(src, dst, true)?;
+        libs.extend(shared_libs(src)?);
+    }
+    for lib in libs {
+        let dst = root.join(lib.strip_prefix("/").unwrap_or(&lib));
+        std::fs::create_dir_all(dst.parent().context("library without a directory")?)?;
+        copy_file(&lib, &dst, false)?;
+    }
+    // /lib64/ld-linux-x86-64.so.2 is what the binaries name as their interpreter.
+    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n")?;
+    std::fs::write(root.join("etc/group"), "root:x:0:\n")?;
+    std::fs::write(root.join("etc/hosts"), "127.0.0.1 localhost\n")?;
+    Ok(root)
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.exists())
+}
+
+/// Copies a file keeping it executable; `strip` drops debug info (test binaries are ~100 MB
+/// with it, ~15 MB without).
+fn copy_file(src: &Path, dst: &Path, strip: bool) -> Result<()> {
+    if strip {
+        run_checked(
+            Command::new("objcopy")
+                .arg("--strip-debug")
+                .arg(src)
+                .arg(dst),
+            &format!("objcopy --strip-debug {}", src.display()),
+        )?;
+    } else {
+        std::fs::copy(src, dst).with_context(|| format!("copying {}", src.display()))?;
+    }
+    let mode = std::fs::metadata(src)?.permissions().mode();
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+/// The shared libraries `ldd` resolves for an ELF (none for a static one).
+fn shared_libs(elf: &Path) -> Result<Vec<PathBuf>> {
+    let out = Command::new("ldd").arg(elf).output()?;
+    // A static binary makes ldd exit 1 with "not a dynamic executable".
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut libs = Vec::new();
+    for line in text.lines() {
+        let path = match line.split_once("=>") {
+            Some((_, rhs)) => rhs.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            libs.push(PathBuf::from(p));
+        }
+    }
+    Ok(libs)
+}
+
+/// The guest's `/init`: mounts what the tests expect, loads the modules, runs the group named
+/// on the kernel command line and reports its exit code on the console.
+fn init_script(modules: &[String]) -> String {
+    let mut s = String::from(
+        r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin 2>/dev/null
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/ TMPDIR=/tmp
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mount -t tmpfs run /run
+mount -t bpf bpf /sys/fs/bpf
+mkdir -p /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
+ip link set lo up
+"#,
+    );
+    for m in modules {
+        let _ = writeln!(s, "insmod /modules/{m}.ko || echo RW_VM_MODULE_FAILED={m}");
+    }
+    s.push_str(
+        r#"echo "RW_VM_BOOTED uptime=$(cut -d' ' -f1 /proc/uptime) kernel=$(uname -r) lsm=$(cat /sys/kernel/security/lsm 2>/dev/null) mem_kib=$(grep MemTotal /proc/meminfo | tr -s ' ' | cut -d' ' -f2)""#,
+    );
+    s.push('\n');
+    s.push_str(
+        r#"group=$(sed -n 's/.*rw\.group=\([^ ]*\).*/\1/p' /proc/cmdline)
+tests=$(sed -n 's/.*rw\.tests=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' ')
+filters=""
+for t in $tests; do filters="$filters $t"; done
+[ -n "$filters" ] && filters="$filters --exact"
+export RACKWARDEN_VM=1
+"#,
+    );
+    let _ = writeln!(s, "export RACKWARDEN_TEST_WIPE='{GUEST_WIPE}'");
+    s.push_str(
+        r#"cd /rw/deps
+./$group --test-threads=1 --nocapture $filters
+echo "RW_VM_EXIT=$? uptime=$(cut -d' ' -f1 /proc/uptime)"
+sync
+poweroff -f
+"#,
+    );
+    s
+}
+
+/// Module files and what they depend on, in load order, from the kernel's tree.
+fn module_closure(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut files = BTreeMap::new();
+    collect_modules(dir, &mut files)?;
+    let mut order: Vec<(String, PathBuf)> = Vec::new();
+    fn visit(
+        name: &str,
+        files: &BTreeMap<String, PathBuf>,
+        order: &mut Vec<(String, PathBuf)>,
+        depth: usize,
+    ) -> Result<()> {
+        if order.iter().any(|(n, _)| n == name) || depth > 16 {
+            return Ok(());
+        }
+        // Not a file: built into this kernel.
+        let Some(path) = files.get(name) else {
+            return Ok(());
+        };
+        let deps =
+            output(Command::new("modinfo").args(["-F", "depends"]).arg(path)).unwrap_or_default();
+        for d in deps.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            visit(d, files, order, depth + 1)?;
+        }
+        order.push((name.to_string(), path.clone()));
+        Ok(())
+    }
+    for m in MODULES {
+        visit(m, &files, &mut order, 0)?;
+    }
+    Ok(order)
+}
+
+fn collect_modules(dir: &Path, out: &mut BTreeMap<String, PathBuf>) -> Result<()> {
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let p = e?.path();
+        if p.is_dir() {
+            collect_modules(&p, out)?;
+        } else if let Some(stem) = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".ko").or_else(|| n.strip_suffix(".ko.xz")))
+        {
+            out.insert(stem.replace('-', "_"), p.clone());
+        }
+    }
+    Ok(())
+}
+
+/// Writes (or reuses) the initramfs for a kernel: the common root plus the kernel's modules
+/// and `/init`, as one newc cpio, named by a hash of everything in it.
+fn initramfs(common: &Path, k: &GuestKernel) -> Result<PathBuf> {
+    let root = PathBuf::from("target/vm/root-kernel").join(&k.label);
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("modules"))?;
+    let mut names = Vec::new();
+    if let Some(dir) = &k.modules {
+        for (name, path) in module_closure(dir)? {
+            let dst = root.join("modules").join(format!("{name}.ko"));
+            if path.extension().is_some_and(|e| e == "xz") {
+                let out = Command::new("xz").arg("-dc").arg(&path).output()?;
+                if !out.status.success() {
+                    bail!(
+                        "xz -dc {}: {}",
+                        path.display(),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+                std::fs::write(&dst, out.stdout)?;
+            } else {
+                std::fs::copy(&path, &dst)?;
+            }
+            names.push(name);
+        }
+    }
+    let init = root.join("init");
+    std::fs::write(&init, init_script(&names))?;
+    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))?;
+
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for dir in [common, &root] {
+        hash_tree(dir, dir, &mut h)?;
+    }
+    let out = PathBuf::from(format!(
+        "target/vm/initramfs-{}-{:016x}.cpio",
+        k.label,
+        h.finish()
+    ));
+    if out.exists() {
+        return Ok(out);
+    }
+    step(&format!("write {}", out.display()));
+    let tmp = out.with_extension("tmp");
+    let mut bytes = Vec::new();
+    for dir in [common, &root] {
+        bytes.extend(cpio(dir)?);
+    }
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, &out)?;
+    Ok(out)
+}
+
+fn hash_tree(base: &Path, dir: &Path, h: &mut impl std::hash::Hasher) -> Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for p in entries {
+        p.strip_prefix(base).unwrap_or(&p).hash(h);
+        let meta = std::fs::symlink_metadata(&p)?;
+        if meta.is_dir() {
+            hash_tree(base, &p, h)?;
+        } else if meta.is_file() {
+            h.write(&std::fs::read(&p)?);
+            meta.permissions().mode().hash(h);
+        }
+    }
+    Ok(())
+}
+
+/// `find . | cpio -o -H newc` of a directory (one archive; the kernel unpacks concatenated
+/// archives in order, so the kernel part lands on top of the common part).
+fn cpio(dir: &Path) -> Result<Vec<u8>> {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet --owner=0:0")
+        .current_dir(dir)
+        .output()
+        .context("running cpio")?;
+    if !out.status.success() {
+        bail!(
+            "cpio in {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(out.stdout)
+}
+
+/// One VM run of one group on one kernel.
+struct Run<'a> {
+    kernel: GuestKernel,
+    group: &'a Group,
+    initrd: PathBuf,
+    outcome: Option<Outcome>,
+}
+
+#[derive(Debug)]
+struct Outcome {
+    /// The group's tests ran and exited with this code (None: they never finished).
+    exit: Option<i32>,
+    /// Guest uptime when `/init` started: the boot time.
+    boot_s: Option<f64>,
+    wall: Duration,
+    /// libtest's per-test results: (name, "ok" | "FAILED" | "ignored").
+    tests: Vec<(String, String)>,
+    /// `RW_REPORT key=value` lines the tests printed.
+    reports: Vec<String>,
+    log: PathBuf,
+    attempts: u32,
+    harness_error: Option<String>,
+}
+
+fn run_all(runs: &mut [Run<'_>], parallel: usize) {
+    let queue = std::sync::Mutex::new(runs.iter_mut().rev().collect::<Vec<_>>());
+    std::thread::scope(|s| {
+        for _ in 0..parallel {
+            s.spawn(|| {
+                loop {
+                    let Some(run) = queue.lock().map(|mut q| q.pop()).ok().flatten() else {
+                        return;
+                    };
+                    let mut attempts = 0;
+                    let outcome = loop {
+                        attempts += 1;
+                        let o = boot(run, attempts);
+                        // Retry only a boot that never reached the tests.
+                        if o.boot_s.is_some() || attempts >= 2 {
+                            break o;
+                        }
+                        eprintln!(
+                            "{} {}: the guest never reached /init; retrying once",
+                            run.kernel.label, run.group.name
+                        );
+                    };
+                    println!(
+                        "{} {}: {} in {:.1} s",
+                        run.kernel.label,
+                        run.group.name,
+                        match outcome.exit {
+                            Some(0) => "passed".to_string(),
+                            Some(c) => format!("FAILED (exit {c})"),
+                            None => "FAILED (no result)".to_string(),
+                        },
+                        outcome.wall.as_secs_f64()
+                    );
+                    run.outcome = Some(Outcome {
+                        attempts,
+                        ..outcome
+                    });
+                }
+            });
+        }
+    });
+}
+
+fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
+    let logs = Path::new("target/vm/logs");
+    let _ = std::fs::create_dir_all(logs);
+    let log = logs.join(format!(
+        "{}-{}-{attempt}.log",
+        run.kernel.label, run.group.name
+    ));
+    let _ = std::fs::remove_file(&log);
+    let mut append = format!(
+        "console=ttyS0 panic=-1 quiet loglevel=3 lsm=lockdown,capability,yama,bpf rw.group={}",
+        run.group.target
+    );
+    if !run.group.tests.is_empty() {
+        let _ = write!(append, " rw.tests={}", run.group.tests.join(","));
+    }
+    let started = Instant::now();
+    let fail = |e: String| Outcome {
+        exit: None,
+        boot_s: None,
+        wall: started.elapsed(),
+        tests: Vec::new(),
+        reports: Vec::new(),
+        log: log.clone(),
+        attempts: attempt,
+        harness_error: Some(e),
+    };
+    let child = Command::new("qemu-system-x86_64")
+        .args(["-M", "q35", "-accel", "tcg", "-cpu", "max"])
+        .args(["-smp", &GUEST_CPUS.to_string()])
+        .args(["-m", &GUEST_MEM_MIB.to_string()])
+        .arg("-kernel")
+        .arg(&run.kernel.vmlinuz)
+        .arg("-initrd")
+        .arg(&run.initrd)
+        .args(["-append", &append])
+        .args([
+            "-nodefaults",
+            "-nic",
+            "none",
+            "-no-reboot",
+            "-display",
+            "none",
+        ])
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return fail(format!("starting qemu: {e}")),
+    };
+    // Waits for the guest to power off; kills (by the PID we started) past the timeout.
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) if started.elapsed() > GROUP_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(200)),
+            Err(_) => break None,
+        }
+    };
+    let wall = started.elapsed();
+    let text = std::fs::read(&log)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let mut o = parse_console(&text);
+    o.wall = wall;
+    o.log = log;
+    o.attempts = attempt;
+    if status.is_none() {
+        o.harness_error = Some(format!(
+            "killed after {} s without powering off",
+            GROUP_TIMEOUT.as_secs()
+        ));
+    } else if o.boot_s.is_none() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            use std::io::Read as _;
+            let _ = e.read_to_string(&mut err);
+        }
+        o.harness_error = Some(format!("the guest never reached /init {}", err.trim()));
+    }
+    o
+}
+
+fn parse_console(text: &str) -> Outcome {
+    let field = |line: &str, key: &str| -> Option<String> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .map(str::to_string)
+    };
+    let mut o = Outcome {
+        exit: None,
+        boot_s: None,
+        wall: Duration::ZERO,
+        tests: Vec::new(),
+        reports: Vec::new(),
+        log: PathBuf::new(),
+        attempts: 0,
+        harness_error: None,
+    };
+    // With --nocapture a test's own output comes between `test NAME ... ` and its result.
+    let mut pending: Option<String> = None;
+    let is_result = |r: &str| matches!(r, "ok" | "FAILED" | "ignored");
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if let Some(name) = line
+            .strip_prefix("test ")
+            .and_then(|r| r.split_once(" ... "))
+        {
+            let (name, rest) = name;
+            let rest = rest.trim();
+            if is_result(rest) {
+                o.tests.push((name.to_string(), rest.to_string()));
+                continue;
+            }
+            pending = Some(name.to_string());
+            if let Some(i) = rest.find("RW_REPORT ") {
+                o.reports.push(rest[i + "RW_REPORT ".len()..].to_string());
+            }
+            continue;
+        }
+        if is_result(line.trim()) {
+            if let Some(name) = pending.take() {
+                o.tests.push((name, line.trim().to_string()));
+            }
+            continue;
+        }
+        if line.contains("RW_VM_BOOTED") {
+            o.boot_s = field(line, "uptime=").and_then(|u| u.parse().ok());
+        } else if let Some(i) = line.find("RW_VM_EXIT=") {
+            o.exit = line[i + "RW_VM_EXIT=".len()..]
+                .split_whitespace()
+                .next()
+                .and_then(|c| c.parse().ok());
+        } else if let Some(i) = line.find("RW_REPORT ") {
+            o.reports.push(line[i + "RW_REPORT ".len()..].to_string());
+        } else if let Some(m) = line.strip_prefix("RW_VM_MODULE_FAILED=") {
+            o.reports.push(format!("module {m} failed to load"));
+        }
+    }
+    o
+}
+
+/// The table printed at the end: per kernel, each group's tests, boot time, wall time.
+fn summary(runs: &[Run<'_>], total: Duration) -> (String, bool) {
+    let mut ok = true;
+    let mut s = String::new();
+    let kernels: Vec<&str> = {
+        let mut v: Vec<&str> = runs.iter().map(|r| r.kernel.label.as_str()).collect();
+        v.dedup();
+        v
+    };
+    for k in kernels {
+        let _ = writeln!(s, "\nkernel {k}");
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>6} {:>6} {:>8} {:>8}  result",
+            "group", "passed", "failed", "boot s", "wall s"
+        );
+        for r in runs.iter().filter(|r| r.kernel.label == k) {
+            let Some(o) = &r.outcome else { continue };
+            let passed = o.tests.iter().filter(|t| t.1 == "ok").count();
+            let failed: Vec<&str> = o
+                .tests
+                .iter()
+                .filter(|t| t.1.starts_with("FAILED"))
+                .map(|t| t.0.as_str())
+                .collect();
+            let good = o.exit == Some(0) && o.harness_error.is_none() && passed > 0;
+            ok &= good;
+            let _ = writeln!(
+                s,
+                "  {:<12} {:>6} {:>6} {:>8} {:>8.1}  {}{}",
+                r.group.name,
+                passed,
+                failed.len(),
+                o.boot_s.map(|b| format!("{b:.2}")).unwrap_or("-".into()),
+                o.wall.as_secs_f64(),
+                if good { "ok" } else { "FAILED" },
+                if o.attempts > 1 {
+                    " (after a retry)"
+                } else {
+                    ""
+                }
+            );
+            for f in &failed {
+                let _ = writeln!(s, "      failed: {f}");
+            }
+            for rep in &o.reports {
+                let _ = writeln!(s, "      {rep}");
+            }
+            if let Some(e) = &o.harness_error {
+                let _ = writeln!(s, "      harness: {e}");
+            }
+            if !good {
+                let _ = writeln!(s, "      console log: {}", o.log.display());
+            }
+        }
+    }
+    let _ = writeln!(s, "\nVM tests: {:.0} s in all", total.as_secs_f64());
+    (s, ok)
+}
