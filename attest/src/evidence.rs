@@ -56,6 +56,48 @@ pub enum GapKind {
     ConfigChanged,
     /// A check itself failed (e.g. the hook could not be queried): enforcement unproven.
     CheckFailed,
+    /// A counter went down between two samples. Only a program can write our frozen maps,
+    /// so someone's program rewrote them, and the bytes counted since the last sample are
+    /// unproven. Never restored: the counters cannot be put back.
+    CountersRewound,
+}
+
+/// How a tamper path is stopped on this host, strongest first. The verifier weighs it:
+/// `refused` means the kernel refuses the attempt; the others bound how long it can last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProtectionLevel {
+    /// The kernel refuses the operation for every process but the daemon (or for all).
+    Refused,
+    /// Seen as it happens (a kernel event), restored at once; the gap is recorded.
+    RestoredOnEvent,
+    /// Found at the next hook check (`poll_interval_ms`), restored then; the gap is recorded.
+    RestoredOnPoll,
+    /// Found at the next counter sample and recorded as a gap; cannot be undone.
+    DetectedOnSample,
+    /// Nothing stops or notices it.
+    Unprotected,
+}
+
+/// What stops another root process from switching the limiter off, path by path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelfProtection {
+    /// `bpf(BPF_MAP_UPDATE_ELEM)` / `DELETE` on the config, bucket-state and counters maps.
+    pub map_writes: ProtectionLevel,
+    /// Detaching our programs from a hook, or replacing them there.
+    pub detach: ProtectionLevel,
+    /// Attaching a program that runs before ours.
+    pub foreign_ahead: ProtectionLevel,
+    /// A program of someone else's writing our bucket state or counters (a frozen map still
+    /// takes program writes; the config map takes none).
+    pub program_writes: ProtectionLevel,
+    /// How often the hooks are checked.
+    pub poll_interval_ms: u64,
+    /// The counter sample interval behind `detected_on_sample`.
+    pub sample_interval_ms: u64,
+    /// Whether `bpf` is among the kernel's active LSMs (what `refused` for detaches needs).
+    pub bpf_lsm_active: bool,
 }
 
 /// An interval in which the limiter was not provably enforcing our cap on a hook.
@@ -157,6 +199,9 @@ pub struct LimiterEvidence {
     /// Absent in statements of producers that do not report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bypass: Option<BypassReport>,
+    /// Absent in statements of producers that do not report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_protection: Option<SelfProtection>,
 }
 
 /// The limiter part of a statement: present with its evidence, or absent with the reason.

@@ -44,6 +44,34 @@ pub struct BucketConfig {
     pub small_reserve_bytes: u32,
 }
 
+/// The config map's only value: both directions' caps. One entry, not one per direction:
+/// the map is `BPF_F_RDONLY_PROG` and frozen, and the kernel reads such a map's value at
+/// load time (the caps become constants of the program) only when it has a single entry
+/// (a two-entry read-only array is refused with ENOTSUPP).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimiterConfig {
+    pub egress: BucketConfig,
+    pub ingress: BucketConfig,
+}
+
+impl LimiterConfig {
+    pub fn get(&self, dir: u32) -> &BucketConfig {
+        if dir == DIR_EGRESS {
+            &self.egress
+        } else {
+            &self.ingress
+        }
+    }
+    pub fn get_mut(&mut self, dir: u32) -> &mut BucketConfig {
+        if dir == DIR_EGRESS {
+            &mut self.egress
+        } else {
+            &mut self.ingress
+        }
+    }
+}
+
 /// Token-bucket state as GCRA: the theoretical arrival time of the next conforming byte.
 /// A packet of `len` bytes conforms iff `max(tat, now) + cost(len) <= now + tau`.
 #[repr(C)]
@@ -125,6 +153,7 @@ pub mod prog_names {
 mod pod {
     // SAFETY: all three are repr(C), contain only u64/u32 fields laid out without padding.
     unsafe impl aya::Pod for super::BucketConfig {}
+    unsafe impl aya::Pod for super::LimiterConfig {}
     unsafe impl aya::Pod for super::BucketState {}
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::RefusalCounters {}

@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! <root>/                      default /sys/fs/bpf/rackwarden
-//!   maps/RW_CONFIG             caps per direction (BucketConfig)
+//!   maps/RW_CONFIG             both directions' caps (LimiterConfig), frozen: a cap change
+//!                              loads a new map and new programs that read it
+//!   maps/RW_CONFIG_next        such a map, while its programs replace the running ones
 //!   maps/RW_STATE              GCRA bucket state per direction (BucketState)
 //!   maps/RW_COUNTERS           per-CPU counters per direction (Counters)
 //!   progs/rw_egress            the egress policer program
@@ -45,6 +47,11 @@ impl PinPaths {
     }
     pub fn map(&self, name: &str) -> PathBuf {
         self.maps_dir().join(name)
+    }
+    /// Where a new frozen config map waits while the programs that read it replace the
+    /// running ones (a cap change or an upgrade).
+    pub fn map_next(&self, name: &str) -> PathBuf {
+        self.maps_dir().join(format!("{name}_next"))
     }
     pub fn progs_dir(&self) -> PathBuf {
         self.root.join("progs")

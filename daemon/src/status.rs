@@ -66,6 +66,9 @@ pub struct StatusReport {
     /// Whether the running policer was loaded, adopted or upgraded by this daemon.
     #[serde(default)]
     pub program_version: Option<crate::limiter::loader::ProgramVersion>,
+    /// What stops another root process from switching the limiter off here.
+    #[serde(default)]
+    pub self_protection: Option<rackwarden_attest::evidence::SelfProtection>,
 }
 
 impl StatusReport {
@@ -172,6 +175,29 @@ impl StatusReport {
             "maps: config #{} state #{} counters #{} under {}",
             self.map_ids.config, self.map_ids.state, self.map_ids.counters, self.pin_root
         );
+        if let Some(p) = &self.self_protection {
+            let level = |l: &rackwarden_attest::evidence::ProtectionLevel| {
+                serde_json::to_value(l)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            };
+            let _ = writeln!(
+                s,
+                "self-protection: map writes {}, detach {}, foreign ahead {}, program writes {} (checks every {} ms, samples every {} ms; BPF LSM {})",
+                level(&p.map_writes),
+                level(&p.detach),
+                level(&p.foreign_ahead),
+                level(&p.program_writes),
+                p.poll_interval_ms,
+                p.sample_interval_ms,
+                if p.bpf_lsm_active {
+                    "active"
+                } else {
+                    "not active"
+                }
+            );
+        }
         let b = &self.bypass;
         let _ = writeln!(
             s,

@@ -18,12 +18,16 @@ use aya_ebpf::{
 };
 use core::intrinsics::{AtomicOrdering, atomic_cxchg};
 use rackwarden_common::{
-    BucketConfig, BucketState, CONFIG_MAGIC, Counters, DIR_EGRESS, DIR_INGRESS, NUM_BUCKETS,
+    BucketState, CONFIG_MAGIC, LimiterConfig, Counters, DIR_EGRESS, DIR_INGRESS, NUM_BUCKETS,
     PACKET_QDISC_BYPASS, RefusalCounters, SOL_PACKET, SOL_XDP, XDP_UMEM_REG,
 };
 
+/// `BPF_F_RDONLY_PROG`: no program can write the caps, ours included (it only reads them).
+/// The daemon writes them once and freezes the map, so no syscall can either.
+const BPF_F_RDONLY_PROG: u32 = 1 << 7;
+
 #[map(name = "RW_CONFIG")]
-static RW_CONFIG: Array<BucketConfig> = Array::pinned(NUM_BUCKETS, 0);
+static RW_CONFIG: Array<LimiterConfig> = Array::pinned(1, BPF_F_RDONLY_PROG);
 
 #[map(name = "RW_STATE")]
 static RW_STATE: Array<BucketState> = Array::pinned(NUM_BUCKETS, 0);
@@ -88,12 +92,11 @@ enum Verdict {
 
 #[inline(always)]
 fn decide(dir: u32, len: u64) -> Verdict {
-    let Some(cfg) = RW_CONFIG.get(dir) else {
+    let Some(cfgs) = RW_CONFIG.get(0) else {
         return Verdict::DropUnconfigured;
     };
-    // Copy the config once: a concurrent cap change then applies from the next packet on and
-    // this packet sees one consistent (rate, tau) pair.
-    let cfg = *cfg;
+    // Frozen and read-only: the kernel has read these at load time, they are constants.
+    let cfg = *cfgs.get(dir);
     if cfg.magic != CONFIG_MAGIC || cfg.rate_bytes_per_s == 0 {
         return Verdict::DropUnconfigured;
     }

@@ -10,7 +10,10 @@ use std::{
 
 use rackwarden::{limiter::raw, pins::PinPaths};
 
-use crate::{Daemon, Net, OUT_ADDR, RACK_ADDR, UDP_FRAME_OVERHEAD, UdpSink, in_netns, status_json};
+use crate::{
+    Daemon, Net, OUT_ADDR, RACK_ADDR, UDP_FRAME_OVERHEAD, UdpSink, in_netns, status_json,
+    tamper::{self, Hook},
+};
 
 pub const CAP: u64 = 1_000_000;
 pub const BURST: u64 = 256 * 1024;
@@ -176,44 +179,6 @@ fn gaps_of(net: &Net, kind: &str) -> usize {
         .count()
 }
 
-/// `r0 = TC_ACT_OK; exit`: a foreign classifier that passes everything.
-fn load_pass_all() -> OwnedFd {
-    let insns: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
-    let license = c"GPL";
-    let mut a = [0u8; 128];
-    a[0..4].copy_from_slice(&3u32.to_ne_bytes()); // BPF_PROG_TYPE_SCHED_CLS
-    a[4..8].copy_from_slice(&2u32.to_ne_bytes());
-    a[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
-    a[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
-    // SAFETY: a zero-padded bpf_attr for BPF_PROG_LOAD.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, 5, a.as_mut_ptr(), a.len()) };
-    assert!(
-        fd >= 0,
-        "load pass-all: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: new fd.
-    unsafe { OwnedFd::from_raw_fd(fd as i32) }
-}
-
-/// Attaches `prog` to tcx egress of `ifindex` *before* every other program.
-fn tcx_attach_first(prog: &OwnedFd, ifindex: u32) -> OwnedFd {
-    let mut a = [0u8; 128];
-    a[0..4].copy_from_slice(&(prog.as_raw_fd() as u32).to_ne_bytes());
-    a[4..8].copy_from_slice(&ifindex.to_ne_bytes());
-    a[8..12].copy_from_slice(&47u32.to_ne_bytes()); // BPF_TCX_EGRESS
-    a[12..16].copy_from_slice(&8u32.to_ne_bytes()); // BPF_F_BEFORE
-    // SAFETY: a zero-padded bpf_attr for BPF_LINK_CREATE.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, 28, a.as_mut_ptr(), a.len()) };
-    assert!(
-        fd >= 0,
-        "tcx attach first: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: new fd.
-    unsafe { OwnedFd::from_raw_fd(fd as i32) }
-}
-
 /// Runs every path; each on a fresh fixture and daemon.
 pub fn run() -> Vec<Row> {
     let mut rows = Vec::new();
@@ -319,17 +284,11 @@ pub fn run() -> Vec<Row> {
     drop(_d);
     drop(net);
 
-    // 5. Another process detaches our tc link with raw bpf(BPF_LINK_DETACH).
+    // 5. Another process detaches our policer: bpf(BPF_LINK_DETACH) on tcx, a netlink
+    // filter delete on clsact.
     let (net, _d) = fresh("rdet");
-    let link = raw::obj_get(
-        &PinPaths::new(&net.pin_root).link(&net.rack_if, rackwarden::limiter::Direction::Egress),
-    )
-    .unwrap();
-    let mut a = [0u8; 128];
-    a[0..4].copy_from_slice(&(link.as_raw_fd() as u32).to_ne_bytes());
-    // SAFETY: BPF_LINK_DETACH (34) on a link fd we opened.
-    let r = unsafe { libc::syscall(libc::SYS_bpf, 34, a.as_mut_ptr(), a.len()) };
-    assert_eq!(r, 0, "BPF_LINK_DETACH: {}", std::io::Error::last_os_error());
+    let hook = Hook::of(&net);
+    tamper::detach(&net, hook, rackwarden::limiter::Direction::Egress);
     let (b, t) = net.egress_flood(SECS);
     let gaps = gaps_of(&net, "detached");
     let st = status_json(&net.socket_path());
@@ -339,7 +298,10 @@ pub fn run() -> Vec<Row> {
         .iter()
         .all(|h| h["attached"] == true);
     rows.push(Row {
-        path: "detach via bpf(BPF_LINK_DETACH)",
+        path: match hook {
+            Hook::Tcx => "detach via bpf(BPF_LINK_DETACH)",
+            Hook::Clsact => "detach via netlink (tc filter del)",
+        },
         expected: "gap detected, limiter restored",
         bytes_through: b,
         window_s: t,
@@ -351,47 +313,104 @@ pub fn run() -> Vec<Row> {
     drop(_d);
     drop(net);
 
-    // 6. Another process rewrites the cap in the config map.
-    let (net, _d) = fresh("rcfg");
-    let mut maps = rackwarden::limiter::LimiterMaps::open(&PinPaths::new(&net.pin_root)).unwrap();
-    let spec = rackwarden::limiter::maps::CapSpec {
-        rate_bytes_per_s: 1_000_000_000,
-        burst_bytes: 1 << 30,
-        small_reserve_bytes: 0,
-        small_max_len: 1024,
-    };
-    maps.set_config(
-        rackwarden::limiter::Direction::Egress,
-        &rackwarden::limiter::maps::bucket_config(&spec, 77),
-    )
-    .unwrap();
+    // 6. Another process rewrites the cap, resets the bucket or zeroes the counters in the
+    // pinned maps (what `bpftool map update` does). Every map is frozen.
+    for (path, map, tag) in [
+        (
+            "write to the config map (cap x 1000)",
+            rackwarden_common::map_names::CONFIG,
+            "rcfg",
+        ),
+        (
+            "write to the bucket state (refill)",
+            rackwarden_common::map_names::STATE,
+            "rsta",
+        ),
+        (
+            "write to the counters (hide a leak)",
+            rackwarden_common::map_names::COUNTERS,
+            "rcnt",
+        ),
+    ] {
+        let (net, _d) = fresh(tag);
+        let pins = PinPaths::new(&net.pin_root);
+        let before = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
+        let was = before
+            .counters(rackwarden::limiter::Direction::Egress)
+            .unwrap();
+        let errno = match map {
+            rackwarden_common::map_names::CONFIG => {
+                let mut maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
+                let spec = rackwarden::limiter::maps::CapSpec {
+                    rate_bytes_per_s: CAP * 1000,
+                    burst_bytes: 1 << 30,
+                    small_reserve_bytes: 0,
+                    small_max_len: 1024,
+                };
+                maps.set_config(
+                    rackwarden::limiter::Direction::Egress,
+                    &rackwarden::limiter::maps::bucket_config(&spec, 77),
+                )
+                .err()
+                .and_then(|e| tamper::errno(&e))
+                .unwrap_or(0)
+            }
+            _ => tamper::write_map(&pins.map(map), 0)
+                .err()
+                .and_then(|e| e.raw_os_error())
+                .unwrap_or(0),
+        };
+        let (b, t) = net.egress_flood(SECS);
+        let now = before
+            .counters(rackwarden::limiter::Direction::Egress)
+            .unwrap();
+        let rate = before
+            .config(rackwarden::limiter::Direction::Egress)
+            .unwrap()
+            .rate_bytes_per_s;
+        rows.push(Row {
+            path,
+            expected: "refused (EPERM): map frozen",
+            bytes_through: b,
+            window_s: t,
+            counted: errno == libc::EPERM
+                && rate == CAP
+                && now.passed_bytes >= was.passed_bytes + b,
+            note: format!(
+                "bpf(BPF_MAP_UPDATE_ELEM) errno {errno}; cap still {rate} B/s; counters {} -> {} B",
+                was.passed_bytes, now.passed_bytes
+            ),
+        });
+        drop(_d);
+        drop(net);
+    }
+
+    // 6b. Another process's own BPF program zeroes the counters (programs may write a frozen
+    // map): the daemon's next sample sees them go down and records a gap.
+    let (net, _d) = fresh("rrew");
+    let pins = PinPaths::new(&net.pin_root);
     let (b, t) = net.egress_flood(SECS);
-    let gaps = gaps_of(&net, "config_changed");
-    let now_rate = maps
-        .config(rackwarden::limiter::Direction::Egress)
-        .unwrap()
-        .rate_bytes_per_s;
+    tamper::zero_counters_by_program(&pins.map(rackwarden_common::map_names::COUNTERS));
+    std::thread::sleep(Duration::from_millis(1500));
+    let gaps = gaps_of(&net, "counters_rewound");
     rows.push(Row {
-        path: "write to the config map",
-        expected: "gap detected, cap restored",
+        path: "a BPF program zeroes the counters",
+        expected: "detected at the next sample (gap)",
         bytes_through: b,
         window_s: t,
-        counted: gaps >= 1 && now_rate == CAP,
-        note: format!(
-            "{gaps} config_changed gap(s); cap now {now_rate} B/s; 1 GB burst leaked until restored"
-        ),
+        counted: gaps >= 1,
+        note: format!("{gaps} counters_rewound gap(s), not restorable: the statement carries it"),
     });
     drop(_d);
     drop(net);
 
     // 7. A foreign tc program attached ahead of ours (it passes everything).
     let (net, _d) = fresh("rfor");
-    let ifc = net.rack_if.clone();
-    let link = in_netns(&net.rack_ns, move || {
-        let prog = load_pass_all();
-        let l = tcx_attach_first(&prog, rackwarden::netns::ifindex(&ifc).unwrap());
-        (prog, l)
-    });
+    let hook = Hook::of(&net);
+    let prog = crate::load_pass_all_classifier();
+    let pinned = net.foreign_pin("foreign_pass_all");
+    raw::obj_pin(&prog, &pinned).unwrap();
+    let link = tamper::attach_ahead(&net, hook, &prog, &pinned);
     std::thread::sleep(Duration::from_millis(1200));
     let (b, t) = net.egress_flood(SECS);
     let gaps = gaps_of(&net, "foreign_ahead");
@@ -404,7 +423,10 @@ pub fn run() -> Vec<Row> {
     });
     rows.push(Row {
         path: "foreign tc program ahead of ours",
-        expected: "gap detected, ours moved first",
+        expected: match hook {
+            Hook::Tcx => "gap detected, ours moved first",
+            Hook::Clsact => "gap detected, foreign filter at our priority deleted",
+        },
         bytes_through: b,
         window_s: t,
         counted: gaps >= 1 && first_again,

@@ -2,9 +2,15 @@
 
 use std::{process::Command, thread, time::Duration};
 
-use rackwarden::{limiter::Direction, pins::PinPaths};
+use rackwarden::{
+    limiter::{Direction, maps::CapSlot},
+    pins::PinPaths,
+};
 use rackwarden_common::BucketConfig;
-use rackwarden_tests::*;
+use rackwarden_tests::{
+    tamper::{self, Hook},
+    *,
+};
 
 fn spec(rate: u64, burst: u64) -> rackwarden::limiter::maps::CapSpec {
     rackwarden::limiter::maps::CapSpec {
@@ -18,29 +24,40 @@ fn spec(rate: u64, burst: u64) -> rackwarden::limiter::maps::CapSpec {
 #[test]
 fn zeroed_or_missing_config_drops_everything() {
     let net = Net::new("fail");
-    // Load and attach with the library alone: nobody writes a cap, the config map is zero.
-    let pins = net.attach_bare_limiter();
+    // Load and attach with the library alone, no cap in either slot.
+    let pins = net.attach_bare_limiter([CapSlot::Unset, CapSlot::Unset]);
     let (frames, _) = net.egress_flood(1.0);
     assert_eq!(frames, 0, "an unconfigured policer must drop everything");
-    let maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
+    let mut maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
     let c = maps.counters(Direction::Egress).unwrap();
     assert!(c.unconfigured_drops > 0 && c.passed_packets == 0, "{c:?}");
 
-    // A valid cap passes traffic; zeroing it again drops everything again.
-    let mut maps = maps;
-    maps.set_config(
-        Direction::Egress,
-        &rackwarden::limiter::maps::bucket_config(&spec(1_000_000, 262_144), 1),
-    )
-    .unwrap();
+    // The config map is frozen: nobody writes a cap into it, the daemon's library included.
+    let refused = maps
+        .set_config(
+            Direction::Egress,
+            &rackwarden::limiter::maps::bucket_config(&spec(1_000_000, 262_144), 1),
+        )
+        .unwrap_err();
+    assert_eq!(tamper::errno(&refused), Some(libc::EPERM), "{refused}");
+
+    // A new generation with a valid cap passes traffic; one without drops everything again,
+    // and the counters go on (same maps).
+    net.change_bare_caps([CapSlot::Cap(spec(1_000_000, 262_144)), CapSlot::Unset]);
     let (frames, _) = net.egress_flood(1.0);
     assert!(frames > 0);
-    maps.set_config(Direction::Egress, &BucketConfig::default())
-        .unwrap();
-    let before = maps.counters(Direction::Egress).unwrap().unconfigured_drops;
+    net.change_bare_caps([CapSlot::Unset, CapSlot::Unset]);
+    let maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
+    let before = maps.counters(Direction::Egress).unwrap();
     let (frames, _) = net.egress_flood(1.0);
-    assert_eq!(frames, 0, "a zeroed config slot must drop everything");
-    assert!(maps.counters(Direction::Egress).unwrap().unconfigured_drops > before);
+    assert_eq!(frames, 0, "a generation without a cap must drop everything");
+    let after = maps.counters(Direction::Egress).unwrap();
+    assert!(after.unconfigured_drops > before.unconfigured_drops);
+    assert!(
+        before.passed_packets > 0,
+        "the counters were kept across generations"
+    );
+    assert_eq!(BucketConfig::default().magic, 0);
 }
 
 #[test]
@@ -107,7 +124,7 @@ fn cap_change_at_run_time_applies_and_says_whether_persisted() {
 }
 
 #[test]
-fn detach_and_config_tampering_are_gaps_and_get_restored() {
+fn a_detach_is_a_gap_and_restored_and_map_writes_are_refused() {
     let net = Net::new("tamp");
     let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
     let _d = Daemon::start(&cfg, &net.socket_path());
@@ -131,12 +148,15 @@ fn detach_and_config_tampering_are_gaps_and_get_restored() {
     );
     assert_eq!(st["bypass"]["refusal"]["state"], "present");
 
-    // Another process removes our link pin: the tcx link is destroyed, the hook is empty.
-    let link = net
-        .pin_root
-        .join("links")
-        .join(format!("{}_egress", net.rack_if));
-    std::fs::remove_file(&link).unwrap();
+    // Another process removes our policer from the egress hook: on tcx it removes our link
+    // pin (the link is destroyed), on clsact it deletes our filter over netlink.
+    let hook = Hook::of(&net);
+    let link = net.pins().link(&net.rack_if, Direction::Egress);
+    match hook {
+        Hook::Tcx => std::fs::remove_file(&link).unwrap(),
+        Hook::Clsact => tamper::detach(&net, hook, Direction::Egress),
+    }
+    println!("RW_REPORT enforcement: policer attached as {hook:?}");
     thread::sleep(Duration::from_millis(1500));
     let st = status_json(&net.socket_path());
     let gaps = st["recent_gaps"].as_array().unwrap();
@@ -146,7 +166,9 @@ fn detach_and_config_tampering_are_gaps_and_get_restored() {
         .unwrap_or_else(|| panic!("no detached gap: {st}"));
     assert_eq!(g["restored"], true);
     assert!(g["last_verified_at_ms"].as_u64().unwrap() <= g["detected_at_ms"].as_u64().unwrap());
-    assert!(link.exists(), "the daemon must re-pin its link");
+    if hook == Hook::Tcx {
+        assert!(link.exists(), "the daemon must re-pin its link");
+    }
     let hook = st["hooks"]
         .as_array()
         .unwrap()
@@ -156,28 +178,45 @@ fn detach_and_config_tampering_are_gaps_and_get_restored() {
         .clone();
     assert_eq!(hook["attached"], true);
 
-    // Another process rewrites the cap in the pinned config map.
-    let mut maps = rackwarden::limiter::LimiterMaps::open(&PinPaths::new(&net.pin_root)).unwrap();
-    maps.set_config(
-        Direction::Egress,
-        &rackwarden::limiter::maps::bucket_config(&spec(1_000_000_000, 1 << 30), 99),
-    )
-    .unwrap();
+    // Another process tries to rewrite the cap, reset the bucket and zero the counters in
+    // the pinned maps: every map is frozen, so each write is refused and nothing changes.
+    let pins = PinPaths::new(&net.pin_root);
+    let mut maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
+    let before = maps.counters(Direction::Egress).unwrap();
+    let err = maps
+        .set_config(
+            Direction::Egress,
+            &rackwarden::limiter::maps::bucket_config(&spec(1_000_000_000, 1 << 30), 99),
+        )
+        .unwrap_err();
+    assert_eq!(tamper::errno(&err), Some(libc::EPERM), "{err}");
+    for name in [
+        rackwarden_common::map_names::STATE,
+        rackwarden_common::map_names::COUNTERS,
+    ] {
+        let e = tamper::write_map(&pins.map(name), 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{name}: {e}");
+    }
+    assert!(maps.counters(Direction::Egress).unwrap().passed_bytes >= before.passed_bytes);
     thread::sleep(Duration::from_millis(1500));
     let st = status_json(&net.socket_path());
     assert!(
-        st["recent_gaps"]
+        !st["recent_gaps"]
             .as_array()
             .unwrap()
             .iter()
             .any(|g| g["kind"] == "config_changed"),
-        "{st}"
+        "a refused write is not a gap: {st}"
     );
     assert_eq!(
         maps.config(Direction::Egress).unwrap().rate_bytes_per_s,
         1_000_000,
-        "cap not restored"
+        "cap changed"
     );
+    let p = &st["self_protection"];
+    assert_eq!(p["map_writes"], "refused", "{p}");
+    assert_eq!(p["detach"], "restored_on_poll", "{p}");
+    assert_eq!(p["program_writes"], "detected_on_sample", "{p}");
     // The cap holds after the restore.
     let (frames, t) = net.egress_flood(2.0);
     assert!(frames as f64 <= 262_144.0 + 1_000_000.0 * t);

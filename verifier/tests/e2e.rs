@@ -277,6 +277,7 @@ impl Host {
                 uncapped_interfaces: vec![],
                 af_xdp_sockets: Some(0),
             }),
+            self_protection: None,
         }));
         let devices_override = e.wipe_devices.clone();
         let wipe = e.wipe_residue.map(|r| WipeReport {

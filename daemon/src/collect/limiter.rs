@@ -88,6 +88,10 @@ fn collect(cfg: &Config, since_ms: u64) -> Result<LimiterEvidence, String> {
         counters,
         gaps,
         bypass: Some(super::bypass::bypass_report(cfg, &pins)),
+        self_protection: Some(crate::limiter::protection::assess(
+            &pins,
+            cfg.check_interval,
+        )),
     })
 }
 

@@ -26,7 +26,7 @@ use crate::{
     config::Config,
     control::{self, CapSetOutcome, Envelope, Request, Response},
     enforce::gaps::{EnforcementGap, GapKind, GapLog, now_ms},
-    limiter::{Direction, HookDirection, Limiter, LimiterError, maps::bucket_config},
+    limiter::{Direction, HookDirection, Limiter, LimiterError, maps::CapSlot},
     pins::PinPaths,
     status::{DirectionStatus, StatusReport},
     units,
@@ -92,6 +92,38 @@ pub struct Agent {
     reload_error: Option<String>,
 }
 
+/// The first counter field that is lower in `is` than in `was`.
+fn rewound(was: &Counters, is: &Counters) -> Option<&'static str> {
+    [
+        ("passed_bytes", was.passed_bytes, is.passed_bytes),
+        ("passed_packets", was.passed_packets, is.passed_packets),
+        ("dropped_bytes", was.dropped_bytes, is.dropped_bytes),
+        ("dropped_packets", was.dropped_packets, is.dropped_packets),
+        (
+            "unconfigured_drops",
+            was.unconfigured_drops,
+            is.unconfigured_drops,
+        ),
+        (
+            "contention_drops",
+            was.contention_drops,
+            is.contention_drops,
+        ),
+    ]
+    .into_iter()
+    .find(|(_, w, i)| i < w)
+    .map(|(f, _, _)| f)
+}
+
+/// The caps the config asks for, one slot per direction.
+fn wanted_caps(cfg: &Config) -> [CapSlot; 2] {
+    let mut slots = [CapSlot::Unset; 2];
+    for d in Direction::ALL {
+        slots[d.index() as usize] = CapSlot::Cap(cfg.cap_spec(d));
+    }
+    slots
+}
+
 impl Agent {
     /// Starting: enter the namespace, load or adopt the limiter, attach, write the caps.
     /// Must run before any other thread exists when `netns` is set (setns is per thread).
@@ -101,7 +133,7 @@ impl Agent {
         }
         wait_for_interfaces(&cfg, stop)?;
         let pins = PinPaths::new(&cfg.pin_root);
-        let mut limiter = Limiter::load_or_adopt(&pins)?;
+        let mut limiter = Limiter::load_or_adopt(&pins, &wanted_caps(&cfg))?;
         let gaps = GapLog::open(&cfg.state_dir)?;
         log::info!(
             "{} policer under {} (egress prog #{} tag {}, ingress prog #{} tag {})",
@@ -286,34 +318,33 @@ impl Agent {
         self.cfg.cap_spec(dir).rate_bytes_per_s
     }
 
-    /// Writes the configured caps, keeping the bucket state. Logs every change against what
-    /// was in the map before (a restart with a new config file is a cap change too).
+    /// Puts the configured caps in force, keeping the bucket state and counters: a new
+    /// policer generation (its own frozen config map) replaces the running one where the caps
+    /// differ. Logs every change against what ran before (a restart with a new config file is
+    /// a cap change too).
     fn write_caps_from_config(&mut self) -> Result<(), AgentError> {
+        let before = self.limiter.maps.configs()?;
+        self.limiter
+            .change_caps(&wanted_caps(&self.cfg), &self.cfg.interfaces)?;
+        let now = self.limiter.maps.configs()?;
         for d in Direction::ALL {
-            let current = self.limiter.maps.config(d)?;
-            let spec = self.cfg.cap_spec(d);
-            let wanted = bucket_config(&spec, current.generation);
-            let cfg = if wanted == current {
-                current
-            } else {
-                let next = bucket_config(&spec, current.generation.wrapping_add(1));
-                self.limiter.maps.set_config(d, &next)?;
+            let (was, is) = (before[d.index() as usize], now[d.index() as usize]);
+            if was != is {
                 log::info!(
                     "cap {}: {} -> {} (burst {} B, small-packet reserve {} B, generation {})",
                     d.name(),
-                    if current.magic == 0 {
+                    if was.magic == 0 {
                         "unset".into()
                     } else {
-                        units::fmt_rate(current.rate_bytes_per_s as f64)
+                        units::fmt_rate(was.rate_bytes_per_s as f64)
                     },
-                    units::fmt_rate(spec.rate_bytes_per_s as f64),
-                    spec.burst_bytes,
-                    spec.small_reserve_bytes,
-                    next.generation
+                    units::fmt_rate(is.rate_bytes_per_s as f64),
+                    is.burst_bytes,
+                    is.small_reserve_bytes,
+                    is.generation
                 );
-                next
-            };
-            self.expected.insert(d, cfg);
+            }
+            self.expected.insert(d, is);
         }
         Ok(())
     }
@@ -330,7 +361,10 @@ impl Agent {
             let want = self.expected[&d];
             let have = self.limiter.maps.config(d)?;
             if have != want {
-                self.limiter.maps.set_config(d, &want)?;
+                // The map is frozen and read-only to programs, so this takes a kernel that
+                // ignores both: the restore is a new generation, not a write.
+                self.limiter
+                    .change_caps(&wanted_caps(&self.cfg), &self.cfg.interfaces)?;
                 self.gaps.record(EnforcementGap {
                     kind: GapKind::ConfigChanged,
                     interface: None,
@@ -515,11 +549,32 @@ impl Agent {
         s
     }
 
+    /// Samples the counters and checks that none went down since the last sample: only a
+    /// program can write our frozen maps, and a rewind would hide bytes from the verifier.
     fn sample(&mut self) -> Result<(), AgentError> {
         let c = [
             self.limiter.maps.counters(Direction::Egress)?,
             self.limiter.maps.counters(Direction::Ingress)?,
         ];
+        if let Some((_, last)) = self.samples.back() {
+            for d in Direction::ALL {
+                let (was, is) = (&last[d.index() as usize], &c[d.index() as usize]);
+                if let Some(field) = rewound(was, is) {
+                    self.gaps.record(EnforcementGap {
+                        kind: GapKind::CountersRewound,
+                        interface: None,
+                        direction: Some(d),
+                        last_verified_at_ms: None,
+                        detected_at_ms: now_ms(),
+                        detail: format!(
+                            "{field} went down between two samples: {} -> {} passed bytes, {} -> {} dropped bytes",
+                            was.passed_bytes, is.passed_bytes, was.dropped_bytes, is.dropped_bytes
+                        ),
+                        restored: false,
+                    });
+                }
+            }
+        }
         self.samples.push_back((Instant::now(), c));
         while self.samples.len() > RATE_SAMPLES {
             self.samples.pop_front();
@@ -538,8 +593,12 @@ impl Agent {
             if let (Some((t0, c0)), Some((t1, c1))) = (first, last) {
                 let dt = t1.duration_since(*t0).as_secs_f64();
                 if dt > 0.0 {
-                    pr = Some((c1[idx].passed_bytes - c0[idx].passed_bytes) as f64 / dt);
-                    dr = Some((c1[idx].dropped_bytes - c0[idx].dropped_bytes) as f64 / dt);
+                    // Saturating: a rewound counter is a gap (see `sample`), not a panic.
+                    pr =
+                        Some(c1[idx].passed_bytes.saturating_sub(c0[idx].passed_bytes) as f64 / dt);
+                    dr = Some(
+                        c1[idx].dropped_bytes.saturating_sub(c0[idx].dropped_bytes) as f64 / dt,
+                    );
                     win = dt;
                 }
             }
@@ -583,6 +642,10 @@ impl Agent {
             epoch: self.epoch.as_ref().and_then(|h| h.snapshot()),
             reload_error: self.reload_error.clone(),
             program_version: Some(self.limiter.version.clone()),
+            self_protection: Some(crate::limiter::protection::assess(
+                self.limiter.pins(),
+                self.cfg.check_interval,
+            )),
         })
     }
 
@@ -730,7 +793,7 @@ impl Agent {
             }
             if now >= next_sample {
                 self.sample()?;
-                next_sample = now + Duration::from_secs(1);
+                next_sample = now + crate::limiter::protection::SAMPLE_INTERVAL;
             }
             if now >= next_check {
                 self.check_hooks(false)?;

@@ -22,7 +22,13 @@ use aya::{
     },
 };
 
-use super::{Direction, HookDirection, LimiterError, maps::LimiterMaps};
+use aya::maps::{Array, Map, MapData};
+use rackwarden_common::{LimiterConfig, map_names};
+
+use super::{
+    Direction, HookDirection, LimiterError,
+    maps::{CapSlot, FrozenCaps, LimiterMaps, next_generation},
+};
 use crate::{config::AttachMode, pins::PinPaths};
 
 /// The policer object, compiled by `build.rs` from `../ebpf`.
@@ -31,8 +37,10 @@ pub(crate) static OBJECT: &[u8] =
 
 /// Netlink priority and handle of our clsact filters: priority 1 runs before any filter added
 /// with a default priority, and a fixed handle lets us replace our own filter in place.
-const CLSACT_PRIORITY: u16 = 1;
-const CLSACT_HANDLE: TcHandle = TcHandle::new(0, 0x5257);
+pub const CLSACT_PRIORITY: u16 = 1;
+/// The minor number of our filters' handle ("RW").
+pub const CLSACT_HANDLE_MINOR: u16 = 0x5257;
+const CLSACT_HANDLE: TcHandle = TcHandle::new(0, CLSACT_HANDLE_MINOR);
 
 /// How a program is attached on this kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -73,24 +81,34 @@ pub struct Limiter {
     pub adopted: bool,
     pub kind: Option<AttachKind>,
     pub version: ProgramVersion,
+    /// Programs (and a config map) loaded beside the pinned ones wait to replace them.
+    swap_pending: bool,
 }
 
 impl Limiter {
-    /// Adopts the pinned policer, or loads and pins the embedded one if none is pinned.
-    pub fn load_or_adopt(pins: &PinPaths) -> Result<Limiter, LimiterError> {
+    /// Adopts the pinned policer, or loads and pins the embedded one if none is pinned, so
+    /// that it enforces `want`. The config map of a generation is frozen: where the pinned
+    /// one holds other caps (or is another build's), this build's programs are loaded on a
+    /// new config map and replace the pinned ones at [`Limiter::replace_attached`].
+    pub fn load_or_adopt(pins: &PinPaths, want: &[CapSlot; 2]) -> Result<Limiter, LimiterError> {
         let pinned = Direction::ALL
             .iter()
             .all(|d| pins.prog(d.prog_name()).exists());
         if !pinned {
-            load_and_pin(pins, false)?;
+            // A config map left pinned without programs is not reused: the new generation
+            // gets its own, frozen with `want` (the bucket and counters are reused).
+            let _ = std::fs::remove_file(pins.map(map_names::CONFIG));
+            load_and_pin(pins, false, &next_generation(None, want))?;
             let mut l = Limiter::adopt(pins)?;
             l.adopted = false;
             l.version = ProgramVersion::Loaded;
             return Ok(l);
         }
         let old = Limiter::adopt(pins)?;
+        let current = old.maps.configs()?;
+        let caps = next_generation(Some(&current), want);
         // This binary's program, beside the pinned one, on the same pinned maps.
-        if let Err(e) = load_and_pin(pins, true) {
+        if let Err(e) = load_and_pin(pins, true, &caps) {
             log::error!(
                 "this build's policer cannot be loaded beside the pinned one ({e}); the pinned one (tags {:?}) keeps enforcing",
                 old.identities()
@@ -110,11 +128,20 @@ impl Limiter {
         let same = Direction::ALL
             .iter()
             .all(|d| old.identity(*d).tag == next.identity(*d).tag);
-        if same {
+        if same && caps == current {
             remove_next(pins);
             return Ok(Limiter {
                 version: ProgramVersion::Adopted,
                 ..old
+            });
+        }
+        if same {
+            log::info!("the pinned policer holds other caps; a new generation replaces it");
+            return Ok(Limiter {
+                version: ProgramVersion::Adopted,
+                swap_pending: true,
+                adopted: true,
+                ..next
             });
         }
         log::warn!(
@@ -132,18 +159,43 @@ impl Limiter {
             version: ProgramVersion::Upgrading {
                 from: old.identities(),
             },
+            swap_pending: true,
             adopted: true,
             ..next
         })
     }
 
-    /// Upgrading: puts this build's programs on every hook that runs one of ours, with no
-    /// moment where the hook has no policer, then renames their pins over the old ones.
-    /// Must run after [`Limiter::choose_kind`]. A no-op in every other state.
-    pub fn replace_attached(&mut self, ifaces: &[String]) -> Result<(), LimiterError> {
-        let ProgramVersion::Upgrading { from } = self.version.clone() else {
+    /// Changes the caps at run time: a new generation (new frozen config map, new programs
+    /// on the same bucket and counters) replaces the running one on every hook, with no
+    /// moment where a hook has no policer. A no-op when `want` is what runs.
+    pub fn change_caps(
+        &mut self,
+        want: &[CapSlot; 2],
+        ifaces: &[String],
+    ) -> Result<(), LimiterError> {
+        let current = self.maps.configs()?;
+        let caps = next_generation(Some(&current), want);
+        if caps == current {
             return Ok(());
-        };
+        }
+        remove_next(&self.pins);
+        load_and_pin(&self.pins, true, &caps)?;
+        let next = Limiter::adopt_from(&self.pins, true)?;
+        self.progs = next.progs;
+        self.identities = next.identities;
+        self.maps = next.maps;
+        self.swap_pending = true;
+        self.replace_attached(ifaces)
+    }
+
+    /// Puts the programs loaded beside the pinned ones (an upgrade, or new caps) on every
+    /// hook that runs one of ours, with no moment where the hook has no policer, then
+    /// renames their pins (and their config map's) over the old ones. Must run after
+    /// [`Limiter::choose_kind`]. A no-op when nothing is pending.
+    pub fn replace_attached(&mut self, ifaces: &[String]) -> Result<(), LimiterError> {
+        if !self.swap_pending {
+            return Ok(());
+        }
         for iface in ifaces {
             for d in Direction::ALL {
                 let err = |detail: String| LimiterError::Attach {
@@ -174,15 +226,27 @@ impl Limiter {
                 log::info!("{iface} {}: now runs {}", d.name(), self.identity(d).tag);
             }
         }
-        for d in Direction::ALL {
-            let (next, pin) = (
-                self.pins.prog_next(d.prog_name()),
-                self.pins.prog(d.prog_name()),
-            );
+        let mut renames: Vec<(std::path::PathBuf, std::path::PathBuf)> = Direction::ALL
+            .iter()
+            .map(|d| {
+                (
+                    self.pins.prog_next(d.prog_name()),
+                    self.pins.prog(d.prog_name()),
+                )
+            })
+            .collect();
+        renames.push((
+            self.pins.map_next(map_names::CONFIG),
+            self.pins.map(map_names::CONFIG),
+        ));
+        for (next, pin) in renames {
             std::fs::rename(&next, &pin)
                 .map_err(|source| LimiterError::PinDir { path: pin, source })?;
         }
-        self.version = ProgramVersion::Upgraded { from };
+        self.swap_pending = false;
+        if let ProgramVersion::Upgrading { from } = self.version.clone() {
+            self.version = ProgramVersion::Upgraded { from };
+        }
         Ok(())
     }
 
@@ -218,7 +282,7 @@ impl Limiter {
             );
             progs.insert(name, p);
         }
-        let maps = LimiterMaps::open(pins)?;
+        let maps = LimiterMaps::open_generation(pins, next)?;
         Ok(Limiter {
             pins: pins.clone(),
             maps,
@@ -227,6 +291,7 @@ impl Limiter {
             adopted: true,
             kind: None,
             version: ProgramVersion::Adopted,
+            swap_pending: false,
         })
     }
 
@@ -339,18 +404,31 @@ impl Limiter {
         Ok(())
     }
 
-    /// Puts our program back in first place on a tcx hook where a foreign program was
-    /// attached ahead of it. The kernel refuses a second attachment of the same program, so
-    /// our link is released (unpinned) and attached again first: the hook is without our
-    /// policer only between those two system calls. clsact has no such order to restore
-    /// beyond our priority 1, so there this only reports.
+    /// Puts our program back in first place where a foreign program runs ahead of it.
+    /// tcx: the kernel refuses a second attachment of the same program, so our link is
+    /// released (unpinned) and attached again first; the hook is without our policer only
+    /// between those two system calls. clsact: nothing can run before priority 1 except
+    /// another filter at priority 1 (cls_bpf runs a priority's newest filter first), and that
+    /// priority is ours: such filters are deleted, ours is never touched.
     pub fn move_first(&mut self, iface: &str, dir: Direction) -> Result<bool, LimiterError> {
-        if self.kind != Some(AttachKind::Tcx) {
-            return Ok(false);
+        match self.kind {
+            Some(AttachKind::Clsact) => {
+                let hook = self.inspect(iface, dir)?;
+                let mut removed = false;
+                for p in &hook.foreign_ahead {
+                    if let Some((pref, handle)) = p.filter {
+                        super::watch::delete_clsact_filter(iface, dir, pref, handle)?;
+                        removed = true;
+                    }
+                }
+                Ok(removed)
+            }
+            _ => {
+                let _ = std::fs::remove_file(self.pins.link(iface, dir));
+                self.attach(iface, dir)?;
+                Ok(true)
+            }
         }
-        let _ = std::fs::remove_file(self.pins.link(iface, dir));
-        self.attach(iface, dir)?;
-        Ok(true)
     }
 
     /// Attaches to every interface and direction (used at start).
@@ -368,11 +446,16 @@ fn remove_next(pins: &PinPaths) {
     for d in Direction::ALL {
         let _ = std::fs::remove_file(pins.prog_next(d.prog_name()));
     }
+    let _ = std::fs::remove_file(pins.map_next(map_names::CONFIG));
 }
 
-/// Loads the embedded object on the pinned maps (creating them if absent) and pins its
-/// programs (as `progs/<name>_next` while another build's are pinned: `next`).
-fn load_and_pin(pins: &PinPaths, next: bool) -> Result<(), LimiterError> {
+/// Loads the embedded object and pins its programs (as `progs/<name>_next` while another
+/// generation's are pinned: `next`). The bucket state and counters are the pinned maps
+/// (created if absent: never refilled, never reset). The config map is always a new one,
+/// written with `caps` and frozen before any program is loaded on it; the object declares
+/// it `BPF_F_RDONLY_PROG`, so no program can write it either. The bucket state and counters
+/// are frozen too: only our programs ever write them.
+fn load_and_pin(pins: &PinPaths, next: bool, caps: &FrozenCaps) -> Result<(), LimiterError> {
     crate::pins::ensure_bpffs().map_err(|source| LimiterError::PinDir {
         path: "/sys/fs/bpf".into(),
         source,
@@ -381,11 +464,43 @@ fn load_and_pin(pins: &PinPaths, next: bool) -> Result<(), LimiterError> {
         path: pins.root().to_path_buf(),
         source,
     })?;
-    // Maps declared `pinned` in the object are created under maps/ or, if already pinned
-    // there (programs were removed but maps kept), reused: the bucket is never refilled.
+    let config_pin = if next {
+        pins.map_next(map_names::CONFIG)
+    } else {
+        pins.map(map_names::CONFIG)
+    };
+    let _ = std::fs::remove_file(&config_pin);
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(pins.maps_dir())
+        .map_pin_path(map_names::CONFIG, config_pin.as_path())
         .load(OBJECT)?;
+    let freeze_err = |name: &'static str| {
+        move |e: std::io::Error| LimiterError::Freeze {
+            name,
+            detail: e.to_string(),
+        }
+    };
+    {
+        let map = ebpf
+            .map_mut(map_names::CONFIG)
+            .ok_or(LimiterError::MissingMap(map_names::CONFIG))?;
+        let err = |source| LimiterError::MapAccess {
+            name: map_names::CONFIG,
+            source,
+        };
+        let mut config: Array<&mut MapData, LimiterConfig> = Array::try_from(map).map_err(err)?;
+        let value = LimiterConfig {
+            egress: caps[Direction::Egress.index() as usize],
+            ingress: caps[Direction::Ingress.index() as usize],
+        };
+        config.set(0, value, 0).map_err(err)?;
+    }
+    for name in [map_names::CONFIG, map_names::STATE, map_names::COUNTERS] {
+        let Some(Map::Array(data) | Map::PerCpuArray(data)) = ebpf.map(name) else {
+            return Err(LimiterError::MissingMap(name));
+        };
+        super::raw::map_freeze(data.fd().as_fd()).map_err(freeze_err(name))?;
+    }
     for d in Direction::ALL {
         let name = d.prog_name();
         let prog_err = |source| LimiterError::Program {

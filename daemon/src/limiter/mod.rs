@@ -3,9 +3,11 @@
 //! - [`maps`]: read and write caps, bucket state and counters in the pinned maps.
 //! - [`loader`]: load the embedded object (or adopt what is already pinned) and attach it.
 //! - [`watch`]: check that each attachment is still ours and first; report enforcement gaps.
+//! - [`protection`]: what stops another root process here, path by path.
 
 pub mod loader;
 pub mod maps;
+pub mod protection;
 pub mod raw;
 pub mod sockopt;
 pub mod watch;
@@ -89,4 +91,8 @@ pub enum LimiterError {
     },
     #[error("the embedded policer object has no program `{0}`")]
     MissingProgram(String),
+    #[error("the embedded policer object has no map `{0}`")]
+    MissingMap(&'static str),
+    #[error("freezing map {name} (BPF_MAP_FREEZE): {detail}")]
+    Freeze { name: &'static str, detail: String },
 }

@@ -8,6 +8,7 @@ use std::{
 };
 
 const BPF_OBJ_PIN: libc::c_long = 6;
+const BPF_MAP_FREEZE: libc::c_long = 22;
 const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_PROG_QUERY: libc::c_long = 16;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
@@ -36,6 +37,19 @@ fn put64(a: &mut [u8; 128], off: usize, v: u64) {
 fn cpath(p: &Path) -> std::io::Result<CString> {
     CString::new(p.as_os_str().as_encoded_bytes())
         .map_err(|_| std::io::Error::other("path contains NUL"))
+}
+
+/// `BPF_MAP_FREEZE`: from now on no `bpf()` syscall can write the map (programs still can,
+/// unless the map was created `BPF_F_RDONLY_PROG`). A map frozen before is left as it is:
+/// the kernel answers EPERM for it (a frozen map gives no fd write permission, and that is
+/// checked first; our fds are opened read-write, so EPERM means frozen) or EBUSY.
+pub fn map_freeze(map: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    let mut a = [0u8; 128];
+    put32(&mut a, 0, map.as_raw_fd() as u32);
+    match bpf(BPF_MAP_FREEZE, &mut a) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EPERM)) => Ok(()),
+        r => r.map(|_| ()),
+    }
 }
 
 /// Opens a pinned program, map or link.

@@ -11,7 +11,7 @@ use std::{
 use rackwarden::{
     limiter::{
         Direction, HookDirection, Limiter,
-        maps::{CapSpec, bucket_config},
+        maps::{CapSlot, CapSpec},
     },
     pins::PinPaths,
 };
@@ -723,6 +723,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
                 .collect(),
             gaps: vec![],
             bypass: None,
+            self_protection: None,
         })),
         wipe: None,
         images: None,
@@ -869,19 +870,20 @@ fn test_run(fd: i32, repeat: u32) -> (f64, u32) {
 
 fn classifier_ns_per_packet() {
     let pins = PinPaths::new(format!("/sys/fs/bpf/rwbench-{}", std::process::id()));
-    let limiter = Limiter::load_or_adopt(&pins).expect("load the policer");
-    let mut maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
-    let prog =
-        aya::programs::SchedClassifier::from_pin(pins.prog(Direction::Egress.prog_name())).unwrap();
-    let fd = prog.fd().unwrap().as_fd().as_raw_fd();
-    let anchor = load_return_ok();
-    let repeat = 2_000_000;
     let spec = |rate| CapSpec {
         rate_bytes_per_s: rate,
         burst_bytes: 1 << 20,
         small_reserve_bytes: 16_384,
         small_max_len: 1024,
     };
+    // Pass path: a cap no test run can exhaust (compare-and-exchange on every packet).
+    let pass = CapSlot::Cap(spec(u64::MAX / 2_000_000_000));
+    let mut limiter = Limiter::load_or_adopt(&pins, &[pass, pass]).expect("load the policer");
+    let prog =
+        aya::programs::SchedClassifier::from_pin(pins.prog(Direction::Egress.prog_name())).unwrap();
+    let fd = prog.fd().unwrap().as_fd().as_raw_fd();
+    let anchor = load_return_ok();
+    let repeat = 2_000_000;
     println!("\n-- classifier cost via BPF_PROG_TEST_RUN, 1400-byte frame, {repeat} runs each --");
     println!(
         "{:<40} {:>10} {:>8} {:>10}",
@@ -892,12 +894,6 @@ fn classifier_ns_per_packet() {
         "{:<40} {:>10.1} {:>8} {:>10}",
         "anchor: r0 = TC_ACT_OK; exit", a_ns, a_v, "1.00x"
     );
-    // Pass path: a cap no test run can exhaust (compare-and-exchange on every packet).
-    maps.set_config(
-        Direction::Egress,
-        &bucket_config(&spec(u64::MAX / 2_000_000_000), 1),
-    )
-    .unwrap();
     let (p_ns, p_v) = test_run(fd, repeat);
     println!(
         "{:<40} {:>10.1} {:>8} {:>9.2}x",
@@ -906,10 +902,14 @@ fn classifier_ns_per_packet() {
         p_v,
         p_ns / a_ns
     );
-    // Drop path: 1 B/s, the bucket is empty after the first packet.
-    maps.set_config(Direction::Egress, &bucket_config(&spec(1), 2))
-        .unwrap();
-    let (d_ns, d_v) = test_run(fd, repeat);
+    // Drop path: 1 B/s, the bucket is empty after the first packet (a new generation: the
+    // config map is frozen).
+    limiter
+        .change_caps(&[CapSlot::Cap(spec(1)), pass], &[])
+        .expect("change the caps");
+    let drop_prog =
+        aya::programs::SchedClassifier::from_pin(pins.prog(Direction::Egress.prog_name())).unwrap();
+    let (d_ns, d_v) = test_run(drop_prog.fd().unwrap().as_fd().as_raw_fd(), repeat);
     println!(
         "{:<40} {:>10.1} {:>8} {:>9.2}x",
         "rackwarden egress, over cap (drop)",
@@ -920,6 +920,7 @@ fn classifier_ns_per_packet() {
     // SAFETY: closing the anchor fd we opened.
     unsafe { libc::close(anchor) };
     drop(prog);
+    drop(drop_prog);
     drop(limiter);
     let _ = pins.remove_all();
 }
@@ -938,17 +939,13 @@ fn veth_throughput_overhead() {
     println!("\n-- TCP throughput over veth, 4 s each, cap 100 GB/s (never reached) --");
     let net = Net::new("bthr");
     let base = tcp_throughput(&net, 4.0);
-    let pins = net.attach_bare_limiter();
-    let mut maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
-    for d in Direction::ALL {
-        let spec = CapSpec {
-            rate_bytes_per_s: 100_000_000_000,
-            burst_bytes: 1 << 24,
-            small_reserve_bytes: 16_384,
-            small_max_len: 1024,
-        };
-        maps.set_config(d, &bucket_config(&spec, 1)).unwrap();
-    }
+    let far = CapSlot::Cap(CapSpec {
+        rate_bytes_per_s: 100_000_000_000,
+        burst_bytes: 1 << 24,
+        small_reserve_bytes: 16_384,
+        small_max_len: 1024,
+    });
+    let _pins = net.attach_bare_limiter([far, far]);
     let with = tcp_throughput(&net, 4.0);
     println!("{:<40} {:>14.0} B/s", "anchor: no programs", base);
     println!(

@@ -1,0 +1,59 @@
+//! What stops another root process from switching the limiter off on this host, path by
+//! path, as it stands (not as it was meant to be): reported in `status` and every statement
+//! so the verifier can weigh a host's evidence.
+//!
+//! - Map writes: every map is frozen at load (`BPF_MAP_FREEZE`), so `bpf()` writes are
+//!   refused for every process. Read back from `/proc/self/fdinfo` (`frozen: 1`), because an
+//!   older build's pinned maps, adopted, may not be.
+//! - Detach, replace, a program ahead of ours: found at the next hook check and restored.
+//!   Refusing them takes BPF LSM programs, which this build does not load yet.
+//! - Programs writing the bucket or the counters (a frozen map still takes program writes;
+//!   the config map is `BPF_F_RDONLY_PROG` and takes none): a counter that goes down between
+//!   two samples is a `counters_rewound` gap.
+
+use std::{os::fd::AsRawFd as _, time::Duration};
+
+use rackwarden_attest::evidence::{ProtectionLevel, SelfProtection};
+use rackwarden_common::map_names;
+
+use crate::pins::PinPaths;
+
+/// The agent samples the counters this often (and checks their monotonicity then).
+pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Whether the map pinned at `name` is frozen (`None`: it cannot be opened or read).
+pub fn map_frozen(pins: &PinPaths, name: &str) -> Option<bool> {
+    let fd = super::raw::obj_get(&pins.map(name)).ok()?;
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("frozen:"))
+        .map(|v| v.trim() == "1")
+}
+
+/// Whether `bpf` is an active LSM (`/sys/kernel/security/lsm`).
+pub fn bpf_lsm_active() -> bool {
+    std::fs::read_to_string("/sys/kernel/security/lsm")
+        .map(|s| s.trim().split(',').any(|l| l == "bpf"))
+        .unwrap_or(false)
+}
+
+/// This host's protection, from the pinned maps and the kernel.
+pub fn assess(pins: &PinPaths, check_interval: Duration) -> SelfProtection {
+    let all_frozen = [map_names::CONFIG, map_names::STATE, map_names::COUNTERS]
+        .iter()
+        .all(|m| map_frozen(pins, m) == Some(true));
+    SelfProtection {
+        map_writes: if all_frozen {
+            ProtectionLevel::Refused
+        } else {
+            // A writable config map is compared with what we wrote at every check.
+            ProtectionLevel::RestoredOnPoll
+        },
+        detach: ProtectionLevel::RestoredOnPoll,
+        foreign_ahead: ProtectionLevel::RestoredOnPoll,
+        program_writes: ProtectionLevel::DetectedOnSample,
+        poll_interval_ms: check_interval.as_millis() as u64,
+        sample_interval_ms: SAMPLE_INTERVAL.as_millis() as u64,
+        bpf_lsm_active: bpf_lsm_active(),
+    }
+}
