@@ -663,15 +663,22 @@ pub fn counter(status: &serde_json::Value, dir: &str, field: &str) -> u64 {
 /// Loads a tc classifier that passes every packet (`r0 = 0; exit`): a stand-in for another
 /// build's policer in the upgrade test. The returned fd keeps it loaded.
 pub fn load_pass_all_classifier() -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd;
     let insns: [u8; 16] = [0xb7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+    load_raw_program(3, &insns, b"rw_old") // BPF_PROG_TYPE_SCHED_CLS
+}
+
+/// `BPF_PROG_LOAD` of hand-assembled instructions (8 bytes each), GPL-licensed; panics with
+/// the kernel's error when the load is refused.
+pub fn load_raw_program(prog_type: u32, insns: &[u8], name: &[u8]) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
     let license = b"GPL\0";
     let mut a = [0u8; 128];
-    a[0..4].copy_from_slice(&3u32.to_ne_bytes()); // BPF_PROG_TYPE_SCHED_CLS
-    a[4..8].copy_from_slice(&2u32.to_ne_bytes());
+    a[0..4].copy_from_slice(&prog_type.to_ne_bytes());
+    a[4..8].copy_from_slice(&((insns.len() / 8) as u32).to_ne_bytes());
     a[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
     a[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
-    a[48..54].copy_from_slice(b"rw_old");
+    let n = name.len().min(15);
+    a[48..48 + n].copy_from_slice(&name[..n]);
     // SAFETY: a zero-padded bpf_attr for BPF_PROG_LOAD (5) with pointers that outlive the call.
     let fd = unsafe { libc::syscall(libc::SYS_bpf, 5, a.as_mut_ptr(), a.len()) };
     assert!(

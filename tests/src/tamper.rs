@@ -184,7 +184,6 @@ pub fn errno(e: &rackwarden::limiter::LimiterError) -> Option<i32> {
 /// with. (Our config map is also read-only to programs; counters cannot be, ours count.)
 /// Returns how many CPUs it ran on.
 pub fn zero_counters_by_program(counters_pin: &std::path::Path) -> usize {
-    use std::os::fd::FromRawFd as _;
     let map = raw::obj_get(counters_pin).expect("open the counters map");
     let fd = map.as_raw_fd();
     let insn = |code: u8, dst: u8, src: u8, off: i16, imm: i32| {
@@ -207,18 +206,8 @@ pub fn zero_counters_by_program(counters_pin: &std::path::Path) -> usize {
         insn(0xb7, 0, 0, 0, 0),   // r0 = 0
         insn(0x95, 0, 0, 0, 0),   // exit
     ];
-    let code: Vec<u8> = prog.concat();
-    let license = b"GPL\0";
-    let mut a = [0u8; 128];
-    a[0..4].copy_from_slice(&1u32.to_ne_bytes()); // BPF_PROG_TYPE_SOCKET_FILTER
-    a[4..8].copy_from_slice(&(prog.len() as u32).to_ne_bytes());
-    a[8..16].copy_from_slice(&(code.as_ptr() as u64).to_ne_bytes());
-    a[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
-    // SAFETY: BPF_PROG_LOAD (5) with pointers that outlive the call.
-    let p = unsafe { libc::syscall(libc::SYS_bpf, 5, a.as_mut_ptr(), a.len()) };
-    assert!(p >= 0, "BPF_PROG_LOAD: {}", std::io::Error::last_os_error());
-    // SAFETY: a new program fd we now own.
-    let prog_fd = unsafe { OwnedFd::from_raw_fd(p as i32) };
+    // BPF_PROG_TYPE_SOCKET_FILTER
+    let prog_fd = crate::load_raw_program(1, &prog.concat(), b"rw_rewind");
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     for cpu in 0..cpus {
         let pfd = prog_fd.as_raw_fd();
