@@ -1,6 +1,7 @@
 //! Builds the two device-side programs and leaves them in `$OUT_DIR`:
 //! - the eBPF policer (`../ebpf`) for `bpfel-unknown-none`: `rackwarden-ebpf`, embedded by
-//!   `limiter::loader` with `include_bytes!`;
+//!   `limiter::loader` with `include_bytes!`, and the BPF LSM guard `rackwarden-guard`,
+//!   embedded by `guard`;
 //! - the GPU wipe kernels (`../gpu-kernel`) for `nvptx64-nvidia-cuda`, as PTX text:
 //!   `rackwarden-wipe.ptx`, embedded by `wipe::gpu` and compiled by the CUDA driver at run
 //!   time, so the build needs no CUDA at all.
@@ -103,9 +104,11 @@ fn build_ebpf(dir: &Path, out_dir: &Path) {
         "build-std=core",
     ]);
     run(cmd, "eBPF");
-    let built = target_dir.join("bpfel-unknown-none/release/rackwarden-ebpf");
-    std::fs::copy(&built, out_dir.join("rackwarden-ebpf"))
-        .unwrap_or_else(|e| panic!("copy {}: {e}", built.display()));
+    for object in ["rackwarden-ebpf", "rackwarden-guard"] {
+        let built = target_dir.join("bpfel-unknown-none/release").join(object);
+        std::fs::copy(&built, out_dir.join(object))
+            .unwrap_or_else(|e| panic!("copy {}: {e}", built.display()));
+    }
 }
 
 fn build_ptx(dir: &Path, out_dir: &Path) {

@@ -98,6 +98,30 @@ pub struct SelfProtection {
     pub sample_interval_ms: u64,
     /// Whether `bpf` is among the kernel's active LSMs (what `refused` for detaches needs).
     pub bpf_lsm_active: bool,
+    /// The BPF LSM guard behind the `refused` levels, or why there is none.
+    #[serde(default)]
+    pub lsm_guard: LsmGuard,
+}
+
+/// The daemon's BPF LSM guard (`self_protection` in the daemon's config).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LsmGuard {
+    /// In force: these LSM hooks refuse tampering for every process but the daemon.
+    Sealed {
+        hooks: Vec<String>,
+        /// Arguments of the kernel's `bpf` hook (3 on 6.1, 4 from 6.9), from its BTF.
+        bpf_hook_args: usize,
+        /// Maps, programs and links named in its frozen config.
+        objects: usize,
+        /// Attempts it refused since it was loaded (someone tried).
+        refusals: u64,
+    },
+    /// Not loaded, and why.
+    Unavailable { reason: String },
+    /// A statement from a daemon that predates the guard.
+    #[default]
+    NotReported,
 }
 
 /// An interval in which the limiter was not provably enforcing our cap on a hook.

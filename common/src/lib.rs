@@ -3,6 +3,7 @@
 //! layout is the contract between the kernel side and userspace.
 #![no_std]
 
+pub mod guard;
 pub mod wipe;
 
 /// Index of the egress bucket in [`BucketConfig`] / [`BucketState`] / [`Counters`] arrays.
@@ -151,10 +152,12 @@ pub mod prog_names {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all three are repr(C), contain only u64/u32 fields laid out without padding.
+    // SAFETY: all are repr(C) and contain only u64/u32 fields laid out without padding.
     unsafe impl aya::Pod for super::BucketConfig {}
     unsafe impl aya::Pod for super::LimiterConfig {}
     unsafe impl aya::Pod for super::BucketState {}
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::RefusalCounters {}
+    unsafe impl aya::Pod for super::guard::GuardConfig {}
+    unsafe impl aya::Pod for super::guard::GuardRefusals {}
 }

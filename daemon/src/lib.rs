@@ -16,6 +16,7 @@ pub mod config_edit;
 pub mod control;
 pub mod enforce;
 pub mod epoch;
+pub mod guard;
 pub mod images;
 pub mod limiter;
 pub mod netns;

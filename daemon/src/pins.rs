@@ -15,6 +15,10 @@
 //!   links/cgroup_setsockopt    its link at the cgroup v2 root
 //!   links/<ifname>_egress      tcx link holding the egress attachment (tcx mode only)
 //!   links/<ifname>_ingress
+//!   guard/current/<hook>       the BPF LSM guard's links, one per LSM hook (where loaded)
+//!   guard/current/RW_GUARD     its frozen config: our object ids, pin directories, interfaces
+//!   guard/current/RW_GUARD_REFUSALS  per-CPU counts of what it refused
+//!   guard/next/...             a new guard generation while it replaces the current one
 //! ```
 //! bpffs refuses any name containing `.` (EPERM, "reserved for future extensions"), and
 //! interface names may contain dots (VLANs: `eth0.100`), so dots in names are written `%2E`.
@@ -74,8 +78,26 @@ impl PinPaths {
     pub fn sockopt_link(&self) -> PathBuf {
         self.links_dir().join("cgroup_setsockopt")
     }
+    pub fn guard_dir(&self) -> PathBuf {
+        self.root.join("guard")
+    }
+    /// The directory of a guard generation: `current`, or `next` while it replaces it.
+    pub fn guard_generation(&self, next: bool) -> PathBuf {
+        self.guard_dir()
+            .join(if next { "next" } else { "current" })
+    }
+    /// Every directory of ours: the guard refuses lookups in them to other processes.
+    pub fn all_dirs(&self) -> Vec<PathBuf> {
+        vec![
+            self.root.clone(),
+            self.maps_dir(),
+            self.progs_dir(),
+            self.links_dir(),
+            self.guard_dir(),
+        ]
+    }
     pub fn create_dirs(&self) -> std::io::Result<()> {
-        for d in [self.maps_dir(), self.progs_dir(), self.links_dir()] {
+        for d in [self.maps_dir(), self.progs_dir(), self.links_dir(), self.guard_dir()] {
             std::fs::create_dir_all(d)?;
         }
         Ok(())

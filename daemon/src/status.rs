@@ -197,6 +197,21 @@ impl StatusReport {
                     "not active"
                 }
             );
+            use rackwarden_attest::evidence::LsmGuard;
+            let _ = match &p.lsm_guard {
+                LsmGuard::Sealed {
+                    hooks,
+                    objects,
+                    refusals,
+                    ..
+                } => writeln!(
+                    s,
+                    "guard: sealed ({objects} objects; hooks {}); refused {refusals} attempts",
+                    hooks.join(", ")
+                ),
+                LsmGuard::Unavailable { reason } => writeln!(s, "guard: not in force: {reason}"),
+                LsmGuard::NotReported => writeln!(s, "guard: not reported"),
+            };
         }
         let b = &self.bypass;
         let _ = writeln!(

@@ -8,6 +8,7 @@
 pub mod demo;
 pub mod epoch;
 pub mod gpu;
+pub mod guardteam;
 pub mod redteam;
 pub mod tamper;
 pub mod wipe;
@@ -213,6 +214,7 @@ state_dir = "{state}"
 control_socket = "{sock}"
 check_interval = "500 ms"
 refusal_cgroup = "{cgroup}"
+self_protection = "off"
 
 [cap]
 egress = "{egress}"
@@ -241,6 +243,18 @@ burst = "{burst}"
             .filter(|l| !l.starts_with("refusal_cgroup"))
             .map(|l| format!("{l}\n"))
             .collect();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// As [`Net::write_config`], with the BPF LSM guard required (`self_protection = "lsm"`):
+    /// the daemon refuses to start where it cannot seal. The other fixtures leave it off so
+    /// their tamper tests exercise the restore-on-poll path every kernel has.
+    pub fn write_config_guarded(&self, egress: &str, ingress: &str, burst: &str) -> PathBuf {
+        let path = self.write_config(egress, ingress, burst);
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("self_protection = \"off\"", "self_protection = \"lsm\"");
         std::fs::write(&path, text).unwrap();
         path
     }
@@ -376,8 +390,42 @@ impl Daemon {
         d
     }
 
+    /// Starts the daemon where it must refuse to start; returns its log once it has exited.
+    pub fn start_refused(config: &Path) -> String {
+        let log = config.with_extension(format!("log.{}", SEQ.fetch_add(1, Ordering::SeqCst)));
+        let f = std::fs::File::create(&log).unwrap();
+        let mut child = Command::new(bin("rackwardend"))
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .expect("spawn rackwardend");
+        let t0 = Instant::now();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                assert!(!status.success(), "rackwardend exited 0");
+                return std::fs::read_to_string(&log).unwrap_or_default();
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "rackwardend did not refuse to start:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
     }
 
     /// SIGKILL: no cleanup code of the daemon runs.

@@ -288,7 +288,7 @@ pub fn run() -> Vec<Row> {
     // filter delete on clsact.
     let (net, _d) = fresh("rdet");
     let hook = Hook::of(&net);
-    tamper::detach(&net, hook, rackwarden::limiter::Direction::Egress);
+    tamper::detach(&net, hook, rackwarden::limiter::Direction::Egress).expect("detach");
     let (b, t) = net.egress_flood(SECS);
     let gaps = gaps_of(&net, "detached");
     let st = status_json(&net.socket_path());
@@ -390,7 +390,8 @@ pub fn run() -> Vec<Row> {
     let (net, _d) = fresh("rrew");
     let pins = PinPaths::new(&net.pin_root);
     let (b, t) = net.egress_flood(SECS);
-    tamper::zero_counters_by_program(&pins.map(rackwarden_common::map_names::COUNTERS));
+    tamper::zero_counters_by_program(&pins.map(rackwarden_common::map_names::COUNTERS))
+        .expect("open the counters map");
     std::thread::sleep(Duration::from_millis(1500));
     let gaps = gaps_of(&net, "counters_rewound");
     rows.push(Row {
@@ -410,7 +411,7 @@ pub fn run() -> Vec<Row> {
     let prog = crate::load_pass_all_classifier();
     let pinned = net.foreign_pin("foreign_pass_all");
     raw::obj_pin(&prog, &pinned).unwrap();
-    let link = tamper::attach_ahead(&net, hook, &prog, &pinned);
+    let link = tamper::attach_ahead(&net, hook, &prog, &pinned).expect("attach ahead");
     std::thread::sleep(Duration::from_millis(1200));
     let (b, t) = net.egress_flood(SECS);
     let gaps = gaps_of(&net, "foreign_ahead");

@@ -36,16 +36,19 @@ impl Hook {
 
 /// Removes our policer from `dir` of the rack interface, as another process would:
 /// `bpf(BPF_LINK_DETACH)` on our pinned tcx link, or a netlink delete of our clsact filter.
-pub fn detach(net: &Net, hook: Hook, dir: Direction) {
+/// An error carries the errno of the refusal (EPERM under the BPF LSM guard).
+pub fn detach(net: &Net, hook: Hook, dir: Direction) -> std::io::Result<()> {
     match hook {
         Hook::Tcx => {
-            let link =
-                raw::obj_get(&net.pins().link(&net.rack_if, dir)).expect("open our link pin");
+            let link = raw::obj_get(&net.pins().link(&net.rack_if, dir))?;
             let mut a = [0u8; 128];
             a[0..4].copy_from_slice(&(link.as_raw_fd() as u32).to_ne_bytes());
             // SAFETY: BPF_LINK_DETACH (34) on a link fd we opened.
             let r = unsafe { libc::syscall(libc::SYS_bpf, 34, a.as_mut_ptr(), a.len()) };
-            assert_eq!(r, 0, "BPF_LINK_DETACH: {}", std::io::Error::last_os_error());
+            if r != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
         }
         Hook::Clsact => {
             let out = Command::new("ip")
@@ -54,31 +57,43 @@ pub fn detach(net: &Net, hook: Hook, dir: Direction) {
                 .arg(dir.name())
                 .args(["pref", &CLSACT_PRIORITY.to_string()])
                 .args(["handle", &format!("0x{CLSACT_HANDLE_MINOR:x}"), "bpf"])
-                .output()
-                .expect("run tc");
-            assert!(
-                out.status.success(),
-                "tc filter del: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+                .output()?;
+            tool_result("tc filter del", &out)
         }
     }
 }
 
+/// A command-line tool's outcome as an errno: EPERM when it says "Operation not permitted".
+pub fn tool_result(what: &str, out: &std::process::Output) -> std::io::Result<()> {
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("Operation not permitted") {
+        return Err(std::io::Error::from_raw_os_error(libc::EPERM));
+    }
+    Err(std::io::Error::other(format!("{what}: {err}")))
+}
+
 /// Puts `prog` (pinned at its own path) where ours runs on `dir`, in ours' place: a
 /// `BPF_LINK_UPDATE` of our tcx link, or an in-place netlink replace of our clsact filter.
-pub fn replace(net: &Net, hook: Hook, dir: Direction, prog: &OwnedFd, pinned_at: &std::path::Path) {
+pub fn replace(
+    net: &Net,
+    hook: Hook,
+    dir: Direction,
+    prog: &OwnedFd,
+    pinned_at: &std::path::Path,
+) -> std::io::Result<()> {
     match hook {
         Hook::Tcx => {
-            let link =
-                raw::obj_get(&net.pins().link(&net.rack_if, dir)).expect("open our link pin");
-            raw::link_update(&link, std::os::fd::AsFd::as_fd(prog)).expect("BPF_LINK_UPDATE");
+            let link = raw::obj_get(&net.pins().link(&net.rack_if, dir))?;
+            raw::link_update(&link, std::os::fd::AsFd::as_fd(prog))
         }
         Hook::Clsact => {
             let (ifc, path) = (net.rack_if.clone(), pinned_at.to_path_buf());
             in_netns(&net.rack_ns, move || {
                 use aya::programs::{SchedClassifier, tc};
-                let mut p = SchedClassifier::from_pin(&path).expect("open the pinned program");
+                let mut p = SchedClassifier::from_pin(&path).map_err(std::io::Error::other)?;
                 let existing = tc::SchedClassifierLink::attached(
                     &ifc,
                     dir.tc(),
@@ -86,12 +101,23 @@ pub fn replace(net: &Net, hook: Hook, dir: Direction, prog: &OwnedFd, pinned_at:
                     tc::TcHandle::new(0, CLSACT_HANDLE_MINOR),
                     None,
                 )
-                .expect("our clsact filter");
-                let id = p.attach_to_link(existing).expect("netlink replace");
+                .map_err(std::io::Error::other)?;
+                let id = p.attach_to_link(existing).map_err(netlink_errno)?;
                 // The filter outlives this thread.
                 std::mem::forget(p.take_link(id));
-            });
+                Ok(())
+            })
         }
+    }
+}
+
+/// The errno inside an aya netlink attach error (EPERM under the guard).
+fn netlink_errno(e: aya::programs::ProgramError) -> std::io::Error {
+    let text = format!("{e:?}");
+    if text.contains("Operation not permitted") || text.contains("code: 1,") || text.contains("EPERM") {
+        std::io::Error::from_raw_os_error(libc::EPERM)
+    } else {
+        std::io::Error::other(text)
     }
 }
 
@@ -102,12 +128,12 @@ pub fn attach_ahead(
     hook: Hook,
     prog: &OwnedFd,
     pinned_at: &std::path::Path,
-) -> Option<OwnedFd> {
+) -> std::io::Result<Option<OwnedFd>> {
     let ifc = net.rack_if.clone();
     match hook {
         Hook::Tcx => {
-            let fd = prog.try_clone().expect("dup");
-            Some(in_netns(&net.rack_ns, move || {
+            let fd = prog.try_clone()?;
+            in_netns(&net.rack_ns, move || {
                 let mut a = [0u8; 128];
                 let ifindex = rackwarden::netns::ifindex(&ifc).expect("ifindex");
                 a[0..4].copy_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
@@ -116,20 +142,18 @@ pub fn attach_ahead(
                 a[12..16].copy_from_slice(&8u32.to_ne_bytes()); // BPF_F_BEFORE
                 // SAFETY: a zero-padded bpf_attr for BPF_LINK_CREATE.
                 let r = unsafe { libc::syscall(libc::SYS_bpf, 28, a.as_mut_ptr(), a.len()) };
-                assert!(
-                    r >= 0,
-                    "tcx attach first: {}",
-                    std::io::Error::last_os_error()
-                );
+                if r < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 // SAFETY: a new link fd we now own.
-                unsafe { std::os::fd::FromRawFd::from_raw_fd(r as i32) }
-            }))
+                Ok(Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(r as i32) }))
+            })
         }
         Hook::Clsact => {
             let path = pinned_at.to_path_buf();
             in_netns(&net.rack_ns, move || {
                 use aya::programs::{SchedClassifier, TcAttachType, tc};
-                let mut p = SchedClassifier::from_pin(&path).expect("open the pinned program");
+                let mut p = SchedClassifier::from_pin(&path).map_err(std::io::Error::other)?;
                 let id = p
                     .attach_with_options(
                         &ifc,
@@ -140,10 +164,10 @@ pub fn attach_ahead(
                             ..Default::default()
                         }),
                     )
-                    .expect("attach a foreign filter at our priority");
+                    .map_err(netlink_errno)?;
                 std::mem::forget(p.take_link(id));
-            });
-            None
+                Ok(None)
+            })
         }
     }
 }
@@ -182,9 +206,9 @@ pub fn errno(e: &rackwarden::limiter::LimiterError) -> Option<i32> {
 /// An attacker's own BPF program that zeroes `passed_bytes` of the egress counters on every
 /// CPU: frozen maps refuse `bpf()` writes, but a program may still write a map it was loaded
 /// with. (Our config map is also read-only to programs; counters cannot be, ours count.)
-/// Returns how many CPUs it ran on.
-pub fn zero_counters_by_program(counters_pin: &std::path::Path) -> usize {
-    let map = raw::obj_get(counters_pin).expect("open the counters map");
+/// Returns how many CPUs it ran on, or the errno that refused the map fd.
+pub fn zero_counters_by_program(counters_pin: &std::path::Path) -> std::io::Result<usize> {
+    let map = raw::obj_get(counters_pin)?;
     let fd = map.as_raw_fd();
     let insn = |code: u8, dst: u8, src: u8, off: i16, imm: i32| {
         let mut b = [0u8; 8];
@@ -231,5 +255,50 @@ pub fn zero_counters_by_program(counters_pin: &std::path::Path) -> usize {
         .join()
         .expect("test run thread");
     }
-    cpus
+    Ok(cpus)
+}
+
+/// `BPF_{PROG,MAP,LINK}_GET_FD_BY_ID` (13, 14, 30) of `id`, as `bpftool` does for each
+/// object it lists.
+pub fn fd_by_id(cmd: libc::c_long, id: u32) -> std::io::Result<OwnedFd> {
+    let mut a = [0u8; 128];
+    a[0..4].copy_from_slice(&id.to_ne_bytes());
+    // SAFETY: a zero-padded bpf_attr for a GET_FD_BY_ID command.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, a.as_mut_ptr(), a.len()) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new fd we own.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(r as i32) })
+}
+
+pub const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+pub const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
+pub const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
+const BPF_LINK_GET_NEXT_ID: libc::c_long = 31;
+
+/// Every link id on the system (`BPF_LINK_GET_NEXT_ID`).
+pub fn all_link_ids() -> Vec<u32> {
+    let mut ids = Vec::new();
+    let mut id = 0u32;
+    loop {
+        let mut a = [0u8; 128];
+        a[0..4].copy_from_slice(&id.to_ne_bytes());
+        // SAFETY: a zero-padded bpf_attr for BPF_LINK_GET_NEXT_ID.
+        let r = unsafe { libc::syscall(libc::SYS_bpf, BPF_LINK_GET_NEXT_ID, a.as_mut_ptr(), a.len()) };
+        if r < 0 {
+            return ids;
+        }
+        id = u32::from_ne_bytes([a[4], a[5], a[6], a[7]]);
+        ids.push(id);
+    }
+}
+
+/// The errno of a failed libc call's return value (`Ok` for success).
+pub fn errno_of(r: libc::c_long) -> std::io::Result<()> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }

@@ -154,7 +154,7 @@ fn a_detach_is_a_gap_and_restored_and_map_writes_are_refused() {
     let link = net.pins().link(&net.rack_if, Direction::Egress);
     match hook {
         Hook::Tcx => std::fs::remove_file(&link).unwrap(),
-        Hook::Clsact => tamper::detach(&net, hook, Direction::Egress),
+        Hook::Clsact => tamper::detach(&net, hook, Direction::Egress).expect("detach"),
     }
     println!("RW_REPORT enforcement: policer attached as {hook:?}");
     thread::sleep(Duration::from_millis(1500));

@@ -38,7 +38,7 @@ fn a_new_daemon_replaces_an_old_pinned_policer_on_every_hook() {
         };
         std::fs::remove_file(pins.prog(name)).unwrap();
         raw::obj_pin(&old, &pins.prog(name)).unwrap();
-        tamper::replace(&net, hook, d, &old, &pins.prog(name));
+        tamper::replace(&net, hook, d, &old, &pins.prog(name)).expect("replace");
     }
     // The old program really is what runs: nothing is capped.
     let (uncapped, w) = net.egress_flood(1.0);

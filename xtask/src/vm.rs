@@ -81,6 +81,11 @@ const GROUPS: &[Group] = &[
         tests: &[],
     },
     Group {
+        name: "guard",
+        target: "guard",
+        tests: &[],
+    },
+    Group {
         name: "epoch",
         target: "epoch",
         tests: &["a_full_epoch_is_signed_delivered_and_affirming"],

@@ -18,7 +18,8 @@
 //!
 //! Optional keys: `pin_root` (default `/sys/fs/bpf/rackwarden`), `state_dir` (default
 //! `/var/lib/rackwarden`), `control_socket` (default `/run/rackwarden/control.sock`),
-//! `check_interval` (default `"2 s"`), `attach_mode` (`auto` | `tcx` | `clsact`), `netns`
+//! `check_interval` (default `"2 s"`), `attach_mode` (`auto` | `tcx` | `clsact`),
+//! `self_protection` (`auto` | `lsm` | `off`: the BPF LSM guard, see `guard`), `netns`
 //! (a named network namespace under `/run/netns` to enforce in; for tests and for hosts whose
 //! frontend lives in a namespace), `refusal_cgroup` (a cgroup v2 directory the bypass refusal
 //! attaches to instead of the root; leave it unset in production, where the root covers every
@@ -56,6 +57,19 @@ pub const DEFAULT_SMALL_MAX: u32 = 1024;
 
 pub use rackwarden_attest::config_error::{ConfigError, line_of};
 
+/// Whether the daemon loads the BPF LSM guard (`self_protection`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GuardMode {
+    /// Where the kernel accepts BPF LSM programs; elsewhere the daemon says why not, in
+    /// `status` and every statement, and restores tampering at its checks.
+    Auto,
+    /// Refuse to start without it (for hosts whose kernel is known to boot with `lsm=...,bpf`).
+    Lsm,
+    /// Never load it (the protection level then says `restored_on_poll`).
+    Off,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AttachMode {
@@ -86,6 +100,7 @@ pub struct Config {
     pub control_socket: PathBuf,
     pub check_interval: Duration,
     pub attach_mode: AttachMode,
+    pub self_protection: GuardMode,
     pub netns: Option<String>,
     /// Where the bypass refusal attaches; `None`: the cgroup v2 root (every process).
     pub refusal_cgroup: Option<PathBuf>,
@@ -326,6 +341,21 @@ impl Config {
                 ));
             }
         };
+        let self_protection = match raw
+            .self_protection
+            .as_ref()
+            .map(|s| (s.get_ref().as_str(), s.span()))
+        {
+            None | Some(("auto", _)) => GuardMode::Auto,
+            Some(("lsm", _)) => GuardMode::Lsm,
+            Some(("off", _)) => GuardMode::Off,
+            Some((other, span)) => {
+                return Err(err(
+                    Some(span),
+                    format!("`self_protection` must be auto, lsm or off (not `{other}`)"),
+                ));
+            }
+        };
         let path_or = |v: &Option<Spanned<String>>, default: &str| {
             PathBuf::from(v.as_ref().map(|s| s.get_ref().as_str()).unwrap_or(default))
         };
@@ -380,6 +410,7 @@ impl Config {
             control_socket: path_or(&raw.control_socket, "/run/rackwarden/control.sock"),
             check_interval,
             attach_mode,
+            self_protection,
             netns: raw.netns.map(|s| s.into_inner()),
             refusal_cgroup,
             epoch,
@@ -445,6 +476,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "control_socket",
     "check_interval",
     "attach_mode",
+    "self_protection",
     "netns",
     "refusal_cgroup",
 ];
@@ -462,6 +494,7 @@ struct RawConfig {
     control_socket: Option<Spanned<String>>,
     check_interval: Option<Spanned<String>>,
     attach_mode: Option<Spanned<String>>,
+    self_protection: Option<Spanned<String>>,
     netns: Option<Spanned<String>>,
     refusal_cgroup: Option<Spanned<String>>,
     epoch: Option<Spanned<epoch::RawEpoch>>,

@@ -66,6 +66,20 @@ pub enum AgentError {
     Control(#[from] crate::control::ControlError),
     #[error(transparent)]
     Epoch(#[from] crate::epoch::EpochError),
+    #[error("self_protection = \"lsm\", but the guard cannot be sealed: {0}")]
+    Guard(#[from] crate::guard::GuardError),
+}
+
+/// The BPF LSM guard, as this daemon last left it.
+#[derive(Debug)]
+enum GuardState {
+    /// Not tried yet (before the first hook check).
+    Unsealed,
+    /// In force over exactly `Sealed::protected`.
+    Sealed(crate::guard::Sealed),
+    /// Not in force (why: `guard::report`). `permanent`: this kernel will never take it (no
+    /// BPF LSM, or a hook whose arguments are not what the guard reads): not tried again.
+    Unavailable { permanent: bool },
 }
 
 /// Counter samples for the "recent rate" column: one per second, a few seconds kept.
@@ -90,6 +104,7 @@ pub struct Agent {
     epoch: Option<crate::epoch::EpochHandle>,
     /// Why the last SIGHUP reload was refused (the old configuration stays).
     reload_error: Option<String>,
+    guard: GuardState,
 }
 
 /// The first counter field that is lower in `is` than in `was`.
@@ -161,6 +176,7 @@ impl Agent {
             refusal_present: false,
             epoch: None,
             reload_error: None,
+            guard: GuardState::Unsealed,
         };
         log::info!("attach mode: {kind:?}");
         // An upgrade: this build's program takes over every hook before anything else runs.
@@ -517,6 +533,7 @@ impl Agent {
                 }
             }
         }
+        self.keep_sealed()?;
         // Starting ends here too: the first check decides Enforcing or Degraded.
         if self.state != AgentState::Stopping {
             let next = if degraded {
@@ -531,6 +548,69 @@ impl Agent {
                     log::info!("state: {} -> {}", self.state.name(), next.name());
                 }
                 self.state = next;
+            }
+        }
+        Ok(())
+    }
+
+    /// Seals the limiter with the BPF LSM guard, or seals it again when its objects changed
+    /// since (new caps or an upgrade load new programs and a new config map). A failed
+    /// reseal leaves the previous generation in force over the objects it names.
+    fn keep_sealed(&mut self) -> Result<(), AgentError> {
+        use crate::{config::GuardMode, guard};
+        use rackwarden_attest::evidence::LsmGuard;
+        if self.cfg.self_protection == GuardMode::Off {
+            guard::record(LsmGuard::Unavailable {
+                reason: "self_protection = \"off\" in the config".into(),
+            });
+            return Ok(());
+        }
+        let pins = self.limiter.pins().clone();
+        let want = match guard::Protected::of_limiter(&pins, &self.cfg.interfaces) {
+            Ok(p) => p,
+            Err(e) => {
+                log::warn!("cannot list what the guard protects: {e}");
+                return Ok(());
+            }
+        };
+        match &self.guard {
+            GuardState::Sealed(s) if s.protected == want => return Ok(()),
+            GuardState::Unavailable {
+                permanent: true, ..
+            } => return Ok(()),
+            _ => {}
+        }
+        match guard::seal(&pins, &want) {
+            Ok(s) => {
+                log::info!(
+                    "sealed by the BPF LSM guard: {} objects, hooks {} (bpf hook: {} arguments)",
+                    s.objects,
+                    s.hooks.join(", "),
+                    s.bpf_hook_args
+                );
+                guard::record(LsmGuard::Sealed {
+                    hooks: s.hooks.clone(),
+                    bpf_hook_args: s.bpf_hook_args,
+                    objects: s.objects,
+                    refusals: 0,
+                });
+                self.guard = GuardState::Sealed(s);
+            }
+            Err(e) if self.cfg.self_protection == GuardMode::Lsm => return Err(e.into()),
+            Err(e) => {
+                let permanent = matches!(
+                    e,
+                    guard::GuardError::Refused { .. } | guard::GuardError::Btf(_)
+                );
+                let resealing = matches!(self.guard, GuardState::Sealed(_));
+                let reason = if resealing {
+                    format!("sealing again failed ({e}); the previous guard still refuses for the objects it names")
+                } else {
+                    e.to_string()
+                };
+                log::warn!("BPF LSM guard not in force: {reason}");
+                guard::record(LsmGuard::Unavailable { reason });
+                self.guard = GuardState::Unavailable { permanent };
             }
         }
         Ok(())

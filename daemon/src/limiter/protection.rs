@@ -5,15 +5,16 @@
 //! - Map writes: every map is frozen at load (`BPF_MAP_FREEZE`), so `bpf()` writes are
 //!   refused for every process. Read back from `/proc/self/fdinfo` (`frozen: 1`), because an
 //!   older build's pinned maps, adopted, may not be.
-//! - Detach, replace, a program ahead of ours: found at the next hook check and restored.
-//!   Refusing them takes BPF LSM programs, which this build does not load yet.
+//! - Detach, replace, a program ahead of ours: refused by the BPF LSM guard (`crate::guard`)
+//!   where it is sealed; elsewhere found at the next hook check and restored.
 //! - Programs writing the bucket or the counters (a frozen map still takes program writes;
-//!   the config map is `BPF_F_RDONLY_PROG` and takes none): a counter that goes down between
-//!   two samples is a `counters_rewound` gap.
+//!   the config map is `BPF_F_RDONLY_PROG` and takes none): under the guard no other process
+//!   can get an fd to our maps, so none can load such a program; elsewhere a counter that
+//!   goes down between two samples is a `counters_rewound` gap.
 
 use std::{os::fd::AsRawFd as _, time::Duration};
 
-use rackwarden_attest::evidence::{ProtectionLevel, SelfProtection};
+use rackwarden_attest::evidence::{LsmGuard, ProtectionLevel, SelfProtection};
 use rackwarden_common::map_names;
 
 use crate::pins::PinPaths;
@@ -42,18 +43,22 @@ pub fn assess(pins: &PinPaths, check_interval: Duration) -> SelfProtection {
     let all_frozen = [map_names::CONFIG, map_names::STATE, map_names::COUNTERS]
         .iter()
         .all(|m| map_frozen(pins, m) == Some(true));
+    let lsm_guard = crate::guard::report(pins);
+    let sealed = matches!(lsm_guard, LsmGuard::Sealed { .. });
+    let unless_sealed = |l| if sealed { ProtectionLevel::Refused } else { l };
     SelfProtection {
-        map_writes: if all_frozen {
+        map_writes: if all_frozen || sealed {
             ProtectionLevel::Refused
         } else {
             // A writable config map is compared with what we wrote at every check.
             ProtectionLevel::RestoredOnPoll
         },
-        detach: ProtectionLevel::RestoredOnPoll,
-        foreign_ahead: ProtectionLevel::RestoredOnPoll,
-        program_writes: ProtectionLevel::DetectedOnSample,
+        detach: unless_sealed(ProtectionLevel::RestoredOnPoll),
+        foreign_ahead: unless_sealed(ProtectionLevel::RestoredOnPoll),
+        program_writes: unless_sealed(ProtectionLevel::DetectedOnSample),
         poll_interval_ms: check_interval.as_millis() as u64,
         sample_interval_ms: SAMPLE_INTERVAL.as_millis() as u64,
         bpf_lsm_active: bpf_lsm_active(),
+        lsm_guard,
     }
 }

@@ -106,6 +106,12 @@ pub fn prog_query(target: &OwnedFd, attach_type: u32) -> std::io::Result<Vec<u32
 
 /// The kernel id of a program fd (`bpf_prog_info.id`, at offset 4).
 pub fn prog_id(fd: &OwnedFd) -> std::io::Result<u32> {
+    obj_id(fd)
+}
+
+/// The kernel id of a program, map or link fd: `bpf_{prog,map,link}_info.id` are all at
+/// offset 4 (after the type).
+pub fn obj_id(fd: &OwnedFd) -> std::io::Result<u32> {
     let mut info = [0u8; 256];
     let mut a = [0u8; 128];
     put32(&mut a, 0, fd.as_raw_fd() as u32);

@@ -1,0 +1,490 @@
+//! The BPF LSM guard: where the kernel accepts BPF LSM programs (booted with `bpf` in
+//! `lsm=`), the daemon loads `ebpf/src/guard.rs` and *seals* the limiter: for every process
+//! but the daemon, the kernel refuses an fd to any of our maps, programs or links, any
+//! lookup in our pin directories, tcx/XDP attach or detach and rtnetlink qdisc/filter
+//! changes on our interfaces, and ptrace of the daemon or writing its executable. Nothing is
+//! then left for the hook checks to restore: the protection level is `refused`.
+//!
+//! A seal is one *generation*: a guard object (programs, links, config map) whose config
+//! names the objects of ours that exist now, filled once and frozen (`BPF_MAP_FREEZE`:
+//! no syscall writes it again, ours included). When our objects change (a cap change or an
+//! upgrade loads new programs and a new config map; a re-attach makes new links), the next
+//! check seals again: the new generation is attached and configured before the old one is
+//! unpinned, so some guard is always in force.
+//!
+//! The daemon is any process running the daemon's executable (device and inode of
+//! `/proc/self/exe`): its actions are the attested ones, so a restarted daemon, or a second
+//! instance, may change the policer and reports what it did. A new binary (a package
+//! upgrade writes a new file) is not the sealed daemon: it can read nothing of ours and
+//! change nothing until the host reboots (or the old binary's daemon, still running, seals
+//! for it: not done). The README says so.
+
+pub mod btf;
+
+use std::{
+    os::{fd::AsFd as _, unix::fs::MetadataExt as _},
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
+
+use aya::{
+    EbpfLoader,
+    maps::{Array, MapData, PerCpuArray},
+    programs::{Lsm, ProgramError, links::FdLink},
+};
+use rackwarden_attest::evidence::LsmGuard;
+use rackwarden_common::guard::{
+    FileId, GUARD_MAGIC, GUARD_MAX_DIRS, GUARD_MAX_IDS, GUARD_MAX_IFACES, GuardConfig,
+    GuardRefusals, GuardedIface, KernelOffsets, guard_map_names,
+};
+
+use crate::{limiter::raw, pins::PinPaths};
+use btf::{BtfError, KernelBtf};
+
+/// The guard object, compiled by `build.rs` from `../ebpf/src/guard.rs`.
+static GUARD_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rackwarden-guard"));
+
+/// Each guard program, its LSM hook, and the leading argument types it reads (checked
+/// against the kernel's BTF before anything is loaded).
+pub const HOOK_SIGNATURES: [(&str, &str, &[&str]); 8] = [
+    ("rw_guard_bpf", "bpf", &["int", "union bpf_attr *", "unsigned int"]),
+    ("rw_guard_bpf_map", "bpf_map", &["struct bpf_map *"]),
+    ("rw_guard_bpf_prog", "bpf_prog", &["struct bpf_prog *"]),
+    (
+        "rw_guard_inode_permission",
+        "inode_permission",
+        &["struct inode *", "int"],
+    ),
+    (
+        "rw_guard_netlink_send",
+        "netlink_send",
+        &["struct sock *", "struct sk_buff *"],
+    ),
+    (
+        "rw_guard_ptrace",
+        "ptrace_access_check",
+        &["struct task_struct *", "unsigned int"],
+    ),
+    ("rw_guard_file_open", "file_open", &["struct file *"]),
+    ("rw_guard_task_prctl", "task_prctl", &["int", "long unsigned int"]),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    #[error(transparent)]
+    Btf(#[from] BtfError),
+    #[error(
+        "the kernel refuses BPF LSM programs ({detail}); boot it with `bpf` in `lsm=` (and nothing that forbids BPF LSM loads)"
+    )]
+    Refused { detail: String },
+    #[error("loading the guard object: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("guard program `{prog}` (LSM hook `{hook}`): {detail}")]
+    Program {
+        prog: &'static str,
+        hook: &'static str,
+        detail: String,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the guard names at most {max} {what}; this host has {n}")]
+    TooMany {
+        what: &'static str,
+        n: usize,
+        max: usize,
+    },
+    #[error("guard map {name}: {detail}")]
+    Map { name: &'static str, detail: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> GuardError + '_ {
+    move |source| GuardError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The offsets the guard reads, from the running kernel's BTF (each checked for its size).
+pub fn kernel_offsets(btf: &KernelBtf) -> Result<KernelOffsets, BtfError> {
+    Ok(KernelOffsets {
+        task_mm: btf.offset("task_struct", "mm", 8)?,
+        task_nsproxy: btf.offset("task_struct", "nsproxy", 8)?,
+        nsproxy_net_ns: btf.offset("nsproxy", "net_ns", 8)?,
+        net_inum: btf.offset("net", "ns.inum", 4)?,
+        mm_exe_file: btf.offset("mm_struct", "exe_file", 8)?,
+        file_inode: btf.offset("file", "f_inode", 8)?,
+        file_mode: btf.offset("file", "f_mode", 4)?,
+        inode_ino: btf.offset("inode", "i_ino", 8)?,
+        inode_sb: btf.offset("inode", "i_sb", 8)?,
+        sb_dev: btf.offset("super_block", "s_dev", 4)?,
+        map_id: btf.offset("bpf_map", "id", 4)?,
+        prog_aux: btf.offset("bpf_prog", "aux", 8)?,
+        prog_aux_id: btf.offset("bpf_prog_aux", "id", 4)?,
+        skb_data: btf.offset("sk_buff", "data", 8)?,
+        skb_len: btf.offset("sk_buff", "len", 4)?,
+        sk_protocol: btf.offset("sock", "sk_protocol", 2)?,
+        sk_net: btf.offset("sock", "__sk_common.skc_net.net", 8)?,
+        _pad: 0,
+    })
+}
+
+/// A file as the kernel names it (`s_dev` is `major << 20 | minor` inside the kernel; stat
+/// reports the userspace encoding).
+fn file_id(path: &Path) -> Result<FileId, GuardError> {
+    let m = std::fs::metadata(path).map_err(io_err(path))?;
+    Ok(FileId {
+        dev: kernel_dev(m.dev()),
+        _pad: 0,
+        ino: m.ino(),
+    })
+}
+
+fn kernel_dev(dev: u64) -> u32 {
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    (major << 20) | minor
+}
+
+/// What a seal protects: the limiter's objects as pinned now, our pin directories, our
+/// interfaces, and the daemon's executable. Compared at every check: a change seals again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protected {
+    pub maps: Vec<u32>,
+    pub progs: Vec<u32>,
+    pub links: Vec<u32>,
+    pub pin_dev: u32,
+    pub dirs: Vec<u64>,
+    pub ifaces: Vec<GuardedIface>,
+    pub daemon_exe: FileId,
+}
+
+/// Ids of every object pinned in `dir` (maps, programs or links).
+fn pinned_ids(dir: &Path) -> Result<Vec<u32>, GuardError> {
+    let mut ids = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ids),
+        r => r.map_err(io_err(dir))?,
+    };
+    for e in entries {
+        let path = e.map_err(io_err(dir))?.path();
+        let fd = raw::obj_get(&path).map_err(io_err(&path))?;
+        ids.push(raw::obj_id(&fd).map_err(io_err(&path))?);
+    }
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+impl Protected {
+    /// The limiter under `pins` and `ifaces` in the calling thread's network namespace.
+    pub fn of_limiter(pins: &PinPaths, ifaces: &[String]) -> Result<Protected, GuardError> {
+        let netns = Path::new("/proc/thread-self/ns/net");
+        let netns = std::fs::metadata(netns).map_err(io_err(netns))?.ino() as u32;
+        let ifaces = ifaces
+            .iter()
+            .filter_map(|i| crate::netns::ifindex(i))
+            .map(|ifindex| GuardedIface { netns, ifindex })
+            .collect();
+        let mut dirs = Vec::new();
+        for d in pins.all_dirs() {
+            dirs.push(std::fs::metadata(&d).map_err(io_err(&d))?.ino());
+        }
+        Ok(Protected {
+            maps: pinned_ids(&pins.maps_dir())?,
+            progs: pinned_ids(&pins.progs_dir())?,
+            links: pinned_ids(&pins.links_dir())?,
+            pin_dev: file_id(pins.root())?.dev,
+            dirs,
+            ifaces,
+            daemon_exe: file_id(Path::new("/proc/self/exe"))?,
+        })
+    }
+}
+
+/// A guard in force.
+#[derive(Debug, Clone)]
+pub struct Sealed {
+    /// What it protects of the limiter (the guard's own objects come on top).
+    pub protected: Protected,
+    pub hooks: Vec<String>,
+    /// How many arguments the kernel's `bpf` LSM hook has (3 on 6.1, 4 from 6.9 on).
+    pub bpf_hook_args: usize,
+    /// Objects named in the frozen config: maps, programs and links, ours and the guard's.
+    pub objects: usize,
+}
+
+/// The daemon's guard as last sealed (or why there is none), for `status` and statements.
+static LAST: Mutex<Option<LsmGuard>> = Mutex::new(None);
+
+/// Records what the daemon's guard is now; [`report`] hands it to status and statements.
+pub fn record(state: LsmGuard) {
+    if let Ok(mut l) = LAST.lock() {
+        *l = Some(state);
+    }
+}
+
+/// The guard as recorded by this process, with the refusal count read now.
+pub fn report(pins: &PinPaths) -> LsmGuard {
+    let state = LAST.lock().ok().and_then(|l| l.clone());
+    match state {
+        Some(LsmGuard::Sealed {
+            hooks,
+            bpf_hook_args,
+            objects,
+            ..
+        }) => LsmGuard::Sealed {
+            hooks,
+            bpf_hook_args,
+            objects,
+            refusals: refusals(pins).map(|r| total(&r)).unwrap_or(0),
+        },
+        Some(other) => other,
+        None => LsmGuard::Unavailable {
+            reason: "not loaded by this process".into(),
+        },
+    }
+}
+
+fn total(r: &GuardRefusals) -> u64 {
+    [
+        r.link_fd, r.map_fd, r.prog_fd, r.attach, r.pin_dir, r.netlink, r.ptrace, r.identity,
+    ]
+    .iter()
+    .fold(0u64, |a, b| a.saturating_add(*b))
+}
+
+/// The guard's refusals summed over CPUs (`None`: no guard pinned, or not readable).
+pub fn refusals(pins: &PinPaths) -> Option<GuardRefusals> {
+    let path = pins
+        .guard_generation(false)
+        .join(guard_map_names::REFUSALS);
+    let data = MapData::from_pin(&path).ok()?;
+    let map = aya::maps::Map::PerCpuArray(data);
+    let arr: PerCpuArray<_, GuardRefusals> = PerCpuArray::try_from(map).ok()?;
+    let per_cpu = arr.get(&0, 0).ok()?;
+    let mut sum = GuardRefusals::default();
+    for c in per_cpu.iter() {
+        sum.link_fd += c.link_fd;
+        sum.map_fd += c.map_fd;
+        sum.prog_fd += c.prog_fd;
+        sum.attach += c.attach;
+        sum.pin_dir += c.pin_dir;
+        sum.netlink += c.netlink;
+        sum.ptrace += c.ptrace;
+        sum.identity += c.identity;
+        if c.last_ns > sum.last_ns {
+            sum.last_ns = c.last_ns;
+            sum.last_tgid = c.last_tgid;
+            sum.last_path = c.last_path;
+        }
+    }
+    Some(sum)
+}
+
+fn too_many<T>(what: &'static str, v: &[T], max: usize) -> Result<(), GuardError> {
+    if v.len() > max {
+        return Err(GuardError::TooMany {
+            what,
+            n: v.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+fn copy_ids(dst: &mut [u32; GUARD_MAX_IDS], src: &[u32]) -> u32 {
+    dst[..src.len()].copy_from_slice(src);
+    src.len() as u32
+}
+
+/// Loads guard program `name` for `hook`. A refusal of the first one with EPERM is the
+/// kernel refusing BPF LSM programs altogether (no `bpf` in `lsm=`, or a lockdown of it).
+fn load_one(
+    prog: &mut Lsm,
+    name: &'static str,
+    hook: &'static str,
+    btf: &aya::Btf,
+    first: bool,
+) -> Result<(), GuardError> {
+    prog.load(hook, btf).map_err(|e| {
+        let eperm = matches!(&e, ProgramError::LoadError { io_error, .. }
+            if io_error.raw_os_error() == Some(libc::EPERM));
+        if first && eperm {
+            GuardError::Refused {
+                detail: e.to_string(),
+            }
+        } else {
+            GuardError::Program {
+                prog: name,
+                hook,
+                detail: format!("{e:?}"),
+            }
+        }
+    })
+}
+
+/// Whether this kernel takes the guard: its BTF has every member and hook signature the
+/// guard reads, and it loads every guard program (nothing is attached or pinned).
+pub fn probe() -> Result<(), GuardError> {
+    let kbtf = KernelBtf::load(Path::new(btf::VMLINUX))?;
+    kernel_offsets(&kbtf)?;
+    for (_, hook, want) in HOOK_SIGNATURES {
+        kbtf.check_hook(hook, want)?;
+    }
+    let aya_btf = aya::Btf::from_sys_fs().map_err(|e| GuardError::Map {
+        name: "vmlinux BTF",
+        detail: e.to_string(),
+    })?;
+    let mut ebpf = EbpfLoader::new().load(GUARD_OBJECT)?;
+    for (i, (name, hook, _)) in HOOK_SIGNATURES.into_iter().enumerate() {
+        let prog: &mut Lsm = ebpf
+            .program_mut(name)
+            .ok_or_else(|| GuardError::Program {
+                prog: name,
+                hook,
+                detail: "not in the guard object".into(),
+            })?
+            .try_into()
+            .map_err(|e: ProgramError| GuardError::Program {
+                prog: name,
+                hook,
+                detail: e.to_string(),
+            })?;
+        load_one(prog, name, hook, &aya_btf, i == 0)?;
+    }
+    Ok(())
+}
+
+/// Loads, attaches, configures and freezes a new guard generation for `protected`, then
+/// removes the previous one. On error the previous generation (if any) stays in force.
+pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError> {
+    let kbtf = KernelBtf::load(Path::new(btf::VMLINUX))?;
+    let off = kernel_offsets(&kbtf)?;
+    let mut bpf_hook_args = 0;
+    for (_, hook, want) in HOOK_SIGNATURES {
+        let n = kbtf.check_hook(hook, want)?;
+        if hook == "bpf" {
+            bpf_hook_args = n;
+        }
+    }
+    let aya_btf = aya::Btf::from_sys_fs().map_err(|e| GuardError::Map {
+        name: "vmlinux BTF",
+        detail: e.to_string(),
+    })?;
+    too_many("interfaces", &protected.ifaces, GUARD_MAX_IFACES)?;
+
+    let next = pins.guard_generation(true);
+    let _ = std::fs::remove_dir_all(&next);
+    std::fs::create_dir_all(&next).map_err(io_err(&next))?;
+    let mut ebpf = EbpfLoader::new().load(GUARD_OBJECT)?;
+    let mut prog_ids = Vec::new();
+    for (i, (name, hook, _)) in HOOK_SIGNATURES.into_iter().enumerate() {
+        let perr = |detail: String| GuardError::Program {
+            prog: name,
+            hook,
+            detail,
+        };
+        let prog: &mut Lsm = ebpf
+            .program_mut(name)
+            .ok_or_else(|| perr("not in the guard object".into()))?
+            .try_into()
+            .map_err(|e: ProgramError| perr(e.to_string()))?;
+        if let Err(e) = load_one(prog, name, hook, &aya_btf, i == 0) {
+            let _ = std::fs::remove_dir_all(&next);
+            return Err(e);
+        }
+        prog_ids.push(prog.info().map_err(|e| perr(e.to_string()))?.id());
+        let link_id = prog.attach().map_err(|e| perr(e.to_string()))?;
+        let link: FdLink = prog
+            .take_link(link_id)
+            .map_err(|e| perr(e.to_string()))?
+            .into();
+        let path = next.join(hook);
+        link.pin(&path).map_err(|e| perr(format!("pin {}: {e}", path.display())))?;
+    }
+    for name in [guard_map_names::CONFIG, guard_map_names::REFUSALS] {
+        let map = ebpf.map(name).ok_or(GuardError::Map {
+            name,
+            detail: "not in the guard object".into(),
+        })?;
+        let path = next.join(name);
+        map.pin(&path).map_err(|e| GuardError::Map {
+            name,
+            detail: format!("pin {}: {e}", path.display()),
+        })?;
+    }
+
+    // Everything the config names: the limiter's objects and the guard's own.
+    let mut maps = protected.maps.clone();
+    let mut links = protected.links.clone();
+    for e in std::fs::read_dir(&next).map_err(io_err(&next))? {
+        let path = e.map_err(io_err(&next))?.path();
+        let fd = raw::obj_get(&path).map_err(io_err(&path))?;
+        let id = raw::obj_id(&fd).map_err(io_err(&path))?;
+        let is_map = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("RW_"));
+        if is_map { &mut maps } else { &mut links }.push(id);
+    }
+    let mut progs = protected.progs.clone();
+    progs.extend(prog_ids);
+    let mut dirs = protected.dirs.clone();
+    dirs.push(std::fs::metadata(&next).map_err(io_err(&next))?.ino());
+    too_many("maps", &maps, GUARD_MAX_IDS)?;
+    too_many("programs", &progs, GUARD_MAX_IDS)?;
+    too_many("links", &links, GUARD_MAX_IDS)?;
+    too_many("pin directories", &dirs, GUARD_MAX_DIRS)?;
+    let mut cfg = GuardConfig {
+        magic: GUARD_MAGIC,
+        off,
+        daemon_exe: protected.daemon_exe,
+        pin_dev: protected.pin_dev,
+        n_dirs: dirs.len() as u32,
+        n_ifaces: protected.ifaces.len() as u32,
+        ..GuardConfig::default()
+    };
+    cfg.dirs[..dirs.len()].copy_from_slice(&dirs);
+    cfg.ifaces[..protected.ifaces.len()].copy_from_slice(&protected.ifaces);
+    cfg.n_maps = copy_ids(&mut cfg.maps, &maps);
+    cfg.n_progs = copy_ids(&mut cfg.progs, &progs);
+    cfg.n_links = copy_ids(&mut cfg.links, &links);
+    let map_err = |name: &'static str| {
+        move |e: String| GuardError::Map {
+            name,
+            detail: e,
+        }
+    };
+    {
+        let map = ebpf
+            .map_mut(guard_map_names::CONFIG)
+            .ok_or_else(|| map_err(guard_map_names::CONFIG)("missing".into()))?;
+        let mut arr: Array<&mut MapData, GuardConfig> =
+            Array::try_from(map).map_err(|e| map_err(guard_map_names::CONFIG)(e.to_string()))?;
+        arr.set(0, cfg, 0)
+            .map_err(|e| map_err(guard_map_names::CONFIG)(e.to_string()))?;
+    }
+    for name in [guard_map_names::CONFIG, guard_map_names::REFUSALS] {
+        let Some(aya::maps::Map::Array(data) | aya::maps::Map::PerCpuArray(data)) = ebpf.map(name)
+        else {
+            return Err(map_err(name)("missing".into()));
+        };
+        raw::map_freeze(data.fd().as_fd()).map_err(|e| map_err(name)(format!("freeze: {e}")))?;
+    }
+    // The new generation is in force: the old one goes (unpinning its links detaches it).
+    let current = pins.guard_generation(false);
+    match std::fs::remove_dir_all(&current) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io_err(&current)(e));
+        }
+        _ => {}
+    }
+    std::fs::rename(&next, &current).map_err(io_err(&current))?;
+    Ok(Sealed {
+        protected: protected.clone(),
+        hooks: HOOK_SIGNATURES.iter().map(|(_, h, _)| h.to_string()).collect(),
+        bpf_hook_args,
+        objects: maps.len() + progs.len() + links.len(),
+    })
+}

@@ -1,0 +1,312 @@
+//! The red-team matrix against a daemon sealed by the BPF LSM guard (kernels booted with
+//! `bpf` in `lsm=`: the `cargo xtask vm-test` guests). Every path of the unguarded matrix
+//! that needs an fd, a pin, a netlink request or the daemon's identity, tried as another
+//! root process would, with a flood through the 1 MB/s cap after each attack. Each row is
+//! `counted` when the kernel refused with the errno shown and the guard counted it.
+
+use std::{os::fd::AsRawFd as _, path::PathBuf, time::Duration};
+
+use rackwarden::limiter::{Direction, raw};
+use rackwarden_common::map_names;
+
+use crate::{
+    Daemon, Net, bin, status_json,
+    redteam::{BURST, CAP, Row, SECS},
+    tamper::{self, Hook},
+};
+
+fn refusals(net: &Net) -> u64 {
+    let st = status_json(&net.socket_path());
+    st["self_protection"]["lsm_guard"]["refusals"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no guard refusal count in status: {st}"))
+}
+
+fn errno(r: &std::io::Result<impl Sized>) -> i32 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(-1),
+    }
+}
+
+/// A program of the attacker's, pinned outside our pin root (nobody can pin inside it).
+fn foreign_pass_all(tag: &str) -> (std::os::fd::OwnedFd, PathBuf) {
+    let prog = crate::load_pass_all_classifier();
+    let path = PathBuf::from(format!("/sys/fs/bpf/rwt-foreign-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    raw::obj_pin(&prog, &path).expect("pin the foreign program outside our root");
+    (prog, path)
+}
+
+/// One attack on the sealed limiter: run it, flood, and make a row.
+struct Attempt<'a> {
+    net: &'a Net,
+    flood: bool,
+}
+
+impl Attempt<'_> {
+    fn row(
+        &self,
+        path: &'static str,
+        want: &[i32],
+        attack: impl FnOnce() -> i32,
+        note: impl FnOnce() -> String,
+    ) -> Row {
+        let before = refusals(self.net);
+        let errno = attack();
+        let (b, t) = if self.flood {
+            self.net.egress_flood(SECS)
+        } else {
+            (0, 0.0)
+        };
+        let after = refusals(self.net);
+        let within = b as f64 <= BURST as f64 + CAP as f64 * t;
+        Row {
+            path,
+            expected: "refused by the guard, cap held",
+            bytes_through: b,
+            window_s: t,
+            counted: want.contains(&errno) && after > before && within,
+            note: format!(
+                "errno {errno}; guard refusals {before} -> {after}; {}",
+                note()
+            ),
+        }
+    }
+}
+
+/// Runs every path against one sealed daemon (refusals change nothing, so one fixture
+/// serves all rows); the last rows stop the daemon and show the seal outlives it.
+pub fn run() -> Vec<Row> {
+    let net = Net::new("grd");
+    let cfg = net.write_config_guarded("1 MB/s", "1 MB/s", "256 KiB");
+    let mut d = Daemon::start(&cfg, &net.socket_path());
+    let st = status_json(&net.socket_path());
+    assert_eq!(
+        st["self_protection"]["lsm_guard"]["state"], "sealed",
+        "{:#}",
+        st["self_protection"]
+    );
+    let hook = Hook::of(&net);
+    let pins = net.pins();
+    let flood = Attempt {
+        net: &net,
+        flood: true,
+    };
+    let quick = Attempt {
+        net: &net,
+        flood: false,
+    };
+    let mut rows = Vec::new();
+    let eperm = &[libc::EPERM][..];
+
+    rows.push(flood.row(
+        match hook {
+            Hook::Tcx => "detach: BPF_LINK_DETACH via our pin",
+            Hook::Clsact => "detach: tc filter del (netlink)",
+        },
+        eperm,
+        || errno(&tamper::detach(&net, hook, Direction::Egress)),
+        || "the pin cannot be opened / the netlink request is refused".into(),
+    ));
+
+    let (prog, prog_pin) = foreign_pass_all("rep");
+    rows.push(flood.row(
+        match hook {
+            Hook::Tcx => "replace: BPF_LINK_UPDATE of our link",
+            Hook::Clsact => "replace: netlink replace of our filter",
+        },
+        eperm,
+        || errno(&tamper::replace(&net, hook, Direction::Egress, &prog, &prog_pin)),
+        || "a pass-all program in ours' place".into(),
+    ));
+    rows.push(flood.row(
+        match hook {
+            Hook::Tcx => "foreign ahead: tcx BPF_F_BEFORE",
+            Hook::Clsact => "foreign ahead: filter at our priority",
+        },
+        eperm,
+        || errno(&tamper::attach_ahead(&net, hook, &prog, &prog_pin)),
+        || "a pass-all program before ours".into(),
+    ));
+    let _ = std::fs::remove_file(&prog_pin);
+
+    for (path, map) in [
+        ("write the config map (via its pin)", map_names::CONFIG),
+        ("refill the bucket (via its pin)", map_names::STATE),
+        ("zero the counters (via its pin)", map_names::COUNTERS),
+    ] {
+        rows.push(flood.row(
+            path,
+            eperm,
+            || errno(&tamper::write_map(&pins.map(map), 0)),
+            || "bpf(BPF_OBJ_GET) of the pin".into(),
+        ));
+    }
+    rows.push(flood.row(
+        "a BPF program zeroes the counters",
+        eperm,
+        || errno(&tamper::zero_counters_by_program(&pins.map(map_names::COUNTERS))),
+        || "it needs a map fd to load".into(),
+    ));
+
+    let ids = &st["map_ids"];
+    let map_ids: Vec<u32> = ["config", "state", "counters"]
+        .iter()
+        .map(|k| ids[k].as_u64().unwrap() as u32)
+        .collect();
+    let prog_ids: Vec<u32> = st["programs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_u64().unwrap() as u32)
+        .collect();
+    let refused_all = |cmd, ids: &[u32]| {
+        let refused = ids
+            .iter()
+            .filter(|id| errno(&tamper::fd_by_id(cmd, **id)) == libc::EPERM)
+            .count();
+        if refused == ids.len() { libc::EPERM } else { 0 }
+    };
+    rows.push(quick.row(
+        "our maps by id (BPF_MAP_GET_FD_BY_ID)",
+        eperm,
+        || refused_all(tamper::BPF_MAP_GET_FD_BY_ID, &map_ids),
+        || format!("map ids {map_ids:?}"),
+    ));
+    rows.push(quick.row(
+        "our programs by id (BPF_PROG_GET_FD_BY_ID)",
+        eperm,
+        || refused_all(tamper::BPF_PROG_GET_FD_BY_ID, &prog_ids),
+        || format!("program ids {prog_ids:?}"),
+    ));
+    let links = tamper::all_link_ids();
+    let refused_links = links
+        .iter()
+        .filter(|id| errno(&tamper::fd_by_id(tamper::BPF_LINK_GET_FD_BY_ID, **id)) == libc::EPERM)
+        .count();
+    // Ours: the refusal's cgroup link and the guard's 8 LSM links, plus 2 tcx links.
+    let ours = 9 + if hook == Hook::Tcx { 2 } else { 0 };
+    rows.push(quick.row(
+        "our links by id (BPF_LINK_GET_FD_BY_ID)",
+        eperm,
+        || {
+            if refused_links >= ours {
+                libc::EPERM
+            } else {
+                0
+            }
+        },
+        || format!("{refused_links} of {} link ids refused, {ours} are ours", links.len()),
+    ));
+    rows.push(flood.row(
+        "unlink our pins (rm -r of the pin root)",
+        eperm,
+        || errno(&std::fs::remove_dir_all(&net.pin_root)),
+        || format!("{} still there: {}", net.pin_root.display(), pins.prog("rw_egress").exists()),
+    ));
+    let pid = d.pid();
+    rows.push(quick.row(
+        "ptrace the daemon (PTRACE_ATTACH)",
+        eperm,
+        // SAFETY: ptrace(2) on the daemon we started; detached again if it ever succeeded.
+        || unsafe {
+            let r = libc::ptrace(libc::PTRACE_ATTACH, pid, 0, 0);
+            let e = errno(&tamper::errno_of(r));
+            if r == 0 {
+                libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
+            }
+            e
+        },
+        || format!("daemon pid {pid}"),
+    ));
+    rows.push(quick.row(
+        "the daemon's memory (/proc/PID/mem)",
+        &[libc::EPERM, libc::EACCES],
+        || {
+            errno(
+                &std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(format!("/proc/{pid}/mem")),
+            )
+        },
+        || "open O_RDWR".into(),
+    ));
+    rows.push(quick.row(
+        "the daemon's fds (pidfd_getfd)",
+        eperm,
+        // SAFETY: pidfd_open/pidfd_getfd syscalls on the daemon we started; fds closed.
+        || unsafe {
+            let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+            if pidfd < 0 {
+                return -1;
+            }
+            let mut e = 0;
+            for target in 3..16 {
+                let r = libc::syscall(libc::SYS_pidfd_getfd, pidfd, target, 0);
+                if r >= 0 {
+                    libc::close(r as i32);
+                    e = 0;
+                    break;
+                }
+                e = std::io::Error::last_os_error().raw_os_error().unwrap_or(-1);
+            }
+            libc::close(pidfd as i32);
+            e
+        },
+        || "fds 3..15".into(),
+    ));
+    let exe = bin("rackwardend");
+    rows.push(quick.row(
+        "become the daemon: prctl(PR_SET_MM_EXE_FILE)",
+        eperm,
+        || {
+            let f = std::fs::File::open(&exe).expect("open the daemon binary read-only");
+            // SAFETY: prctl(2) with an fd we hold; refused before it changes anything.
+            let r = unsafe {
+                libc::prctl(
+                    libc::PR_SET_MM,
+                    libc::PR_SET_MM_EXE_FILE,
+                    f.as_raw_fd() as libc::c_ulong,
+                    0,
+                    0,
+                )
+            };
+            errno(&tamper::errno_of(r as libc::c_long))
+        },
+        || "this test process would run as the daemon's executable".into(),
+    ));
+
+    // The daemon dies: the seal is pinned and stays in force.
+    d.kill9();
+    std::thread::sleep(Duration::from_millis(200));
+    let after_kill = |path, r: i32, note: String| {
+        let (b, t) = net.egress_flood(SECS);
+        Row {
+            path,
+            expected: "refused by the guard, cap held",
+            bytes_through: b,
+            window_s: t,
+            counted: r == libc::EPERM && b as f64 <= BURST as f64 + CAP as f64 * t,
+            note,
+        }
+    };
+    let r = errno(&tamper::detach(&net, hook, Direction::Egress));
+    rows.push(after_kill(
+        "daemon killed (-9), then detach",
+        r,
+        format!("errno {r}; no daemon runs"),
+    ));
+    let r = errno(
+        &std::fs::OpenOptions::new()
+            .write(true)
+            .open(&exe),
+    );
+    rows.push(after_kill(
+        "daemon killed, then write its binary",
+        r,
+        format!("errno {r}; open O_WRONLY of {}", exe.display()),
+    ));
+    rows
+}
