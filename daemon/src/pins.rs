@@ -83,8 +83,7 @@ impl PinPaths {
     }
     /// The directory of a guard generation: `current`, or `next` while it replaces it.
     pub fn guard_generation(&self, next: bool) -> PathBuf {
-        self.guard_dir()
-            .join(if next { "next" } else { "current" })
+        self.guard_dir().join(if next { "next" } else { "current" })
     }
     /// Every directory of ours: the guard refuses lookups in them to other processes.
     pub fn all_dirs(&self) -> Vec<PathBuf> {
@@ -97,7 +96,12 @@ impl PinPaths {
         ]
     }
     pub fn create_dirs(&self) -> std::io::Result<()> {
-        for d in [self.maps_dir(), self.progs_dir(), self.links_dir(), self.guard_dir()] {
+        for d in [
+            self.maps_dir(),
+            self.progs_dir(),
+            self.links_dir(),
+            self.guard_dir(),
+        ] {
             std::fs::create_dir_all(d)?;
         }
         Ok(())

@@ -10,8 +10,9 @@ use rackwarden::limiter::{Direction, raw};
 use rackwarden_common::map_names;
 
 use crate::{
-    Daemon, Net, bin, status_json,
+    Daemon, Net, bin,
     redteam::{BURST, CAP, Row, SECS},
+    status_json,
     tamper::{self, Hook},
 };
 
@@ -32,7 +33,10 @@ fn errno(r: &std::io::Result<impl Sized>) -> i32 {
 /// A program of the attacker's, pinned outside our pin root (nobody can pin inside it).
 fn foreign_pass_all(tag: &str) -> (std::os::fd::OwnedFd, PathBuf) {
     let prog = crate::load_pass_all_classifier();
-    let path = PathBuf::from(format!("/sys/fs/bpf/rwt-foreign-{tag}-{}", std::process::id()));
+    let path = PathBuf::from(format!(
+        "/sys/fs/bpf/rwt-foreign-{tag}-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_file(&path);
     raw::obj_pin(&prog, &path).expect("pin the foreign program outside our root");
     (prog, path)
@@ -117,7 +121,15 @@ pub fn run() -> Vec<Row> {
             Hook::Clsact => "replace: netlink replace of our filter",
         },
         eperm,
-        || errno(&tamper::replace(&net, hook, Direction::Egress, &prog, &prog_pin)),
+        || {
+            errno(&tamper::replace(
+                &net,
+                hook,
+                Direction::Egress,
+                &prog,
+                &prog_pin,
+            ))
+        },
         || "a pass-all program in ours' place".into(),
     ));
     rows.push(flood.row(
@@ -146,7 +158,11 @@ pub fn run() -> Vec<Row> {
     rows.push(flood.row(
         "a BPF program zeroes the counters",
         eperm,
-        || errno(&tamper::zero_counters_by_program(&pins.map(map_names::COUNTERS))),
+        || {
+            errno(&tamper::zero_counters_by_program(
+                &pins.map(map_names::COUNTERS),
+            ))
+        },
         || "it needs a map fd to load".into(),
     ));
 
@@ -180,30 +196,36 @@ pub fn run() -> Vec<Row> {
         || refused_all(tamper::BPF_PROG_GET_FD_BY_ID, &prog_ids),
         || format!("program ids {prog_ids:?}"),
     ));
-    let links = tamper::all_link_ids();
-    let refused_links = links
-        .iter()
-        .filter(|id| errno(&tamper::fd_by_id(tamper::BPF_LINK_GET_FD_BY_ID, **id)) == libc::EPERM)
-        .count();
     // Ours: the refusal's cgroup link and the guard's 8 LSM links, plus 2 tcx links.
     let ours = 9 + if hook == Hook::Tcx { 2 } else { 0 };
+    let seen = std::cell::Cell::new((0, 0));
     rows.push(quick.row(
         "our links by id (BPF_LINK_GET_FD_BY_ID)",
         eperm,
         || {
-            if refused_links >= ours {
-                libc::EPERM
-            } else {
-                0
-            }
+            let links = tamper::all_link_ids();
+            let refused = links
+                .iter()
+                .filter(|id| {
+                    errno(&tamper::fd_by_id(tamper::BPF_LINK_GET_FD_BY_ID, **id)) == libc::EPERM
+                })
+                .count();
+            seen.set((refused, links.len()));
+            if refused >= ours { libc::EPERM } else { 0 }
         },
-        || format!("{refused_links} of {} link ids refused, {ours} are ours", links.len()),
+        || {
+            let (refused, all) = seen.get();
+            format!("{refused} of {all} link ids refused, {ours} are ours")
+        },
     ));
     rows.push(flood.row(
         "unlink our pins (rm -r of the pin root)",
         eperm,
         || errno(&std::fs::remove_dir_all(&net.pin_root)),
-        || format!("{} still there: {}", net.pin_root.display(), pins.prog("rw_egress").exists()),
+        || {
+            let stat = std::fs::metadata(pins.prog("rw_egress"));
+            format!("stat of our program pin afterwards: errno {}", errno(&stat))
+        },
     ));
     let pid = d.pid();
     rows.push(quick.row(
@@ -298,11 +320,7 @@ pub fn run() -> Vec<Row> {
         r,
         format!("errno {r}; no daemon runs"),
     ));
-    let r = errno(
-        &std::fs::OpenOptions::new()
-            .write(true)
-            .open(&exe),
-    );
+    let r = errno(&std::fs::OpenOptions::new().write(true).open(&exe));
     rows.push(after_kill(
         "daemon killed, then write its binary",
         r,

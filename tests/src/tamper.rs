@@ -114,7 +114,10 @@ pub fn replace(
 /// The errno inside an aya netlink attach error (EPERM under the guard).
 fn netlink_errno(e: aya::programs::ProgramError) -> std::io::Error {
     let text = format!("{e:?}");
-    if text.contains("Operation not permitted") || text.contains("code: 1,") || text.contains("EPERM") {
+    if text.contains("Operation not permitted")
+        || text.contains("code: 1,")
+        || text.contains("EPERM")
+    {
         std::io::Error::from_raw_os_error(libc::EPERM)
     } else {
         std::io::Error::other(text)
@@ -146,7 +149,9 @@ pub fn attach_ahead(
                     return Err(std::io::Error::last_os_error());
                 }
                 // SAFETY: a new link fd we now own.
-                Ok(Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(r as i32) }))
+                Ok(Some(unsafe {
+                    std::os::fd::FromRawFd::from_raw_fd(r as i32)
+                }))
             })
         }
         Hook::Clsact => {
@@ -285,7 +290,8 @@ pub fn all_link_ids() -> Vec<u32> {
         let mut a = [0u8; 128];
         a[0..4].copy_from_slice(&id.to_ne_bytes());
         // SAFETY: a zero-padded bpf_attr for BPF_LINK_GET_NEXT_ID.
-        let r = unsafe { libc::syscall(libc::SYS_bpf, BPF_LINK_GET_NEXT_ID, a.as_mut_ptr(), a.len()) };
+        let r =
+            unsafe { libc::syscall(libc::SYS_bpf, BPF_LINK_GET_NEXT_ID, a.as_mut_ptr(), a.len()) };
         if r < 0 {
             return ids;
         }

@@ -26,7 +26,12 @@ fn the_guard_refuses_every_tamper_path_or_the_daemon_says_why_not() {
             }
             for r in &rows {
                 assert!(r.counted, "{}: not refused ({})", r.path, r.note);
-                assert!(r.bytes_through as f64 <= r.bound(), "{}: {} B", r.path, r.bytes_through);
+                assert!(
+                    r.bytes_through as f64 <= r.bound(),
+                    "{}: {} B",
+                    r.path,
+                    r.bytes_through
+                );
             }
         }
         Err(e) => {

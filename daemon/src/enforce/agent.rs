@@ -604,7 +604,9 @@ impl Agent {
                 );
                 let resealing = matches!(self.guard, GuardState::Sealed(_));
                 let reason = if resealing {
-                    format!("sealing again failed ({e}); the previous guard still refuses for the objects it names")
+                    format!(
+                        "sealing again failed ({e}); the previous guard still refuses for the objects it names"
+                    )
                 } else {
                     e.to_string()
                 };

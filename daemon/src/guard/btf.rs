@@ -72,16 +72,42 @@ struct Member {
 #[derive(Debug, Clone)]
 enum Ty {
     /// A named scalar (int, enum, float) and its size in bytes.
-    Scalar { name: u32, size: u32 },
-    Ptr { to: u32 },
-    Array { elem: u32, len: u32 },
-    Record { name: u32, size: u32, union: bool, members: Vec<Member> },
-    Fwd { name: u32, union: bool },
-    Typedef { name: u32, to: u32 },
+    Scalar {
+        name: u32,
+        size: u32,
+    },
+    Ptr {
+        to: u32,
+    },
+    Array {
+        elem: u32,
+        len: u32,
+    },
+    Record {
+        name: u32,
+        size: u32,
+        union: bool,
+        members: Vec<Member>,
+    },
+    Fwd {
+        name: u32,
+        union: bool,
+    },
+    Typedef {
+        name: u32,
+        to: u32,
+    },
     /// const, volatile, restrict, type tags: transparent.
-    Modifier { to: u32 },
-    Func { name: u32, proto: u32 },
-    Proto { params: Vec<u32> },
+    Modifier {
+        to: u32,
+    },
+    Func {
+        name: u32,
+        proto: u32,
+    },
+    Proto {
+        params: Vec<u32>,
+    },
     Other,
 }
 
@@ -288,10 +314,10 @@ impl KernelBtf {
             if m.name != 0 && self.name(m.name) == name {
                 return Some((m.bit_offset, m.bitfield, m.ty));
             }
-            if m.name == 0 {
-                if let Some((o, bf, t)) = self.member(m.ty, name) {
-                    return Some((m.bit_offset + o, bf, t));
-                }
+            if m.name == 0
+                && let Some((o, bf, t)) = self.member(m.ty, name)
+            {
+                return Some((m.bit_offset + o, bf, t));
             }
         }
         None
@@ -388,7 +414,10 @@ mod tests {
     fn the_running_kernel_has_every_member_and_hook_the_guard_reads() {
         let btf = KernelBtf::load(Path::new(VMLINUX)).expect("kernel BTF");
         let off = super::super::kernel_offsets(&btf).expect("offsets");
-        assert!(off.task_mm > 0 && off.inode_sb > 0 && off.skb_data > 0, "{off:?}");
+        assert!(
+            off.task_mm > 0 && off.inode_sb > 0 && off.skb_data > 0,
+            "{off:?}"
+        );
         for (_, hook, args) in super::super::HOOK_SIGNATURES {
             let n = btf.check_hook(hook, args).expect(hook);
             assert!(n >= args.len());
@@ -400,8 +429,13 @@ mod tests {
     #[test]
     fn a_wrong_signature_or_member_is_named() {
         let btf = KernelBtf::load(Path::new(VMLINUX)).expect("kernel BTF");
-        let e = btf.check_hook("file_open", &["struct inode *"]).unwrap_err();
-        assert!(e.to_string().contains("`file_open` takes (struct file *)"), "{e}");
+        let e = btf
+            .check_hook("file_open", &["struct inode *"])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("`file_open` takes (struct file *)"),
+            "{e}"
+        );
         let e = btf.offset("inode", "i_nonexistent", 8).unwrap_err();
         assert!(e.to_string().contains("`i_nonexistent`"), "{e}");
         let e = btf.offset("inode", "i_ino", 4).unwrap_err();

@@ -48,7 +48,11 @@ static GUARD_OBJECT: &[u8] =
 /// Each guard program, its LSM hook, and the leading argument types it reads (checked
 /// against the kernel's BTF before anything is loaded).
 pub const HOOK_SIGNATURES: [(&str, &str, &[&str]); 8] = [
-    ("rw_guard_bpf", "bpf", &["int", "union bpf_attr *", "unsigned int"]),
+    (
+        "rw_guard_bpf",
+        "bpf",
+        &["int", "union bpf_attr *", "unsigned int"],
+    ),
     ("rw_guard_bpf_map", "bpf_map", &["struct bpf_map *"]),
     ("rw_guard_bpf_prog", "bpf_prog", &["struct bpf_prog *"]),
     (
@@ -67,7 +71,11 @@ pub const HOOK_SIGNATURES: [(&str, &str, &[&str]); 8] = [
         &["struct task_struct *", "unsigned int"],
     ),
     ("rw_guard_file_open", "file_open", &["struct file *"]),
-    ("rw_guard_task_prctl", "task_prctl", &["int", "long unsigned int"]),
+    (
+        "rw_guard_task_prctl",
+        "task_prctl",
+        &["int", "long unsigned int"],
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -257,9 +265,7 @@ fn total(r: &GuardRefusals) -> u64 {
 
 /// The guard's refusals summed over CPUs (`None`: no guard pinned, or not readable).
 pub fn refusals(pins: &PinPaths) -> Option<GuardRefusals> {
-    let path = pins
-        .guard_generation(false)
-        .join(guard_map_names::REFUSALS);
+    let path = pins.guard_generation(false).join(guard_map_names::REFUSALS);
     let data = MapData::from_pin(&path).ok()?;
     let map = aya::maps::Map::PerCpuArray(data);
     let arr: PerCpuArray<_, GuardRefusals> = PerCpuArray::try_from(map).ok()?;
@@ -402,7 +408,8 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
             .map_err(|e| perr(e.to_string()))?
             .into();
         let path = next.join(hook);
-        link.pin(&path).map_err(|e| perr(format!("pin {}: {e}", path.display())))?;
+        link.pin(&path)
+            .map_err(|e| perr(format!("pin {}: {e}", path.display())))?;
     }
     for name in [guard_map_names::CONFIG, guard_map_names::REFUSALS] {
         let map = ebpf.map(name).ok_or(GuardError::Map {
@@ -450,12 +457,7 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
     cfg.n_maps = copy_ids(&mut cfg.maps, &maps);
     cfg.n_progs = copy_ids(&mut cfg.progs, &progs);
     cfg.n_links = copy_ids(&mut cfg.links, &links);
-    let map_err = |name: &'static str| {
-        move |e: String| GuardError::Map {
-            name,
-            detail: e,
-        }
-    };
+    let map_err = |name: &'static str| move |e: String| GuardError::Map { name, detail: e };
     {
         let map = ebpf
             .map_mut(guard_map_names::CONFIG)
@@ -483,7 +485,10 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
     std::fs::rename(&next, &current).map_err(io_err(&current))?;
     Ok(Sealed {
         protected: protected.clone(),
-        hooks: HOOK_SIGNATURES.iter().map(|(_, h, _)| h.to_string()).collect(),
+        hooks: HOOK_SIGNATURES
+            .iter()
+            .map(|(_, h, _)| h.to_string())
+            .collect(),
         bpf_hook_args,
         objects: maps.len() + progs.len() + links.len(),
     })

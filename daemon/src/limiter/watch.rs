@@ -75,55 +75,26 @@ fn query_tcx(iface: &str, dir: Direction) -> Result<Vec<SeenProgram>, LimiterErr
         .collect())
 }
 
-/// clsact filters, read with `tc -j filter show`, in priority order. aya 0.14 has no netlink
-/// filter dump, and iproute2 is a dependency of the package anyway.
+/// clsact bpf filters, in priority order, dumped over rtnetlink by this process
+/// ([`super::tcdump`]).
 fn query_clsact(iface: &str, dir: Direction) -> Result<Vec<SeenProgram>, LimiterError> {
     let qerr = |detail: String| LimiterError::Query {
         iface: iface.into(),
         dir: dir.name(),
         detail,
     };
-    let out = std::process::Command::new("tc")
-        .args(["-j", "filter", "show", "dev", iface, dir.name()])
-        .output()
-        .map_err(|e| qerr(format!("running tc: {e}")))?;
-    if !out.status.success() {
-        return Err(qerr(
-            String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        ));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| qerr(format!("tc printed unparseable JSON: {e}")))?;
-    let mut seen: Vec<(u64, SeenProgram)> = Vec::new();
-    for f in v.as_array().into_iter().flatten() {
-        let pref = f.get("pref").and_then(|p| p.as_u64()).unwrap_or(u64::MAX);
-        let Some(prog) = f.get("options").and_then(|o| o.get("prog")) else {
-            continue;
-        };
-        let Some(id) = prog.get("id").and_then(|i| i.as_u64()) else {
-            continue;
-        };
-        let name = prog
-            .get("name")
-            .and_then(|n| n.as_str())
-            .unwrap_or("")
-            .to_string();
-        let handle = f
-            .get("options")
-            .and_then(|o| o.get("handle"))
-            .and_then(|h| h.as_str())
-            .and_then(|h| u32::from_str_radix(h.trim_start_matches("0x"), 16).ok());
-        seen.push((
-            pref,
-            SeenProgram {
-                id: id as u32,
-                name,
-                filter: handle.and_then(|h| Some((u16::try_from(pref).ok()?, h))),
-            },
-        ));
-    }
-    seen.sort_by_key(|(p, _)| *p);
-    Ok(seen.into_iter().map(|(_, s)| s).collect())
+    let ifindex = crate::netns::ifindex(iface).ok_or_else(|| qerr("no such interface".into()))?;
+    let mut filters = super::tcdump::bpf_filters(ifindex, dir)
+        .map_err(|e| qerr(format!("RTM_GETTFILTER dump: {e}")))?;
+    filters.sort_by_key(|f| f.pref);
+    Ok(filters
+        .into_iter()
+        .map(|f| SeenProgram {
+            id: f.prog_id,
+            name: f.prog_name,
+            filter: Some((f.pref, f.handle)),
+        })
+        .collect())
 }
 
 /// Deletes a clsact filter (`tc filter del`): how a foreign filter that runs before ours at
