@@ -79,6 +79,38 @@ pub enum ProtectionLevel {
     Unprotected,
 }
 
+impl ProtectionLevel {
+    /// Strongest first: 0 is `refused`.
+    pub fn rank(self) -> u8 {
+        match self {
+            ProtectionLevel::Refused => 0,
+            ProtectionLevel::RestoredOnEvent => 1,
+            ProtectionLevel::RestoredOnPoll => 2,
+            ProtectionLevel::DetectedOnSample => 3,
+            ProtectionLevel::Unprotected => 4,
+        }
+    }
+
+    /// As it is written in statements and configs (`restored_on_poll`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ProtectionLevel::Refused => "refused",
+            ProtectionLevel::RestoredOnEvent => "restored_on_event",
+            ProtectionLevel::RestoredOnPoll => "restored_on_poll",
+            ProtectionLevel::DetectedOnSample => "detected_on_sample",
+            ProtectionLevel::Unprotected => "unprotected",
+        }
+    }
+
+    pub const ALL: [ProtectionLevel; 5] = [
+        ProtectionLevel::Refused,
+        ProtectionLevel::RestoredOnEvent,
+        ProtectionLevel::RestoredOnPoll,
+        ProtectionLevel::DetectedOnSample,
+        ProtectionLevel::Unprotected,
+    ];
+}
+
 /// What stops another root process from switching the limiter off, path by path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

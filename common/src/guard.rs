@@ -147,3 +147,25 @@ pub mod guard_map_names {
     pub const CONFIG: &str = "RW_GUARD";
     pub const REFUSALS: &str = "RW_GUARD_REFUSALS";
 }
+
+/// A `bpf()` call that may have changed our hooks, as the tamper watch (`ebpf/src/watch.rs`)
+/// reports it to the daemon the moment the call returns (hosts without the guard).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TamperEvent {
+    /// `enum bpf_cmd`.
+    pub cmd: u32,
+    pub tgid: u32,
+    /// The call's return value (only successful calls are reported).
+    pub ret: i64,
+}
+
+/// The `bpf()` commands the watch reports: each can detach, replace or precede a policer.
+pub const WATCHED_BPF_CMDS: [u32; 6] = [
+    8,  // BPF_PROG_ATTACH
+    9,  // BPF_PROG_DETACH
+    28, // BPF_LINK_CREATE
+    29, // BPF_LINK_UPDATE
+    34, // BPF_LINK_DETACH
+    2,  // BPF_MAP_UPDATE_ELEM (refused on our frozen maps; reported anyway)
+];

@@ -53,6 +53,13 @@ pub struct CapSetOutcome {
 
 pub type Envelope = (Request, mpsc::Sender<Response>);
 
+/// What wakes the agent loop: a request on this socket, or the tamper watch's report of a
+/// `bpf()` call that may have changed our hooks (checked at once, not at the next poll).
+pub enum Wake {
+    Request(Envelope),
+    Tamper(rackwarden_common::guard::TamperEvent),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     #[error("control socket {path}: {source}")]
@@ -65,7 +72,7 @@ pub enum ControlError {
 }
 
 /// Binds the socket and serves it on a thread, forwarding each request to `tx`.
-pub fn serve(path: &Path, tx: mpsc::Sender<Envelope>) -> Result<(), ControlError> {
+pub fn serve(path: &Path, tx: mpsc::Sender<Wake>) -> Result<(), ControlError> {
     let e = |source| ControlError::Io {
         path: path.to_path_buf(),
         source,
@@ -91,7 +98,7 @@ pub fn serve(path: &Path, tx: mpsc::Sender<Envelope>) -> Result<(), ControlError
     Ok(())
 }
 
-fn handle(conn: UnixStream, tx: &mpsc::Sender<Envelope>) -> std::io::Result<()> {
+fn handle(conn: UnixStream, tx: &mpsc::Sender<Wake>) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
@@ -103,7 +110,7 @@ fn handle(conn: UnixStream, tx: &mpsc::Sender<Envelope>) -> std::io::Result<()> 
         },
         Ok(req) => {
             let (rtx, rrx) = mpsc::channel();
-            if tx.send((req, rtx)).is_err() {
+            if tx.send(Wake::Request((req, rtx))).is_err() {
                 Response::Error {
                     message: "daemon is shutting down".into(),
                 }

@@ -411,11 +411,7 @@ pub fn rw_guard_task_prctl(ctx: LsmContext) -> i32 {
     }
 }
 
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
+mod panic;
 
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]

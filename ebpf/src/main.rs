@@ -172,11 +172,7 @@ pub fn rw_sockopt(ctx: SockoptContext) -> i32 {
     0
 }
 
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
+mod panic;
 
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]

@@ -259,6 +259,17 @@ burst = "{burst}"
         path
     }
 
+    /// As [`Net::write_config_root_refusal`], with the tamper watch and no guard
+    /// (`self_protection = "watch"`): the red-team matrix of hosts without BPF LSM.
+    pub fn write_config_watched(&self, egress: &str, ingress: &str, burst: &str) -> PathBuf {
+        let path = self.write_config_root_refusal(egress, ingress, burst);
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("self_protection = \"off\"", "self_protection = \"watch\"");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     pub fn socket_path(&self) -> PathBuf {
         self.dir.join("control.sock")
     }

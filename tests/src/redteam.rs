@@ -179,13 +179,27 @@ fn gaps_of(net: &Net, kind: &str) -> usize {
         .count()
 }
 
+/// What the daemon's tamper watch did, from its log.
+fn watch_note(d: &Daemon) -> String {
+    let log = d.log_text();
+    if let Some(l) = log.lines().find(|l| l.contains("tamper watch not loaded")) {
+        return format!("uncapped until the next check ({})", l.trim());
+    }
+    let events = log
+        .lines()
+        .filter(|l| l.contains("tamper watch: pid"))
+        .count();
+    format!("tamper watch: {events} report(s), each checked at once")
+}
+
 /// Runs every path; each on a fresh fixture and daemon.
 pub fn run() -> Vec<Row> {
     let mut rows = Vec::new();
     let fresh = |tag: &str| {
         let net = Net::new(tag);
         // The refusal under test is the system-wide one, at the cgroup v2 root.
-        let cfg = net.write_config_root_refusal("1 MB/s", "1 MB/s", "256 KiB");
+        // With the tamper watch (no guard): what a host without BPF LSM gets.
+        let cfg = net.write_config_watched("1 MB/s", "1 MB/s", "256 KiB");
         let d = Daemon::start(&cfg, &net.socket_path());
         (net, d)
     };
@@ -307,7 +321,8 @@ pub fn run() -> Vec<Row> {
         window_s: t,
         counted: gaps >= 1 && restored,
         note: format!(
-            "{gaps} detached gap(s); restored: {restored}; uncapped until the next check"
+            "{gaps} detached gap(s); restored: {restored}; {}",
+            watch_note(&_d)
         ),
     });
     drop(_d);

@@ -998,6 +998,51 @@ fn check_pins(j: &mut Judge, st: &Statement) {
             ),
         );
     }
+    if let (Some(min), LimiterReport::Present(e)) = (j.policy.min_self_protection, &p.limiter) {
+        match &e.self_protection {
+            None => j.add(
+                "limiter",
+                "self_protection_unreported",
+                Status::Contraindicated,
+                format!(
+                    "the policy requires self-protection of at least `{}`; the statement reports none",
+                    min.name()
+                ),
+            ),
+            Some(sp) => {
+                for (path, level) in [
+                    ("map_writes", sp.map_writes),
+                    ("detach", sp.detach),
+                    ("foreign_ahead", sp.foreign_ahead),
+                    ("program_writes", sp.program_writes),
+                ] {
+                    if level.rank() > min.rank() {
+                        j.add(
+                            "limiter",
+                            "self_protection_below_policy",
+                            Status::Contraindicated,
+                            format!(
+                                "{path} is `{}` on this host; the policy requires `{}` ({})",
+                                level.name(),
+                                min.name(),
+                                match &sp.lsm_guard {
+                                    rackwarden_attest::evidence::LsmGuard::Unavailable {
+                                        reason,
+                                    } => format!("no BPF LSM guard: {reason}"),
+                                    rackwarden_attest::evidence::LsmGuard::Sealed { .. } => {
+                                        "the BPF LSM guard is sealed".into()
+                                    }
+                                    rackwarden_attest::evidence::LsmGuard::NotReported => {
+                                        "a daemon that predates the guard".into()
+                                    }
+                                }
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
     if let (Some(ok), LimiterReport::Present(e)) = (&j.policy.accepted_program_tags, &p.limiter) {
         for prog in e.programs.iter().filter(|g| !ok.contains(&g.tag)) {
             j.add(

@@ -20,6 +20,8 @@
 //! required_wipe_backends = ["host"] # device classes each wipe must cover completely (default)
 //! # accepted_daemon_digests = ["<sha3-256 of rackwardend>"]   # pin daemon builds (optional)
 //! # accepted_program_tags = ["<16 hex digits>"]               # pin eBPF program tags (optional)
+//! # min_self_protection = "refused"   # weakest level a host may report for any tamper path
+//! #                                   # (refused: the BPF LSM guard; default: not checked)
 //! # manifest = "/etc/rackwarden-verifier/manifest.dsse.json"
 //! # manifest_key = "/etc/rackwarden-verifier/verifier.pub"
 //!
@@ -67,6 +69,8 @@ pub struct Policy {
     pub accepted_daemon_digests: Option<Vec<String>>,
     /// Kernel tags of the eBPF programs the policy accepts; any when unset.
     pub accepted_program_tags: Option<Vec<String>>,
+    /// The weakest protection a statement may report for any tamper path (`None`: any).
+    pub min_self_protection: Option<rackwarden_attest::evidence::ProtectionLevel>,
     /// Digests (merkle_sha3_256) the signed manifest allows, if a manifest is configured.
     pub allowed_images: Option<Vec<String>>,
     pub racks: BTreeMap<String, RackAgreement>,
@@ -111,6 +115,7 @@ struct RawPolicy {
     required_wipe_backends: Option<Spanned<Vec<Spanned<String>>>>,
     accepted_daemon_digests: Option<Vec<Spanned<String>>>,
     accepted_program_tags: Option<Vec<Spanned<String>>>,
+    min_self_protection: Option<Spanned<String>>,
     manifest: Option<Spanned<String>>,
     manifest_key: Option<Spanned<String>>,
 }
@@ -258,6 +263,23 @@ impl VerifierConfig {
                     &p.accepted_program_tags,
                     16,
                 )?,
+                min_self_protection: match &p.min_self_protection {
+                    None => None,
+                    Some(v) => Some(
+                        rackwarden_attest::evidence::ProtectionLevel::ALL
+                            .into_iter()
+                            .find(|l| l.name() == v.get_ref())
+                            .ok_or_else(|| {
+                                err(
+                                    Some(v.span()),
+                                    format!(
+                                        "`policy.min_self_protection`: unknown level `{}` (refused, restored_on_event, restored_on_poll, detected_on_sample)",
+                                        v.get_ref()
+                                    ),
+                                )
+                            })?,
+                    ),
+                },
                 required_wipe_backends: match &p.required_wipe_backends {
                     None => vec!["host".into()],
                     Some(list) => {
@@ -382,6 +404,11 @@ mod tests {
                 "max_epoch_fraction = 0.01",
                 "max_epoch_fraction = 0.01\naccepted_program_tags = [\"FE60982FE492CB35\"]",
                 "v.toml:12: `policy.accepted_program_tags`",
+            ),
+            (
+                "max_epoch_fraction = 0.01",
+                "max_epoch_fraction = 0.01\nmin_self_protection = \"sealed\"",
+                "v.toml:12: `policy.min_self_protection`: unknown level `sealed`",
             ),
             (
                 "ingress = \"10 MB/s\"",

@@ -178,6 +178,7 @@ struct Epoch {
     burst: u64,
     /// Ingress cap when it differs from `cap`.
     ingress_cap: Option<u64>,
+    self_protection: Option<SelfProtection>,
 }
 
 impl Default for Epoch {
@@ -195,6 +196,7 @@ impl Default for Epoch {
             wipe_devices: None,
             burst: 262_144,
             ingress_cap: None,
+            self_protection: None,
         }
     }
 }
@@ -277,7 +279,7 @@ impl Host {
                 uncapped_interfaces: vec![],
                 af_xdp_sockets: Some(0),
             }),
-            self_protection: None,
+            self_protection: e.self_protection.clone(),
         }));
         let devices_override = e.wipe_devices.clone();
         let wipe = e.wipe_residue.map(|r| WipeReport {
@@ -1296,6 +1298,94 @@ fn enrollment_rules_retirement_and_policy_pins() {
             .iter()
             .all(|x| x["host"] != "h1"),
         "{rack}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn protection(level: ProtectionLevel, guard: LsmGuard) -> SelfProtection {
+    SelfProtection {
+        map_writes: ProtectionLevel::Refused,
+        detach: level,
+        foreign_ahead: level,
+        program_writes: level,
+        poll_interval_ms: 2000,
+        sample_interval_ms: 1000,
+        bpf_lsm_active: true,
+        lsm_guard: guard,
+    }
+}
+
+#[test]
+fn a_policy_can_require_the_guard() {
+    use rackwarden_verifier::{check::Verifier, config::VerifierConfig, store::Store};
+    let (dir, config, _) = setup("prot", "1 h", None);
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[racks.rack-a]",
+        "min_self_protection = \"refused\"\n\n[racks.rack-a]",
+    );
+    std::fs::write(&config, text).unwrap();
+    let cfg = VerifierConfig::load(&config).unwrap();
+    let mut v = Verifier::new(Store::in_memory().unwrap(), cfg.policy.clone()).unwrap();
+    let key = keys::generate();
+    v.enroll("rack-a", "h1", &keys::public_pem(&key.verifying_key()), 0)
+        .unwrap();
+    let mut h = Host::new(key, "rack-a", "h1");
+    let judge = |v: &mut Verifier, h: &mut Host, sp: Option<SelfProtection>| {
+        let (nonce, _) = v.issue_nonce("rack-a", "h1", now()).unwrap();
+        let out = v
+            .ingest(
+                &h.next(Epoch {
+                    nonce: Some(nonce),
+                    self_protection: sp,
+                    ..Default::default()
+                }),
+                now(),
+            )
+            .unwrap();
+        serde_json::to_value(&out).unwrap()
+    };
+    let sealed = LsmGuard::Sealed {
+        hooks: vec!["bpf".into()],
+        bpf_hook_args: 4,
+        objects: 20,
+        refusals: 0,
+    };
+    let r = judge(
+        &mut v,
+        &mut h,
+        Some(protection(ProtectionLevel::Refused, sealed)),
+    );
+    assert!(
+        !codes(&r).iter().any(|c| c.starts_with("self_protection")),
+        "{r}"
+    );
+    let r = judge(
+        &mut v,
+        &mut h,
+        Some(protection(
+            ProtectionLevel::RestoredOnPoll,
+            LsmGuard::Unavailable {
+                reason: "the kernel refuses BPF LSM programs".into(),
+            },
+        )),
+    );
+    assert_eq!(
+        codes(&r)
+            .iter()
+            .filter(|c| *c == "self_protection_below_policy")
+            .count(),
+        3,
+        "{r}"
+    );
+    assert!(
+        r.to_string().contains("detach is `restored_on_poll`"),
+        "{r}"
+    );
+    assert!(r.to_string().contains("kernel refuses BPF LSM"), "{r}");
+    let r = judge(&mut v, &mut h, None);
+    assert!(
+        codes(&r).contains(&"self_protection_unreported".to_string()),
+        "{r}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

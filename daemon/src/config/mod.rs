@@ -19,7 +19,7 @@
 //! Optional keys: `pin_root` (default `/sys/fs/bpf/rackwarden`), `state_dir` (default
 //! `/var/lib/rackwarden`), `control_socket` (default `/run/rackwarden/control.sock`),
 //! `check_interval` (default `"2 s"`), `attach_mode` (`auto` | `tcx` | `clsact`),
-//! `self_protection` (`auto` | `lsm` | `off`: the BPF LSM guard, see `guard`), `netns`
+//! `self_protection` (`auto` | `lsm` | `watch` | `off`: the BPF LSM guard, see `guard`), `netns`
 //! (a named network namespace under `/run/netns` to enforce in; for tests and for hosts whose
 //! frontend lives in a namespace), `refusal_cgroup` (a cgroup v2 directory the bypass refusal
 //! attaches to instead of the root; leave it unset in production, where the root covers every
@@ -66,7 +66,10 @@ pub enum GuardMode {
     Auto,
     /// Refuse to start without it (for hosts whose kernel is known to boot with `lsm=...,bpf`).
     Lsm,
-    /// Never load it (the protection level then says `restored_on_poll`).
+    /// No guard, only the tamper watch (tampering by `bpf()` is restored as it returns):
+    /// for testing that fallback on kernels that would take the guard.
+    Watch,
+    /// Neither (the levels then say `restored_on_poll`).
     Off,
 }
 
@@ -326,36 +329,27 @@ impl Config {
                 d
             }
         };
-        let attach_mode = match raw
-            .attach_mode
-            .as_ref()
-            .map(|s| (s.get_ref().as_str(), s.span()))
-        {
-            None | Some(("auto", _)) => AttachMode::Auto,
-            Some(("tcx", _)) => AttachMode::Tcx,
-            Some(("clsact", _)) => AttachMode::Clsact,
-            Some((other, span)) => {
-                return Err(err(
-                    Some(span),
-                    format!("`attach_mode` must be auto, tcx or clsact (not `{other}`)"),
-                ));
-            }
-        };
-        let self_protection = match raw
-            .self_protection
-            .as_ref()
-            .map(|s| (s.get_ref().as_str(), s.span()))
-        {
-            None | Some(("auto", _)) => GuardMode::Auto,
-            Some(("lsm", _)) => GuardMode::Lsm,
-            Some(("off", _)) => GuardMode::Off,
-            Some((other, span)) => {
-                return Err(err(
-                    Some(span),
-                    format!("`self_protection` must be auto, lsm or off (not `{other}`)"),
-                ));
-            }
-        };
+        let attach_mode = one_of(
+            "attach_mode",
+            &raw.attach_mode,
+            &[
+                ("auto", AttachMode::Auto),
+                ("tcx", AttachMode::Tcx),
+                ("clsact", AttachMode::Clsact),
+            ],
+        )
+        .map_err(|(span, m)| err(Some(span), m))?;
+        let self_protection = one_of(
+            "self_protection",
+            &raw.self_protection,
+            &[
+                ("auto", GuardMode::Auto),
+                ("lsm", GuardMode::Lsm),
+                ("watch", GuardMode::Watch),
+                ("off", GuardMode::Off),
+            ],
+        )
+        .map_err(|(span, m)| err(Some(span), m))?;
         let path_or = |v: &Option<Spanned<String>>, default: &str| {
             PathBuf::from(v.as_ref().map(|s| s.get_ref().as_str()).unwrap_or(default))
         };
@@ -481,6 +475,30 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "refusal_cgroup",
 ];
 
+/// A key whose value is one of `choices`; the first is the default when the key is absent.
+fn one_of<T: Copy>(
+    key: &str,
+    value: &Option<Spanned<String>>,
+    choices: &[(&str, T)],
+) -> Result<T, (Range<usize>, String)> {
+    let Some(v) = value else {
+        return Ok(choices[0].1);
+    };
+    if let Some((_, t)) = choices.iter().find(|(name, _)| *name == v.get_ref()) {
+        return Ok(*t);
+    }
+    let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+    let (last, rest) = names.split_last().unwrap_or((&"", &[]));
+    Err((
+        v.span(),
+        format!(
+            "`{key}` must be {} or {last} (not `{}`)",
+            rest.join(", "),
+            v.get_ref()
+        ),
+    ))
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -534,6 +552,30 @@ burst = "256 KiB"
         Config::parse(Path::new("/etc/rackwarden/rackwarden.toml"), text)
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn self_protection_is_one_of_three_and_defaults_to_auto() {
+        let c = Config::parse(Path::new("x.toml"), GOOD).unwrap();
+        assert_eq!(c.self_protection, GuardMode::Auto);
+        let text = GOOD.replace(
+            "interfaces = [\"eth0\"]\n",
+            "interfaces = [\"eth0\"]\nself_protection = \"lsm\"\n",
+        );
+        assert_eq!(
+            Config::parse(Path::new("x.toml"), &text)
+                .unwrap()
+                .self_protection,
+            GuardMode::Lsm
+        );
+        let text = GOOD.replace(
+            "interfaces = [\"eth0\"]\n",
+            "interfaces = [\"eth0\"]\nself_protection = \"maybe\"\n",
+        );
+        assert_eq!(
+            err_of(&text),
+            "/etc/rackwarden/rackwarden.toml:5: `self_protection` must be auto, lsm, watch or off (not `maybe`)"
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use rackwarden_common::{BucketConfig, Counters};
 
 use crate::{
     config::Config,
-    control::{self, CapSetOutcome, Envelope, Request, Response},
+    control::{self, CapSetOutcome, Request, Response, Wake},
     enforce::gaps::{EnforcementGap, GapKind, GapLog, now_ms},
     limiter::{Direction, HookDirection, Limiter, LimiterError, maps::CapSlot},
     pins::PinPaths,
@@ -66,6 +66,13 @@ pub enum AgentError {
     Control(#[from] crate::control::ControlError),
     #[error(transparent)]
     Epoch(#[from] crate::epoch::EpochError),
+    #[error(
+        "{root} is sealed by the BPF LSM guard for another daemon executable (an older build, before its file was replaced?): this one may not open it ({detail}). The policer there keeps enforcing; reboot to run this build"
+    )]
+    SealedForAnother {
+        root: std::path::PathBuf,
+        detail: String,
+    },
     #[error("self_protection = \"lsm\", but the guard cannot be sealed: {0}")]
     Guard(#[from] crate::guard::GuardError),
 }
@@ -130,6 +137,13 @@ fn rewound(was: &Counters, is: &Counters) -> Option<&'static str> {
     .map(|(f, _, _)| f)
 }
 
+/// Whether our pin root exists but refuses lookups to this process (EPERM on a stat of a
+/// directory inside it): only the guard does that.
+fn sealed_against_us(pins: &PinPaths) -> bool {
+    pins.root().exists()
+        && std::fs::metadata(pins.maps_dir()).is_err_and(|e| e.raw_os_error() == Some(libc::EPERM))
+}
+
 /// The caps the config asks for, one slot per direction.
 fn wanted_caps(cfg: &Config) -> [CapSlot; 2] {
     let mut slots = [CapSlot::Unset; 2];
@@ -148,7 +162,18 @@ impl Agent {
         }
         wait_for_interfaces(&cfg, stop)?;
         let pins = PinPaths::new(&cfg.pin_root);
-        let mut limiter = Limiter::load_or_adopt(&pins, &wanted_caps(&cfg))?;
+        let mut limiter = match Limiter::load_or_adopt(&pins, &wanted_caps(&cfg)) {
+            Ok(l) => l,
+            // Our pin directories refuse this process: a guard sealed them for another
+            // executable (the previous build's, before a package upgrade replaced the file).
+            Err(e) if sealed_against_us(&pins) => {
+                return Err(AgentError::SealedForAnother {
+                    root: pins.root().to_path_buf(),
+                    detail: e.to_string(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
         let gaps = GapLog::open(&cfg.state_dir)?;
         log::info!(
             "{} policer under {} (egress prog #{} tag {}, ingress prog #{} tag {})",
@@ -553,15 +578,48 @@ impl Agent {
         Ok(())
     }
 
+    /// Loads the tamper watch where the guard is not sealed (`self_protection` not `off`).
+    fn start_watch(
+        &self,
+        tx: mpsc::Sender<Wake>,
+    ) -> Option<crate::limiter::tamper_watch::TamperWatch> {
+        if matches!(self.guard, GuardState::Sealed(_))
+            || self.cfg.self_protection == crate::config::GuardMode::Off
+        {
+            return None;
+        }
+        match crate::limiter::tamper_watch::start(move |ev| {
+            let _ = tx.send(Wake::Tamper(ev));
+        }) {
+            Ok(w) => {
+                log::info!(
+                    "tamper watch on bpf(): detaches and attaches are checked as they return"
+                );
+                Some(w)
+            }
+            Err(e) => {
+                log::warn!("tamper watch not loaded ({e}); tampering is found at the next check");
+                None
+            }
+        }
+    }
+
     /// Seals the limiter with the BPF LSM guard, or seals it again when its objects changed
     /// since (new caps or an upgrade load new programs and a new config map). A failed
     /// reseal leaves the previous generation in force over the objects it names.
     fn keep_sealed(&mut self) -> Result<(), AgentError> {
         use crate::{config::GuardMode, guard};
         use rackwarden_attest::evidence::LsmGuard;
-        if self.cfg.self_protection == GuardMode::Off {
+        if let mode @ (GuardMode::Off | GuardMode::Watch) = self.cfg.self_protection {
             guard::record(LsmGuard::Unavailable {
-                reason: "self_protection = \"off\" in the config".into(),
+                reason: format!(
+                    "self_protection = \"{}\" in the config",
+                    if mode == GuardMode::Off {
+                        "off"
+                    } else {
+                        "watch"
+                    }
+                ),
             });
             return Ok(());
         }
@@ -827,8 +885,10 @@ impl Agent {
     /// Enforcing/Degraded: serve the control socket, sample counters every second and check
     /// the hooks every `check_interval`, until `stop` is set.
     pub fn run(mut self, stop: &AtomicBool) -> Result<(), AgentError> {
-        let (tx, rx) = mpsc::channel::<Envelope>();
-        control::serve(&self.cfg.control_socket, tx)?;
+        let (tx, rx) = mpsc::channel::<Wake>();
+        control::serve(&self.cfg.control_socket, tx.clone())?;
+        // Without the guard, the watch reports another process's attach/detach at once.
+        let _watch = self.start_watch(tx);
         let mut next_sample = Instant::now();
         let mut next_check = Instant::now() + self.cfg.check_interval;
         let watchdog = crate::notify::watchdog_interval();
@@ -885,8 +945,20 @@ impl Agent {
                 .min(next_check)
                 .saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait.min(Duration::from_millis(200))) {
-                Ok((req, reply)) => {
+                Ok(Wake::Request((req, reply))) => {
                     let _ = reply.send(self.handle(req));
+                }
+                Ok(Wake::Tamper(ev)) => {
+                    log::warn!(
+                        "tamper watch: pid {} bpf() command {} returned {}: checking the hooks now",
+                        ev.tgid,
+                        ev.cmd,
+                        ev.ret
+                    );
+                    // Several reports of one attack come in a burst: one check serves them.
+                    while let Ok(Wake::Tamper(_)) = rx.try_recv() {}
+                    self.check_hooks(false)?;
+                    next_check = Instant::now() + self.cfg.check_interval;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,

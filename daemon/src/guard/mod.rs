@@ -29,7 +29,7 @@ use std::{
 
 use aya::{
     EbpfLoader,
-    maps::{Array, MapData, PerCpuArray},
+    maps::{Array, MapData},
     programs::{Lsm, ProgramError, links::FdLink},
 };
 use rackwarden_attest::evidence::LsmGuard;
@@ -265,13 +265,8 @@ fn total(r: &GuardRefusals) -> u64 {
 
 /// The guard's refusals summed over CPUs (`None`: no guard pinned, or not readable).
 pub fn refusals(pins: &PinPaths) -> Option<GuardRefusals> {
-    let path = pins.guard_generation(false).join(guard_map_names::REFUSALS);
-    let data = MapData::from_pin(&path).ok()?;
-    let map = aya::maps::Map::PerCpuArray(data);
-    let arr: PerCpuArray<_, GuardRefusals> = PerCpuArray::try_from(map).ok()?;
-    let per_cpu = arr.get(&0, 0).ok()?;
-    let mut sum = GuardRefusals::default();
-    for c in per_cpu.iter() {
+    let pin = pins.guard_generation(false).join(guard_map_names::REFUSALS);
+    raw::sum_per_cpu(&pin, |sum: &mut GuardRefusals, c| {
         sum.link_fd += c.link_fd;
         sum.map_fd += c.map_fd;
         sum.prog_fd += c.prog_fd;
@@ -285,8 +280,7 @@ pub fn refusals(pins: &PinPaths) -> Option<GuardRefusals> {
             sum.last_tgid = c.last_tgid;
             sum.last_path = c.last_path;
         }
-    }
-    Some(sum)
+    })
 }
 
 fn too_many<T>(what: &'static str, v: &[T], max: usize) -> Result<(), GuardError> {

@@ -10,6 +10,7 @@ pub mod maps;
 pub mod protection;
 pub mod raw;
 pub mod sockopt;
+pub mod tamper_watch;
 pub mod tcdump;
 pub mod watch;
 

@@ -45,7 +45,23 @@ pub fn assess(pins: &PinPaths, check_interval: Duration) -> SelfProtection {
         .all(|m| map_frozen(pins, m) == Some(true));
     let lsm_guard = crate::guard::report(pins);
     let sealed = matches!(lsm_guard, LsmGuard::Sealed { .. });
-    let unless_sealed = |l| if sealed { ProtectionLevel::Refused } else { l };
+    // The watch sees bpf() calls, so a tcx detach or attach (a link) but not a netlink one.
+    let watched = super::tamper_watch::active()
+        && std::fs::read_dir(pins.links_dir())
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .any(|e| e.file_name().to_string_lossy().ends_with("_egress"))
+            })
+            .unwrap_or(false);
+    let unless_sealed = |l| {
+        if sealed {
+            ProtectionLevel::Refused
+        } else if watched && l == ProtectionLevel::RestoredOnPoll {
+            ProtectionLevel::RestoredOnEvent
+        } else {
+            l
+        }
+    };
     SelfProtection {
         map_writes: if all_frozen || sealed {
             ProtectionLevel::Refused

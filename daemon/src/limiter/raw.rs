@@ -137,3 +137,17 @@ pub fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
     // SAFETY: a new fd we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+/// The single entry of the per-CPU array pinned at `pin`, folded over CPUs with `add`
+/// (`None`: not pinned, or not readable by this process).
+pub fn sum_per_cpu<T: aya::Pod + Default>(pin: &Path, add: impl Fn(&mut T, &T)) -> Option<T> {
+    let data = aya::maps::MapData::from_pin(pin).ok()?;
+    let arr: aya::maps::PerCpuArray<_, T> =
+        aya::maps::PerCpuArray::try_from(aya::maps::Map::PerCpuArray(data)).ok()?;
+    let per_cpu = arr.get(&0, 0).ok()?;
+    let mut total = T::default();
+    for c in per_cpu.iter() {
+        add(&mut total, c);
+    }
+    Some(total)
+}

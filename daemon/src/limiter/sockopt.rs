@@ -147,20 +147,17 @@ pub fn refusal_counts(pins: &PinPaths) -> Option<rackwarden_attest::evidence::Re
 
 /// Refusals so far, summed over CPUs, with the latest offender.
 pub fn refusals(pins: &PinPaths) -> Option<RefusalCounters> {
-    let data = aya::maps::MapData::from_pin(pins.map(map_names::REFUSALS)).ok()?;
-    let arr: aya::maps::PerCpuArray<_, RefusalCounters> =
-        aya::maps::PerCpuArray::try_from(aya::maps::Map::PerCpuArray(data)).ok()?;
-    let per_cpu = arr.get(&0, 0).ok()?;
-    let mut total = RefusalCounters::default();
-    for c in per_cpu.iter() {
-        total.qdisc_bypass += c.qdisc_bypass;
-        total.xdp_umem_reg += c.xdp_umem_reg;
-        if c.last_ns > total.last_ns {
-            total.last_ns = c.last_ns;
-            total.last_cgroup_id = c.last_cgroup_id;
-            total.last_tgid = c.last_tgid;
-            total.last_optname = c.last_optname;
-        }
-    }
-    Some(total)
+    super::raw::sum_per_cpu(
+        &pins.map(map_names::REFUSALS),
+        |total: &mut RefusalCounters, c| {
+            total.qdisc_bypass += c.qdisc_bypass;
+            total.xdp_umem_reg += c.xdp_umem_reg;
+            if c.last_ns > total.last_ns {
+                total.last_ns = c.last_ns;
+                total.last_cgroup_id = c.last_cgroup_id;
+                total.last_tgid = c.last_tgid;
+                total.last_optname = c.last_optname;
+            }
+        },
+    )
 }

@@ -1,0 +1,70 @@
+//! The tamper watch, for hosts where the BPF LSM guard cannot load: a raw tracepoint on
+//! syscall exit that tells the daemon, through a ring buffer, the moment another process's
+//! `bpf()` attach, detach or link update has returned. The daemon then checks its hooks at
+//! once instead of at the next poll (`restored_on_event`). It refuses nothing.
+//!
+//! A raw tracepoint, not a kprobe: kernels without the kprobe PMU or tracefs (this project's
+//! CI host) still attach it (`BPF_RAW_TRACEPOINT_OPEN`). It runs at every syscall exit and
+//! leaves at its first comparison for every syscall but `bpf`.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::{map, raw_tracepoint},
+    maps::RingBuf,
+    programs::RawTracePointContext,
+};
+use rackwarden_common::guard::{TamperEvent, WATCHED_BPF_CMDS};
+
+/// The daemon's tgid, set at load: its own calls are not tampering.
+#[unsafe(no_mangle)]
+static DAEMON_TGID: u32 = 0;
+
+#[map(name = "RW_WATCH_EVENTS")]
+static RW_WATCH_EVENTS: RingBuf = RingBuf::with_byte_size(16 * 4096, 0);
+
+/// x86-64 `struct pt_regs`: the first argument (`di`) and the syscall number (`orig_ax`).
+const PT_REGS_DI: usize = 14 * 8;
+const PT_REGS_ORIG_AX: usize = 15 * 8;
+const NR_BPF: u64 = 321;
+
+/// `sys_exit(struct pt_regs *regs, long ret)`.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn rw_watch_sys_exit(ctx: RawTracePointContext) -> i32 {
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: checked kernel reads of the task's saved registers.
+    let Ok(nr) = (unsafe { bpf_probe_read_kernel(regs.wrapping_add(PT_REGS_ORIG_AX) as *const u64) })
+    else {
+        return 0;
+    };
+    if nr != NR_BPF {
+        return 0;
+    }
+    let ret: i64 = ctx.arg(1);
+    if ret < 0 {
+        return 0;
+    }
+    // SAFETY: as above.
+    let Ok(cmd) = (unsafe { bpf_probe_read_kernel(regs.wrapping_add(PT_REGS_DI) as *const u64) })
+    else {
+        return 0;
+    };
+    let cmd = cmd as u32;
+    if !WATCHED_BPF_CMDS.contains(&cmd) {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: a global the loader wrote before load; read-only afterwards.
+    if tgid == unsafe { core::ptr::read_volatile(&DAEMON_TGID) } {
+        return 0;
+    }
+    let _ = RW_WATCH_EVENTS.output::<TamperEvent>(TamperEvent { cmd, tgid, ret }, 0);
+    0
+}
+
+mod panic;
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";
