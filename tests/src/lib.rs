@@ -251,23 +251,16 @@ burst = "{burst}"
     /// the daemon refuses to start where it cannot seal. The other fixtures leave it off so
     /// their tamper tests exercise the restore-on-poll path every kernel has.
     pub fn write_config_guarded(&self, egress: &str, ingress: &str, burst: &str) -> PathBuf {
-        let path = self.write_config(egress, ingress, burst);
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("self_protection = \"off\"", "self_protection = \"lsm\"");
-        std::fs::write(&path, text).unwrap();
-        path
+        set_protection(self.write_config(egress, ingress, burst), "lsm")
     }
 
     /// As [`Net::write_config_root_refusal`], with the tamper watch and no guard
     /// (`self_protection = "watch"`): the red-team matrix of hosts without BPF LSM.
     pub fn write_config_watched(&self, egress: &str, ingress: &str, burst: &str) -> PathBuf {
-        let path = self.write_config_root_refusal(egress, ingress, burst);
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("self_protection = \"off\"", "self_protection = \"watch\"");
-        std::fs::write(&path, text).unwrap();
-        path
+        set_protection(
+            self.write_config_root_refusal(egress, ingress, burst),
+            "watch",
+        )
     }
 
     pub fn socket_path(&self) -> PathBuf {
@@ -358,6 +351,16 @@ pub fn bin(name: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+/// Rewrites the fixture config's `self_protection` (written `"off"`) to `mode`.
+pub fn set_protection(path: PathBuf, mode: &str) -> PathBuf {
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "self_protection = \"off\"",
+        &format!("self_protection = \"{mode}\""),
+    );
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
 /// A running `rackwardend`, killed (by its own PID) on drop.
