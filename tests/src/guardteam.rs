@@ -300,6 +300,66 @@ pub fn run() -> Vec<Row> {
         || "this test process would run as the daemon's executable".into(),
     ));
 
+    // A cap change under the seal: new programs and a new frozen config map, which the next
+    // check seals again (a new guard generation, in force before the old one goes).
+    let old_config = st["map_ids"]["config"].as_u64().unwrap();
+    let set_cap = |rate: &str| {
+        let out = std::process::Command::new(bin("rackwarden"))
+            .args(["cap", "set", "--egress", rate, "--socket"])
+            .arg(net.socket_path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let seen = std::cell::Cell::new(0u64);
+    rows.push(quick.row(
+        "cap change: the new generation is sealed",
+        eperm,
+        || {
+            set_cap("2 MB/s");
+            // The next hook check (500 ms) seals the new generation.
+            std::thread::sleep(Duration::from_millis(1500));
+            let st = status_json(&net.socket_path());
+            let new_config = st["map_ids"]["config"].as_u64().unwrap();
+            seen.set(new_config);
+            assert_ne!(
+                new_config, old_config,
+                "a cap change makes a new config map"
+            );
+            assert_eq!(
+                st["self_protection"]["lsm_guard"]["state"], "sealed",
+                "{st}"
+            );
+            let by_pin = errno(&tamper::write_map(&pins.map(map_names::CONFIG), 0));
+            let by_id = errno(&tamper::fd_by_id(
+                tamper::BPF_MAP_GET_FD_BY_ID,
+                new_config as u32,
+            ));
+            set_cap("1 MB/s");
+            std::thread::sleep(Duration::from_millis(1500));
+            if by_pin == libc::EPERM && by_id == libc::EPERM {
+                libc::EPERM
+            } else {
+                by_pin.max(by_id)
+            }
+        },
+        || {
+            format!(
+                "config map #{old_config} -> #{}: its pin and its id refused; back to 1 MB/s",
+                seen.get()
+            )
+        },
+    ));
+    assert!(
+        d.log_text().matches("sealed by the BPF LSM guard").count() >= 3,
+        "sealed at start and after each cap change:\n{}",
+        d.log_text()
+    );
+
     // The daemon dies: the seal is pinned and stays in force.
     d.kill9();
     std::thread::sleep(Duration::from_millis(200));

@@ -461,6 +461,24 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
         arr.set(0, cfg, 0)
             .map_err(|e| map_err(guard_map_names::CONFIG)(e.to_string()))?;
     }
+    // The refusal count is the guard's, not a generation's: the new one starts where the
+    // old one is (what the old one refuses in the milliseconds until it is removed is lost).
+    if let Some(old) = refusals(pins) {
+        let map = ebpf
+            .map_mut(guard_map_names::REFUSALS)
+            .ok_or_else(|| map_err(guard_map_names::REFUSALS)("missing".into()))?;
+        let mut arr: aya::maps::PerCpuArray<&mut MapData, GuardRefusals> =
+            aya::maps::PerCpuArray::try_from(map)
+                .map_err(|e| map_err(guard_map_names::REFUSALS)(e.to_string()))?;
+        let cpus = aya::util::nr_cpus()
+            .map_err(|(what, e)| map_err(guard_map_names::REFUSALS)(format!("{what}: {e}")))?;
+        let mut values = vec![GuardRefusals::default(); cpus];
+        values[0] = old;
+        let values = aya::maps::PerCpuValues::try_from(values)
+            .map_err(|e| map_err(guard_map_names::REFUSALS)(e.to_string()))?;
+        arr.set(0, values, 0)
+            .map_err(|e| map_err(guard_map_names::REFUSALS)(e.to_string()))?;
+    }
     for name in [guard_map_names::CONFIG, guard_map_names::REFUSALS] {
         let Some(aya::maps::Map::Array(data) | aya::maps::Map::PerCpuArray(data)) = ebpf.map(name)
         else {
