@@ -6,7 +6,8 @@
 //!   refused for every process. Read back from `/proc/self/fdinfo` (`frozen: 1`), because an
 //!   older build's pinned maps, adopted, may not be.
 //! - Detach, replace, a program ahead of ours: refused by the BPF LSM guard (`crate::guard`)
-//!   where it is sealed; elsewhere found at the next hook check and restored.
+//!   where it is sealed; elsewhere restored as the `bpf()` call returns when the tamper watch
+//!   runs and the hooks are tcx links ([`super::tamper_watch`]), else at the next hook check.
 //! - Programs writing the bucket or the counters (a frozen map still takes program writes;
 //!   the config map is `BPF_F_RDONLY_PROG` and takes none): under the guard no other process
 //!   can get an fd to our maps, so none can load such a program; elsewhere a counter that
