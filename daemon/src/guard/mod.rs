@@ -169,6 +169,12 @@ pub struct Protected {
     pub daemon_exe: FileId,
 }
 
+/// The id of the object pinned at `path`.
+fn pinned_id(path: &Path) -> Result<u32, GuardError> {
+    let fd = raw::obj_get(path).map_err(io_err(path))?;
+    raw::obj_id(&fd).map_err(io_err(path))
+}
+
 /// Ids of every object pinned in `dir` (maps, programs or links).
 fn pinned_ids(dir: &Path) -> Result<Vec<u32>, GuardError> {
     let mut ids = Vec::new();
@@ -177,9 +183,7 @@ fn pinned_ids(dir: &Path) -> Result<Vec<u32>, GuardError> {
         r => r.map_err(io_err(dir))?,
     };
     for e in entries {
-        let path = e.map_err(io_err(dir))?.path();
-        let fd = raw::obj_get(&path).map_err(io_err(&path))?;
-        ids.push(raw::obj_id(&fd).map_err(io_err(&path))?);
+        ids.push(pinned_id(&e.map_err(io_err(dir))?.path())?);
     }
     ids.sort_unstable();
     Ok(ids)
@@ -325,41 +329,16 @@ fn load_one(
     })
 }
 
-/// Whether this kernel takes the guard: its BTF has every member and hook signature the
-/// guard reads, and it loads every guard program (nothing is attached or pinned).
-pub fn probe() -> Result<(), GuardError> {
-    let kbtf = KernelBtf::load(Path::new(btf::VMLINUX))?;
-    kernel_offsets(&kbtf)?;
-    for (_, hook, want) in HOOK_SIGNATURES {
-        kbtf.check_hook(hook, want)?;
-    }
-    let aya_btf = aya::Btf::from_sys_fs().map_err(|e| GuardError::Map {
-        name: "vmlinux BTF",
-        detail: e.to_string(),
-    })?;
-    let mut ebpf = EbpfLoader::new().load(GUARD_OBJECT)?;
-    for (i, (name, hook, _)) in HOOK_SIGNATURES.into_iter().enumerate() {
-        let prog: &mut Lsm = ebpf
-            .program_mut(name)
-            .ok_or_else(|| GuardError::Program {
-                prog: name,
-                hook,
-                detail: "not in the guard object".into(),
-            })?
-            .try_into()
-            .map_err(|e: ProgramError| GuardError::Program {
-                prog: name,
-                hook,
-                detail: e.to_string(),
-            })?;
-        load_one(prog, name, hook, &aya_btf, i == 0)?;
-    }
-    Ok(())
+/// What loading the guard needs from this kernel: the offsets it reads, the arity of the
+/// `bpf` hook, aya's view of the BTF, and the loaded guard programs (not attached). Every
+/// hook signature is checked first.
+struct Loaded {
+    off: KernelOffsets,
+    bpf_hook_args: usize,
+    ebpf: aya::Ebpf,
 }
 
-/// Loads, attaches, configures and freezes a new guard generation for `protected`, then
-/// removes the previous one. On error the previous generation (if any) stays in force.
-pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError> {
+fn load_guard() -> Result<Loaded, GuardError> {
     let kbtf = KernelBtf::load(Path::new(btf::VMLINUX))?;
     let off = kernel_offsets(&kbtf)?;
     let mut bpf_hook_args = 0;
@@ -373,28 +352,62 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
         name: "vmlinux BTF",
         detail: e.to_string(),
     })?;
+    let mut ebpf = EbpfLoader::new().load(GUARD_OBJECT)?;
+    for (i, (name, hook, _)) in HOOK_SIGNATURES.into_iter().enumerate() {
+        let prog = lsm_program(&mut ebpf, name, hook)?;
+        load_one(prog, name, hook, &aya_btf, i == 0)?;
+    }
+    Ok(Loaded {
+        off,
+        bpf_hook_args,
+        ebpf,
+    })
+}
+
+fn lsm_program<'a>(
+    ebpf: &'a mut aya::Ebpf,
+    name: &'static str,
+    hook: &'static str,
+) -> Result<&'a mut Lsm, GuardError> {
+    let perr = |detail: String| GuardError::Program {
+        prog: name,
+        hook,
+        detail,
+    };
+    ebpf.program_mut(name)
+        .ok_or_else(|| perr("not in the guard object".into()))?
+        .try_into()
+        .map_err(|e: ProgramError| perr(e.to_string()))
+}
+
+/// Whether this kernel takes the guard: its BTF has every member and hook signature the
+/// guard reads, and it loads every guard program (nothing is attached or pinned).
+pub fn probe() -> Result<(), GuardError> {
+    load_guard().map(|_| ())
+}
+
+/// Loads, attaches, configures and freezes a new guard generation for `protected`, then
+/// removes the previous one. On error the previous generation (if any) stays in force.
+pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError> {
     too_many("interfaces", &protected.ifaces, GUARD_MAX_IFACES)?;
+    let Loaded {
+        off,
+        bpf_hook_args,
+        mut ebpf,
+    } = load_guard()?;
 
     let next = pins.guard_generation(true);
     let _ = std::fs::remove_dir_all(&next);
     std::fs::create_dir_all(&next).map_err(io_err(&next))?;
-    let mut ebpf = EbpfLoader::new().load(GUARD_OBJECT)?;
     let mut prog_ids = Vec::new();
-    for (i, (name, hook, _)) in HOOK_SIGNATURES.into_iter().enumerate() {
+    let mut links = protected.links.clone();
+    for (name, hook, _) in HOOK_SIGNATURES {
         let perr = |detail: String| GuardError::Program {
             prog: name,
             hook,
             detail,
         };
-        let prog: &mut Lsm = ebpf
-            .program_mut(name)
-            .ok_or_else(|| perr("not in the guard object".into()))?
-            .try_into()
-            .map_err(|e: ProgramError| perr(e.to_string()))?;
-        if let Err(e) = load_one(prog, name, hook, &aya_btf, i == 0) {
-            let _ = std::fs::remove_dir_all(&next);
-            return Err(e);
-        }
+        let prog = lsm_program(&mut ebpf, name, hook)?;
         prog_ids.push(prog.info().map_err(|e| perr(e.to_string()))?.id());
         let link_id = prog.attach().map_err(|e| perr(e.to_string()))?;
         let link: FdLink = prog
@@ -404,7 +417,9 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
         let path = next.join(hook);
         link.pin(&path)
             .map_err(|e| perr(format!("pin {}: {e}", path.display())))?;
+        links.push(pinned_id(&path)?);
     }
+    let mut maps_of_guard = Vec::new();
     for name in [guard_map_names::CONFIG, guard_map_names::REFUSALS] {
         let map = ebpf.map(name).ok_or(GuardError::Map {
             name,
@@ -415,20 +430,12 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
             name,
             detail: format!("pin {}: {e}", path.display()),
         })?;
+        maps_of_guard.push(pinned_id(&path)?);
     }
 
     // Everything the config names: the limiter's objects and the guard's own.
     let mut maps = protected.maps.clone();
-    let mut links = protected.links.clone();
-    for e in std::fs::read_dir(&next).map_err(io_err(&next))? {
-        let path = e.map_err(io_err(&next))?.path();
-        let fd = raw::obj_get(&path).map_err(io_err(&path))?;
-        let id = raw::obj_id(&fd).map_err(io_err(&path))?;
-        let is_map = path
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("RW_"));
-        if is_map { &mut maps } else { &mut links }.push(id);
-    }
+    maps.extend(maps_of_guard);
     let mut progs = protected.progs.clone();
     progs.extend(prog_ids);
     let mut dirs = protected.dirs.clone();
