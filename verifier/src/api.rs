@@ -26,7 +26,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use crate::check::{IngestOutcome, Verifier};
+use crate::service::{IngestOutcome, Verifier};
 
 pub struct AppState {
     pub verifier: Mutex<Verifier>,
@@ -177,10 +177,10 @@ async fn challenge(
         Ok(Ok((nonce, expires))) => {
             Json(serde_json::json!({ "nonce": nonce, "expires_at_ms": expires })).into_response()
         }
-        Ok(Err(e @ crate::check::VerifierError::NotEnrolled { .. })) => {
+        Ok(Err(e @ crate::service::VerifierError::NotEnrolled { .. })) => {
             error(StatusCode::NOT_FOUND, e.to_string())
         }
-        Ok(Err(e @ crate::check::VerifierError::TooManyNonces { retry_after_s, .. })) => {
+        Ok(Err(e @ crate::service::VerifierError::TooManyNonces { retry_after_s, .. })) => {
             too_many(retry_after_s, e.to_string())
         }
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -226,7 +226,7 @@ async fn statements(State(st): State<Arc<AppState>>, headers: HeaderMap, body: B
     let prepared = match tokio::task::spawn_blocking(move || {
         let p: Vec<_> = items
             .iter()
-            .map(|it| crate::check::prepare(&keys, it))
+            .map(|it| crate::service::prepare(&keys, it))
             .collect();
         (items, p)
     })
@@ -289,7 +289,7 @@ async fn racks(State(st): State<Arc<AppState>>) -> Response {
             let s = v.rack_standing(&r, now)?;
             list.push(serde_json::json!({"rack": s.rack, "status": s.status, "hosts": s.hosts.len(), "findings": s.findings}));
         }
-        Ok::<_, crate::check::VerifierError>(list)
+        Ok::<_, crate::service::VerifierError>(list)
     })
     .await
     {

@@ -3,7 +3,7 @@ use std::{path::PathBuf, sync::Arc};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use rackwarden_verifier::{api, check::Verifier, config::VerifierConfig, recheck, store::Store};
+use rackwarden_verifier::{api, config::VerifierConfig, recheck, service::Verifier, store::Store};
 
 #[derive(Parser)]
 #[command(

@@ -5,8 +5,8 @@
 use serde::Serialize;
 
 use crate::{
-    check::{IngestStatus, Verifier, VerifierError},
     config::Policy,
+    service::{IngestStatus, Verifier, VerifierError},
     store::Store,
 };
 

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::check::{AttestationResult, Status, Verifier, VerifierError, stored_statement};
+use crate::service::{AttestationResult, Status, Verifier, VerifierError, stored_statement};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct HostStanding {
@@ -101,7 +101,7 @@ impl Verifier {
                         r.findings
                             .into_iter()
                             .filter(|f| f.severity == Status::Contraindicated)
-                            .map(|f| f.code)
+                            .map(|f| f.code.name().to_string())
                             .collect()
                     })
                     .unwrap_or_default();
@@ -236,7 +236,7 @@ impl Verifier {
 
 #[cfg(test)]
 mod tests {
-    use crate::{check::Verifier, store::Store};
+    use crate::{service::Verifier, store::Store};
 
     #[test]
     fn a_store_error_is_an_error_never_an_empty_list() {

@@ -842,7 +842,7 @@ fn key_rotation_keeps_history_and_flags_the_retired_key() {
 
 #[test]
 fn an_expired_nonce_is_contraindicated() {
-    use rackwarden_verifier::{check::Verifier, config::VerifierConfig, store::Store};
+    use rackwarden_verifier::{config::VerifierConfig, service::Verifier, store::Store};
     let (dir, config, _) = setup("exp", "1 h", None);
     let cfg = VerifierConfig::load(&config).unwrap();
     let mut v = Verifier::new(Store::in_memory().unwrap(), cfg.policy.clone()).unwrap();
@@ -1317,7 +1317,7 @@ fn protection(level: ProtectionLevel, guard: LsmGuard) -> SelfProtection {
 
 #[test]
 fn a_policy_can_require_the_guard() {
-    use rackwarden_verifier::{check::Verifier, config::VerifierConfig, store::Store};
+    use rackwarden_verifier::{config::VerifierConfig, service::Verifier, store::Store};
     let (dir, config, _) = setup("prot", "1 h", None);
     let text = std::fs::read_to_string(&config).unwrap().replace(
         "[racks.rack-a]",

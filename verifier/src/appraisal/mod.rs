@@ -1,0 +1,192 @@
+//! Where a statement is judged. Appraisal is pure: a verified statement and the stored
+//! context it is judged against go in, findings and the effects the service must apply
+//! come out. Nothing here reads or writes the database (`service.rs` loads the context
+//! and applies the effects in the ingest transaction).
+//!
+//! The result follows the shape of an IETF EAR attestation result: an overall status, a
+//! per-aspect trustworthiness vector, the policy id, and the findings. One module per aspect:
+//!
+//! | aspect | module | what it asks |
+//! |---|---|---|
+//! | identity | `identity` | is the key current, is the daemon build and its programs accepted |
+//! | chain | `chain` | does this statement extend the host's chain (fork, gap, prev, time) |
+//! | freshness | `freshness` | does it answer a nonce we issued to this host, unused, unexpired |
+//! | limiter | `limiter` | is the policer attached, first, unbypassed and protected |
+//! | budget | `budget` | do the caps and the bytes that passed stay within the agreement |
+//! | wipe | `wipe` | was memory wiped completely, bound to our nonce, within the interval |
+//! | images | `images` | were only manifest images loaded |
+
+pub(crate) mod budget;
+mod chain;
+mod codes;
+mod freshness;
+mod identity;
+mod images;
+mod limiter;
+mod wipe;
+
+use std::collections::BTreeMap;
+
+use rackwarden_attest::statement::Statement;
+use serde::{Deserialize, Serialize};
+
+pub use codes::{Aspect, FindingCode};
+
+use crate::{config::Policy, store::NonceRecord};
+
+/// Overall and per-aspect status, ordered from best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Affirming,
+    Warning,
+    Contraindicated,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Affirming => "affirming",
+            Status::Warning => "warning",
+            Status::Contraindicated => "contraindicated",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub aspect: Aspect,
+    pub code: FindingCode,
+    pub severity: Status,
+    pub detail: String,
+}
+
+/// The verdict on one statement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttestationResult {
+    pub status: Status,
+    pub policy_id: String,
+    pub rack: String,
+    pub host: String,
+    pub seq: u64,
+    pub trustworthiness: BTreeMap<Aspect, Status>,
+    pub findings: Vec<Finding>,
+}
+
+/// What the store knows that a statement is judged against, loaded by the service before
+/// appraisal.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The key that signed the statement.
+    pub keyid: String,
+    /// The key's retirement time, read from the store at ingest (a key retired while the
+    /// service runs is retired at once).
+    pub retired_ms: Option<u64>,
+    pub enrolled_ms: u64,
+    /// Stored statements with the same seq and a different digest (a fork).
+    pub same_seq_others: usize,
+    /// Stored statements at seq - 1: (digest, epoch end).
+    pub predecessors: Vec<(String, u64)>,
+    /// The last stored statement before this seq: the budget's baseline, across gaps too.
+    pub baseline: Option<Statement>,
+    /// The stored record of the nonce the statement answers, if it names one.
+    pub nonce: NonceLookup,
+    /// End of the host's last epoch with a counted wipe.
+    pub last_wipe_ms: Option<u64>,
+}
+
+/// What the store says about the statement's nonce.
+#[derive(Debug, Clone)]
+pub enum NonceLookup {
+    /// The statement answers no challenge.
+    NotNamed,
+    /// Named, but this verifier never issued it.
+    Unknown,
+    Found(NonceRecord),
+}
+
+/// What the service must do once the statement is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Effects {
+    /// The nonce was fresh and is consumed by this statement.
+    pub consume_nonce: bool,
+    /// The statement carries a complete wipe bound to our nonce: it resets the wipe clock.
+    pub wipe_counts: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Appraisal {
+    pub result: AttestationResult,
+    pub effects: Effects,
+}
+
+/// Collects findings for one statement.
+pub(crate) struct Judge<'a> {
+    pub policy: &'a Policy,
+    pub findings: Vec<Finding>,
+}
+
+impl Judge<'_> {
+    pub fn add(&mut self, code: FindingCode, severity: Status, detail: impl Into<String>) {
+        self.findings.push(Finding {
+            aspect: code.aspect(),
+            code,
+            severity,
+            detail: detail.into(),
+        });
+    }
+
+    fn has(&self, aspect: Aspect, severity: Status) -> bool {
+        self.findings
+            .iter()
+            .any(|f| f.aspect == aspect && f.severity == severity)
+    }
+
+    fn result(self, st: &Statement) -> AttestationResult {
+        let mut tw: BTreeMap<Aspect, Status> = Aspect::ALL
+            .iter()
+            .map(|a| (*a, Status::Affirming))
+            .collect();
+        for f in &self.findings {
+            let e = tw.entry(f.aspect).or_insert(Status::Affirming);
+            *e = (*e).max(f.severity);
+        }
+        AttestationResult {
+            status: tw.values().copied().max().unwrap_or(Status::Affirming),
+            policy_id: self.policy.id.clone(),
+            rack: st.predicate.rack_id.clone(),
+            host: st.predicate.host_id.clone(),
+            seq: st.predicate.seq,
+            trustworthiness: tw,
+            findings: self.findings,
+        }
+    }
+}
+
+/// Judges one statement (signature and attribution already checked) against its context.
+/// `now_ms` is the receipt time.
+pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> Appraisal {
+    let mut j = Judge {
+        policy,
+        findings: Vec::new(),
+    };
+    // The order of the findings is part of a stored verdict (`recheck` compares them).
+    identity::check_key(&mut j, st, ctx);
+    identity::check_daemon(&mut j, st);
+    limiter::check_self_protection(&mut j, st);
+    identity::check_programs(&mut j, st);
+    chain::check(&mut j, st, ctx);
+    let fresh = freshness::check(&mut j, st, ctx, now_ms);
+    limiter::check(&mut j, st);
+    budget::check(&mut j, st, ctx.baseline.as_ref());
+    let wipe_counts = wipe::check(&mut j, st, ctx);
+    images::check(&mut j, st);
+    chain::check_incidents(&mut j, st);
+    Appraisal {
+        result: j.result(st),
+        effects: Effects {
+            consume_nonce: fresh,
+            wipe_counts,
+        },
+    }
+}
