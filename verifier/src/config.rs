@@ -2,7 +2,10 @@
 //! the file, the line and the key.
 //!
 //! ```toml
-//! listen = "127.0.0.1:7700"
+//! listen = "10.0.0.5:7700"
+//! tls_cert = "/etc/rackwarden-verifier/tls/server.pem"   # PEM chain, leaf first
+//! tls_key = "/etc/rackwarden-verifier/tls/server.key"    # PEM private key
+//! # insecure_http = true          # plain HTTP instead: refused unless `listen` is loopback
 //! database = "/var/lib/rackwarden-verifier/verifier.sqlite"
 //! max_body = "4 MiB"
 //! request_timeout = "10 s"
@@ -17,6 +20,7 @@
 //! max_residue_gpu = "1 GiB"
 //! trainable_state = "10 TB"
 //! max_epoch_fraction = 0.01       # bytes received in one epoch / trainable state
+//! reference_bandwidth = "400 Gbit/s" # the interconnect training would otherwise have (default)
 //! required_wipe_backends = ["host"] # device classes each wipe must cover completely (default)
 //! # accepted_daemon_digests = ["<sha3-256 of rackwardend>"]   # pin daemon builds (optional)
 //! # accepted_program_tags = ["<16 hex digits>"]               # pin eBPF program tags (optional)
@@ -62,6 +66,9 @@ pub struct Policy {
     pub max_residue_gpu: u64,
     pub trainable_state_bytes: u64,
     pub max_epoch_fraction: f64,
+    /// The interconnect bandwidth a training job would have without the caps: the page's
+    /// slowdown factor is this over the rack's enforced caps.
+    pub reference_bandwidth_bytes_per_s: u64,
     /// Device classes (`host`, `gpu`, `scratch`) every wipe must cover completely to count.
     pub required_wipe_backends: Vec<String>,
     /// SHA3-256 of the daemon binaries the policy accepts (`producer.binary_sha3_256`); any
@@ -76,10 +83,20 @@ pub struct Policy {
     pub racks: BTreeMap<String, RackAgreement>,
 }
 
+/// How `serve` speaks to its clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// TLS with this certificate chain and key (PEM files).
+    Tls { cert: PathBuf, key: PathBuf },
+    /// Plain HTTP, only ever on a loopback address (`insecure_http = true`).
+    InsecureHttp,
+}
+
 #[derive(Debug, Clone)]
 pub struct VerifierConfig {
     pub path: PathBuf,
     pub listen: SocketAddr,
+    pub transport: Transport,
     pub database: PathBuf,
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
@@ -92,6 +109,9 @@ pub struct VerifierConfig {
 #[serde(deny_unknown_fields)]
 struct Raw {
     listen: Spanned<String>,
+    tls_cert: Option<Spanned<String>>,
+    tls_key: Option<Spanned<String>>,
+    insecure_http: Option<Spanned<bool>>,
     database: Spanned<String>,
     max_body: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
@@ -112,6 +132,7 @@ struct RawPolicy {
     max_residue_gpu: Spanned<String>,
     trainable_state: Spanned<String>,
     max_epoch_fraction: Spanned<f64>,
+    reference_bandwidth: Option<Spanned<String>>,
     required_wipe_backends: Option<Spanned<Vec<Spanned<String>>>>,
     accepted_daemon_digests: Option<Vec<Spanned<String>>>,
     accepted_program_tags: Option<Vec<Spanned<String>>>,
@@ -166,6 +187,45 @@ impl VerifierConfig {
             .get_ref()
             .parse()
             .map_err(|e| err(Some(raw.listen.span()), format!("`listen`: {e}")))?;
+        // `insecure_http = false` is the same as leaving it out.
+        let insecure = raw.insecure_http.as_ref().filter(|i| *i.get_ref());
+        let transport = match (&raw.tls_cert, &raw.tls_key, insecure) {
+            (Some(c), Some(k), None) => Transport::Tls {
+                cert: PathBuf::from(c.get_ref()),
+                key: PathBuf::from(k.get_ref()),
+            },
+            (Some(_), Some(_), Some(i)) => {
+                return Err(err(
+                    Some(i.span()),
+                    "`insecure_http = true` and `tls_cert`/`tls_key` together: choose one".into(),
+                ));
+            }
+            (Some(c), None, _) => {
+                return Err(err(Some(c.span()), "`tls_cert` needs `tls_key`".into()));
+            }
+            (None, Some(k), _) => {
+                return Err(err(Some(k.span()), "`tls_key` needs `tls_cert`".into()));
+            }
+            (None, None, Some(i)) => {
+                if !listen.ip().is_loopback() {
+                    return Err(err(
+                        Some(i.span()),
+                        format!(
+                            "`insecure_http = true` is refused on {listen}: plain HTTP only on a loopback address (set `tls_cert` and `tls_key`)"
+                        ),
+                    ));
+                }
+                Transport::InsecureHttp
+            }
+            (None, None, None) => {
+                return Err(err(
+                    Some(raw.listen.span()),
+                    format!(
+                        "`listen` on {listen} needs `tls_cert` and `tls_key` (or `insecure_http = true` on a loopback address)"
+                    ),
+                ));
+            }
+        };
         let p = &raw.policy;
         let frac = *p.max_epoch_fraction.get_ref();
         if !(frac > 0.0 && frac <= 1.0) {
@@ -227,6 +287,7 @@ impl VerifierConfig {
         Ok(VerifierConfig {
             path: path.into(),
             listen,
+            transport,
             database: PathBuf::from(raw.database.get_ref()),
             max_body_bytes: max_body,
             max_connections: match &raw.max_connections {
@@ -306,6 +367,10 @@ impl VerifierConfig {
                 max_residue_gpu: size("policy.max_residue_gpu", &p.max_residue_gpu)?,
                 trainable_state_bytes: size("policy.trainable_state", &p.trainable_state)?,
                 max_epoch_fraction: frac,
+                reference_bandwidth_bytes_per_s: match &p.reference_bandwidth {
+                    None => 50_000_000_000,
+                    Some(r) => rate("policy.reference_bandwidth", r)?,
+                },
                 allowed_images,
                 racks,
             },
@@ -343,7 +408,7 @@ fn hex_list(
 mod tests {
     use super::*;
 
-    const GOOD: &str = "listen = \"127.0.0.1:7700\"\ndatabase = \"/tmp/v.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n";
+    const GOOD: &str = "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/v.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n";
 
     #[test]
     fn good_config() {
@@ -363,57 +428,82 @@ mod tests {
             (
                 "nonce_ttl = \"10 min\"",
                 "nonce_ttl = \"10 eons\"",
-                "v.toml:6: `policy.nonce_ttl`",
+                "v.toml:7: `policy.nonce_ttl`",
             ),
             (
                 "max_epoch_fraction = 0.01",
                 "max_epoch_fraction = 2.0",
-                "v.toml:11: `policy.max_epoch_fraction`",
+                "v.toml:12: `policy.max_epoch_fraction`",
             ),
             (
                 "egress = \"10 MB/s\"",
                 "egress = \"0 MB/s\"",
-                "v.toml:14: `racks.r1.egress` must be above zero",
+                "v.toml:15: `racks.r1.egress` must be above zero",
             ),
             (
                 "id = \"p\"",
                 "id = \"p\"\ncolour = 1",
-                "v.toml:6: unknown field `colour`",
+                "v.toml:7: unknown field `colour`",
             ),
             (
                 "database = \"/tmp/v.sqlite\"",
                 "database = \"/tmp/v.sqlite\"\nmax_connections = 0",
-                "v.toml:3: `max_connections` must be between 1 and 65536",
+                "v.toml:4: `max_connections` must be between 1 and 65536",
             ),
             (
                 "database = \"/tmp/v.sqlite\"",
                 "database = \"/tmp/v.sqlite\"\nheader_timeout = \"5 fortnights\"",
-                "v.toml:3: `header_timeout`",
+                "v.toml:4: `header_timeout`",
             ),
             (
                 "max_epoch_fraction = 0.01",
                 "max_epoch_fraction = 0.01\nrequired_wipe_backends = [\"host\", \"tape\"]",
-                "v.toml:12: `policy.required_wipe_backends`: unknown backend `tape`",
+                "v.toml:13: `policy.required_wipe_backends`: unknown backend `tape`",
             ),
             (
                 "max_epoch_fraction = 0.01",
                 "max_epoch_fraction = 0.01\naccepted_daemon_digests = [\"abc\"]",
-                "v.toml:12: `policy.accepted_daemon_digests`: `abc` is not 64 lowercase hex digits",
+                "v.toml:13: `policy.accepted_daemon_digests`: `abc` is not 64 lowercase hex digits",
             ),
             (
                 "max_epoch_fraction = 0.01",
                 "max_epoch_fraction = 0.01\naccepted_program_tags = [\"FE60982FE492CB35\"]",
-                "v.toml:12: `policy.accepted_program_tags`",
+                "v.toml:13: `policy.accepted_program_tags`",
             ),
             (
                 "max_epoch_fraction = 0.01",
                 "max_epoch_fraction = 0.01\nmin_self_protection = \"sealed\"",
-                "v.toml:12: `policy.min_self_protection`: unknown level `sealed`",
+                "v.toml:13: `policy.min_self_protection`: unknown level `sealed`",
             ),
             (
                 "ingress = \"10 MB/s\"",
                 "ingress = \"10 MB/s\"\nburst = \"lots\"",
-                "v.toml:16: `racks.r1.burst`",
+                "v.toml:17: `racks.r1.burst`",
+            ),
+            (
+                "insecure_http = true",
+                "insecure_http = false",
+                "v.toml:1: `listen` on 127.0.0.1:7700 needs `tls_cert` and `tls_key`",
+            ),
+            (
+                "listen = \"127.0.0.1:7700\"",
+                "listen = \"10.1.2.3:7700\"",
+                "v.toml:2: `insecure_http = true` is refused on 10.1.2.3:7700",
+            ),
+            (
+                "insecure_http = true",
+                "tls_cert = \"/etc/c.pem\"",
+                "v.toml:2: `tls_cert` needs `tls_key`",
+            ),
+            (
+                "insecure_http = true",
+                "insecure_http = true\ntls_cert = \"/c\"\ntls_key = \"/k\"",
+                "v.toml:2: `insecure_http = true` and `tls_cert`/`tls_key` together",
+            ),
+            (
+                "max_epoch_fraction = 0.01",
+                "max_epoch_fraction = 0.01\nreference_bandwidth = \"fast\"",
+                "v.toml:13: `policy.reference_bandwidth`",
             ),
         ] {
             let e = VerifierConfig::parse(Path::new("v.toml"), &GOOD.replace(from, to))

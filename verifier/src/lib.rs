@@ -6,3 +6,4 @@ pub mod serve;
 pub mod service;
 pub mod status;
 pub mod store;
+pub mod tls;

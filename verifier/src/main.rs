@@ -3,7 +3,14 @@ use std::{path::PathBuf, sync::Arc};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use rackwarden_verifier::{api, config::VerifierConfig, recheck, service::Verifier, store::Store};
+use rackwarden_verifier::{
+    api,
+    config::{Transport, VerifierConfig},
+    recheck,
+    service::Verifier,
+    store::Store,
+    tls,
+};
 
 #[derive(Parser)]
 #[command(
@@ -24,8 +31,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Serve the HTTP API.
+    /// Serve the HTTP API and the auditor's pages (TLS unless `insecure_http` on loopback).
     Serve,
+    /// Make a CA and a server certificate for `serve` (for a verifier without its own PKI):
+    /// writes ca.pem (hosts' `[verifier] ca`), server.pem and server.key (`tls_cert`,
+    /// `tls_key`) and server-leaf.pem (hosts' `[verifier] pinned_cert`).
+    TlsInit {
+        /// DNS names and IP addresses hosts use to reach the verifier.
+        #[arg(long = "name", required = true)]
+        names: Vec<String>,
+        /// Directory to write into (created; existing files are not overwritten).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Enroll (or rotate) a host's public key.
     Enroll {
         /// The rack the host belongs to (a `[racks.<id>]` of the policy).
@@ -84,9 +102,23 @@ fn open(cfg: &VerifierConfig) -> anyhow::Result<Verifier> {
 fn main() -> anyhow::Result<()> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
+    if let Cmd::TlsInit { names, out } = &cli.cmd {
+        return tls_init(names, out);
+    }
     let cfg = VerifierConfig::load(&cli.config)?;
     match cli.cmd {
+        Cmd::TlsInit { .. } => unreachable!("handled before the config is read"),
         Cmd::Serve => {
+            let tls = match &cfg.transport {
+                Transport::Tls { cert, key } => Some(tls::server_config(cert, key)?),
+                Transport::InsecureHttp => {
+                    log::warn!(
+                        "plain HTTP on {} (insecure_http = true, loopback only)",
+                        cfg.listen
+                    );
+                    None
+                }
+            };
             let v = open(&cfg)?;
             let state = Arc::new(api::AppState::new(v));
             let rt = tokio::runtime::Runtime::new()?;
@@ -95,7 +127,8 @@ fn main() -> anyhow::Result<()> {
                     .await
                     .with_context(|| format!("listen on {}", cfg.listen))?;
                 log::info!(
-                    "listening on {} (policy {})",
+                    "listening on {}://{} (policy {})",
+                    if tls.is_some() { "https" } else { "http" },
                     listener.local_addr()?,
                     cfg.policy.id
                 );
@@ -106,6 +139,7 @@ fn main() -> anyhow::Result<()> {
                         max_connections: cfg.max_connections,
                         header_timeout: cfg.header_timeout,
                     },
+                    tls,
                     async {
                         let _ = tokio::signal::ctrl_c().await;
                     },
@@ -220,5 +254,35 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+fn tls_init(names: &[String], out: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let g = tls::generate(names)?;
+    std::fs::create_dir_all(out).with_context(|| format!("{}", out.display()))?;
+    for (name, text, mode) in [
+        ("ca.pem", &g.ca_pem, 0o644),
+        ("server.pem", &g.chain_pem, 0o644),
+        ("server-leaf.pem", &g.leaf_pem, 0o644),
+        ("server.key", &g.key_pem, 0o600),
+    ] {
+        let path = out.join(name);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&path)
+            .with_context(|| format!("{} (tls-init never overwrites)", path.display()))?;
+        std::io::Write::write_all(&mut f, text.as_bytes())
+            .and_then(|_| f.sync_all())
+            .with_context(|| format!("{}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    println!(
+        "verifier.toml: tls_cert = \"{}\", tls_key = \"{}\"; hosts: [verifier] ca = <copy of ca.pem> (or pinned_cert = <copy of server-leaf.pem>)",
+        out.join("server.pem").display(),
+        out.join("server.key").display()
+    );
     Ok(())
 }

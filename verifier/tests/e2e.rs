@@ -51,7 +51,7 @@ impl Server {
         panic!("verifier did not start");
     }
     fn url(&self, p: &str) -> String {
-        format!("http://127.0.0.1:{}{p}", self.port)
+        format!("https://127.0.0.1:{}{p}", self.port)
     }
     fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -68,6 +68,77 @@ impl Drop for Server {
             let _ = c.wait();
         }
     }
+}
+
+/// One CA and server certificate for every test in this process, made by `tls-init`.
+struct TestTls {
+    dir: PathBuf,
+    ca_pem: Vec<u8>,
+}
+
+fn test_tls() -> &'static TestTls {
+    static TLS: std::sync::OnceLock<TestTls> = std::sync::OnceLock::new();
+    TLS.get_or_init(|| {
+        let dir =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rwv-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(BIN)
+            .args([
+                "tls-init",
+                "--name",
+                "127.0.0.1",
+                "--name",
+                "localhost",
+                "--out",
+            ])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tls-init: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        TestTls {
+            ca_pem: std::fs::read(dir.join("ca.pem")).unwrap(),
+            dir,
+        }
+    })
+}
+
+/// A client that trusts only `ca_pem`.
+fn client_trusting(ca_pem: &[u8]) -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem).unwrap())
+        .build()
+        .unwrap()
+}
+
+/// A raw TLS stream to the verifier (for requests reqwest will not send: slow, partial).
+fn tls_raw(port: u16) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(&test_tls().ca_pem) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let conn =
+        rustls::ClientConnection::new(std::sync::Arc::new(cfg), "127.0.0.1".try_into().unwrap())
+            .unwrap();
+    let mut s = rustls::StreamOwned::new(conn, TcpStream::connect(("127.0.0.1", port)).unwrap());
+    // Finish the handshake now, so what the caller writes is the HTTP it means.
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).unwrap();
+    }
+    s
 }
 
 fn free_port() -> u16 {
@@ -101,6 +172,8 @@ fn setup(
         &config,
         format!(
             r#"listen = "127.0.0.1:{port}"
+tls_cert = "{tls}/server.pem"
+tls_key = "{tls}/server.key"
 database = "{db}"
 max_body = "64 KiB"
 request_timeout = "1 s"
@@ -119,7 +192,8 @@ max_epoch_fraction = 0.01
 egress = "10 MB/s"
 ingress = "10 MB/s"
 "#,
-            db = dir.join("v.sqlite").display()
+            db = dir.join("v.sqlite").display(),
+            tls = test_tls().dir.display(),
         ),
     )
     .unwrap();
@@ -349,10 +423,7 @@ impl Host {
 }
 
 fn client() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
+    client_trusting(&test_tls().ca_pem)
 }
 
 fn post(s: &Server, path: &str, body: Vec<u8>) -> (u16, Value) {
@@ -681,9 +752,11 @@ fn end_to_end_findings_restart_and_recheck() {
     let (code, _) = post(&s, "/v1/challenges", b"{\"rack\": 1}".to_vec());
     assert_eq!(code, 400);
     // A slow client: headers promise 100 bytes, 10 arrive, then silence.
-    let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut t = tls_raw(port);
     t.write_all(b"POST /v1/statements HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[{\"payload").unwrap();
-    t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    t.sock
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let mut buf = [0u8; 64];
     let n = t.read(&mut buf).unwrap_or(0);
     assert!(
@@ -1102,12 +1175,17 @@ fn half_open_connections_and_nonce_floods_are_bounded() {
     let (dir, config, port) = setup("avail", "15 min", None);
     let _k = enroll(&config, &dir, "rack-a", "h1");
     let s = Server::start(&dir, &config, port);
-    // 1,100 connections that send half a request line and then nothing.
+    // 1,100 connections: 1,000 that never start the TLS handshake, and 100 that finish it
+    // and send half a request line. Then nothing.
     let mut slow = Vec::new();
-    for _ in 0..1100 {
-        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let _ = c.write_all(b"GET /v1/racks HTTP/1.1\r\nHo");
-        slow.push(c);
+    for _ in 0..1000 {
+        slow.push(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    }
+    for _ in 0..100 {
+        let mut t = tls_raw(port);
+        let _ = t.write_all(b"GET /v1/racks HTTP/1.1\r\nHo");
+        let _ = t.flush();
+        slow.push(t.sock);
     }
     let t0 = std::time::Instant::now();
     let racks = get(&s, "/v1/racks");
@@ -1120,7 +1198,7 @@ fn half_open_connections_and_nonce_floods_are_bounded() {
     // The slow ones are closed once the header timeout (1 s) has passed.
     std::thread::sleep(Duration::from_millis(2500));
     let mut closed = 0;
-    for c in slow.iter_mut().take(50) {
+    for c in slow.iter_mut().step_by(22) {
         c.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         let mut b = [0u8; 256];
@@ -1135,7 +1213,7 @@ fn half_open_connections_and_nonce_floods_are_bounded() {
     }
     assert_eq!(
         closed, 50,
-        "half-open connections outlived the header timeout"
+        "half-open connections (no handshake, or half a request) outlived the header timeout"
     );
     drop(slow);
     println!("a request beside 1,100 half-open connections was served in {served_in:?}");
@@ -1167,7 +1245,7 @@ fn half_open_connections_and_nonce_floods_are_bounded() {
     }
     assert_eq!(last, 429, "per-source rate limit never applied");
     let raw = {
-        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut c = tls_raw(port);
         let body = br#"{"rack":"rack-a","host":"h1"}"#;
         write!(
             c,
@@ -1386,6 +1464,85 @@ fn a_policy_can_require_the_guard() {
     assert!(
         codes(&r).contains(&"self_protection_unreported".to_string()),
         "{r}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `serve` speaks TLS: a plain-HTTP client and a client trusting another CA get nothing;
+/// plain HTTP is served only when asked for, and only on loopback.
+#[test]
+fn tls_is_required_and_plain_http_only_on_loopback() {
+    let (dir, config, port) = setup("tls", "15 min", None);
+    let s = Server::start(&dir, &config, port);
+    assert!(get(&s, "/v1/racks").is_array());
+    // Plain HTTP to the TLS port: no answer.
+    let plain = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+        .get(format!("http://127.0.0.1:{port}/v1/racks"))
+        .send();
+    assert!(
+        plain.is_err() || !plain.unwrap().status().is_success(),
+        "plain HTTP was answered by a TLS verifier"
+    );
+    // A client that trusts another CA refuses the server's certificate.
+    let other = dir.join("other-ca");
+    let out = Command::new(BIN)
+        .args(["tls-init", "--name", "127.0.0.1", "--out"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = client_trusting(&std::fs::read(other.join("ca.pem")).unwrap())
+        .get(s.url("/v1/racks"))
+        .send()
+        .unwrap_err();
+    assert!(
+        format!("{err:?}").to_lowercase().contains("certificate"),
+        "{err:?}"
+    );
+    // tls-init never overwrites what it wrote.
+    let again = Command::new(BIN)
+        .args(["tls-init", "--name", "127.0.0.1", "--out"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("never overwrites"));
+    drop(s);
+
+    // insecure_http: served on loopback, refused (with the key's line) elsewhere.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let insecure = text
+        .replace(
+            &format!("tls_cert = \"{}/server.pem\"\n", test_tls().dir.display()),
+            "insecure_http = true\n",
+        )
+        .replace(
+            &format!("tls_key = \"{}/server.key\"\n", test_tls().dir.display()),
+            "",
+        );
+    std::fs::write(&config, &insecure).unwrap();
+    let s = Server::start(&dir, &config, port);
+    let r = reqwest::blocking::get(format!("http://127.0.0.1:{port}/v1/racks")).unwrap();
+    assert!(r.status().is_success());
+    drop(s);
+    std::fs::write(
+        &config,
+        insecure.replace("listen = \"127.0.0.1:", "listen = \"0.0.0.0:"),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("verifier.toml:2: `insecure_http = true` is refused"),
+        "{e}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
