@@ -148,7 +148,7 @@ pub fn full(secs: f64) -> FullDemo {
     v.enroll(&rack, &host, &fx.host_pub);
     v.start();
     let sections = fx
-        .sections(&v.url(), "15 min", DEMO_WIPE)
+        .sections(&v.daemon_lines(), "15 min", DEMO_WIPE)
         .replace("backends = [\"host\"]", "backends = [\"host\", \"gpu\"]");
     let cfg = write_epoch_config(&net, &sections);
     let sock = net.socket_path();

@@ -1,12 +1,10 @@
-//! Fixtures for the epoch-loop tests and the demo: a real `rackwarden-verifier` serving on
-//! the rack namespace's loopback, the host's and the verifier's keys, a small signed image
-//! set, workload hooks that record when inference was stopped and started, and a daemon
+//! Fixtures for the epoch-loop tests and the demo: a real `rackwarden-verifier` serving TLS
+//! (a CA and certificate from its own `tls-init`) on the rack namespace's loopback, the
+//! host's and the verifier's keys, a small signed image set, workload hooks that record when inference was stopped and started, and a daemon
 //! config with the `[epoch]` sections. Everything lives under the fixture's own directory
 //! and namespaces, and goes with them on drop.
 
 use std::{
-    io::{Read, Write},
-    net::TcpStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -51,11 +49,26 @@ impl Verifier {
         let dir = net.dir.join("verifier");
         std::fs::create_dir_all(&dir).unwrap();
         let port = free_port(&net.rack_ns);
+        let tls = dir.join("tls");
+        if !tls.join("ca.pem").exists() {
+            let out = Command::new(bin("rackwarden-verifier"))
+                .args(["tls-init", "--name", VERIFIER_ADDR, "--out"])
+                .arg(&tls)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "tls-init: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let config = dir.join("verifier.toml");
         std::fs::write(
             &config,
             format!(
                 r#"listen = "{VERIFIER_ADDR}:{port}"
+tls_cert = "{tls}/server.pem"
+tls_key = "{tls}/server.key"
 database = "{db}"
 max_body = "4 MiB"
 request_timeout = "5 s"
@@ -76,6 +89,7 @@ egress = "1 MB/s"
 ingress = "1 MB/s"
 "#,
                 db = dir.join("verifier.sqlite").display(),
+                tls = tls.display(),
                 manifest = manifest.display(),
                 manifest_pub = manifest_pub.display(),
             ),
@@ -92,7 +106,22 @@ ingress = "1 MB/s"
     }
 
     pub fn url(&self) -> String {
-        format!("http://{VERIFIER_ADDR}:{}", self.port)
+        format!("https://{VERIFIER_ADDR}:{}", self.port)
+    }
+
+    /// The CA hosts trust for this verifier (`[verifier] ca`).
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("tls/ca.pem")
+    }
+
+    /// The verifier's own certificate, for `[verifier] pinned_cert`.
+    pub fn leaf_cert(&self) -> PathBuf {
+        self.dir.join("tls/server-leaf.pem")
+    }
+
+    /// The daemon's `[verifier]` lines that reach this verifier: its URL and its CA.
+    pub fn daemon_lines(&self) -> String {
+        format!("url = \"{}\"\nca = \"{}\"", self.url(), self.ca().display())
     }
 
     pub fn enroll(&self, rack: &str, host: &str, key: &Path) {
@@ -152,8 +181,8 @@ ingress = "1 MB/s"
 
     /// `GET path` on the verifier, from inside its namespace; `None` if it does not answer.
     pub fn get(&self, path: &str) -> Option<serde_json::Value> {
-        let (port, path) = (self.port, path.to_string());
-        in_netns(&self.ns, move || http_get(port, &path))
+        let (port, path, ca) = (self.port, path.to_string(), self.ca());
+        in_netns(&self.ns, move || https_get(port, &path, &ca))
     }
 
     /// The host's stored statements, oldest first (the API lists newest first).
@@ -173,27 +202,25 @@ impl Drop for Verifier {
     }
 }
 
-/// A minimal HTTP/1.1 GET with `Connection: close`; the body parsed as JSON.
-fn http_get(port: u16, path: &str) -> Option<serde_json::Value> {
-    let mut s = TcpStream::connect_timeout(
-        &format!("{VERIFIER_ADDR}:{port}").parse().ok()?,
-        Duration::from_secs(2),
-    )
-    .ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {VERIFIER_ADDR}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    if !head.starts_with("HTTP/1.1 200") {
+/// A GET over TLS trusting only `ca`; the body parsed as JSON. The client (and its
+/// runtime thread) is made here, so its sockets live in the caller's namespace.
+fn https_get(port: u16, path: &str, ca: &Path) -> Option<serde_json::Value> {
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).ok()?).ok()?;
+    let c = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .connect_timeout(Duration::from_secs(2))
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .build()
+        .ok()?;
+    let r = c
+        .get(format!("https://{VERIFIER_ADDR}:{port}{path}"))
+        .send()
+        .ok()?;
+    if !r.status().is_success() {
         return None;
     }
-    serde_json::from_str(body).ok()
+    r.json().ok()
 }
 
 /// Keys, a signed image set and workload hooks for one rack host.
@@ -283,7 +310,8 @@ impl EpochFixture {
     }
 
     /// The `[epoch]` ... `[workloads]` sections for a daemon config.
-    pub fn sections(&self, verifier_url: &str, wipe_interval: &str, wipe_max: &str) -> String {
+    /// `verifier_lines`: the `[verifier]` section's url and trust (`Verifier::daemon_lines`).
+    pub fn sections(&self, verifier_lines: &str, wipe_interval: &str, wipe_max: &str) -> String {
         format!(
             r#"
 [epoch]
@@ -292,7 +320,7 @@ challenge_timeout = "2 s"
 signing_key = "{key}"
 
 [verifier]
-url = "{verifier_url}"
+{verifier_lines}
 request_timeout = "3 s"
 retry_max = "1 s"
 

@@ -44,7 +44,9 @@ fn rack(tag: &str, image_bytes: usize) -> Rack {
 impl Rack {
     /// The daemon config (wipe every `interval`, `wipe_max` of host RAM) and its socket.
     fn config(&self, interval: &str, wipe_max: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-        let sections = self.fx.sections(&self.verifier.url(), interval, wipe_max);
+        let sections = self
+            .fx
+            .sections(&self.verifier.daemon_lines(), interval, wipe_max);
         (
             write_epoch_config(&self.net, &sections),
             self.net.socket_path(),
@@ -507,7 +509,7 @@ fn sighup_with_a_bad_config_keeps_the_old_one_and_a_good_one_applies() {
     // Start pointed at a port where nothing listens; the reload names the real verifier.
     let (cfg, sock) = r.config("1 h", "8 MiB");
     let good = std::fs::read_to_string(&cfg).unwrap();
-    std::fs::write(&cfg, good.replace(&r.verifier.url(), "http://127.0.0.1:1")).unwrap();
+    std::fs::write(&cfg, good.replace(&r.verifier.url(), "https://127.0.0.1:1")).unwrap();
     r.verifier.start();
     let d = Daemon::start(&cfg, &sock);
     let hup = || {
@@ -617,4 +619,90 @@ fn an_unreadable_journal_is_kept_disclosed_and_does_not_stop_the_daemon() {
         std::fs::read(kept[0].path()).unwrap(),
         b"{\"seq\": 1, \"sta"
     );
+}
+
+/// The daemon talks to its verifier over TLS and believes only the configured CA or the
+/// pinned certificate: another CA's chain and another certificate are refused (statements
+/// stay in the log), and a reload to the right trust delivers them in order.
+#[test]
+fn the_verifier_is_trusted_only_through_its_ca_or_pinned_certificate() {
+    let mut r = rack("tlstrust", 1 << 20);
+    r.verifier.start();
+    let other = r.net.dir.join("other-tls");
+    let out = std::process::Command::new(rackwarden_tests::bin("rackwarden-verifier"))
+        .args(["tls-init", "--name", "127.0.0.1", "--out"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (cfg, sock) = r.config("1 h", "8 MiB");
+    let good = std::fs::read_to_string(&cfg).unwrap();
+    let ca_line = format!("ca = \"{}\"", r.verifier.ca().display());
+    assert!(good.contains(&ca_line));
+    let with_trust = |line: String| {
+        std::fs::write(&cfg, good.replace(&ca_line, &line)).unwrap();
+    };
+    let failing_on_certificate = |seq: u64, what: &str| {
+        let st = wait_epoch(&sock, Duration::from_secs(60), what, |e| {
+            e["delivery"]["state"]["state"] == "delivery_failed"
+                && e["delivery"]["state"]["seq"] == seq
+        });
+        let err = st["epoch"]["delivery"]["state"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_lowercase();
+        assert!(err.contains("certificate"), "{what}: {err}");
+    };
+    // Another CA: seq 0 is made (unchallenged: the challenge met the same refusal) and kept.
+    with_trust(format!("ca = \"{}\"", other.join("ca.pem").display()));
+    let d = Daemon::start(&cfg, &sock);
+    failing_on_certificate(0, "seq 0 refused under another CA");
+    assert!(r.verifier.history(&r.rack, &r.host).is_empty());
+    let hup = || {
+        // SAFETY: signalling the daemon we started, by PID.
+        unsafe { libc::kill(d.child.id() as i32, libc::SIGHUP) };
+    };
+    // The verifier's own certificate, pinned: delivered, and the next epoch is challenged.
+    with_trust(format!(
+        "pinned_cert = \"{}\"",
+        r.verifier.leaf_cert().display()
+    ));
+    hup();
+    wait_epoch(
+        &sock,
+        Duration::from_secs(30),
+        "seq 0 delivered (pinned)",
+        |e| e["delivery"]["delivered_seq"] == 0,
+    );
+    wipe_now(&sock);
+    wait_epoch(
+        &sock,
+        Duration::from_secs(60),
+        "seq 1 delivered (pinned)",
+        |e| e["delivery"]["delivered_seq"] == 1,
+    );
+    let h = r.verifier.history(&r.rack, &r.host);
+    assert_eq!(predicate_of(&h[0])["challenge"]["kind"], "unchallenged");
+    assert_eq!(predicate_of(&h[1])["challenge"]["kind"], "nonce");
+    // Another certificate pinned: refused again.
+    with_trust(format!(
+        "pinned_cert = \"{}\"",
+        other.join("server-leaf.pem").display()
+    ));
+    hup();
+    std::thread::sleep(Duration::from_millis(500));
+    wipe_now(&sock);
+    failing_on_certificate(2, "seq 2 refused under another pinned certificate");
+    // The right CA: seq 2 arrives, the chain is whole.
+    with_trust(ca_line.clone());
+    hup();
+    wait_epoch(
+        &sock,
+        Duration::from_secs(30),
+        "seq 2 delivered (CA)",
+        |e| e["delivery"]["delivered_seq"] == 2,
+    );
+    let h = r.verifier.history(&r.rack, &r.host);
+    assert_contiguous(&h);
+    assert_eq!(h.len(), 3);
 }

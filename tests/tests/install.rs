@@ -54,8 +54,27 @@ fn install_into_a_temporary_root_gives_the_tree_and_units_verify() {
     assert!(tmp.stdout.is_empty());
 
     // The example configs parse as shipped.
+    // The daemon reads the verifier's CA when it reads its config: give it one made by
+    // `tls-init`, where the example names it inside this root.
     let ex = root.join("etc/rackwarden/rackwarden.toml.example");
-    let cfg = rackwarden::config::Config::load(&ex).unwrap_or_else(|e| panic!("{e}"));
+    let tls = root.join("tls");
+    let out = Command::new(rackwarden_tests::bin("rackwarden-verifier"))
+        .args(["tls-init", "--name", "verifier.example", "--out"])
+        .arg(&tls)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&ex).unwrap();
+    assert!(text.contains("ca = \"/etc/rackwarden/verifier-ca.pem\""));
+    let text = text.replace(
+        "/etc/rackwarden/verifier-ca.pem",
+        tls.join("ca.pem").to_str().unwrap(),
+    );
+    let cfg = rackwarden::config::Config::parse(&ex, &text).unwrap_or_else(|e| panic!("{e}"));
     assert!(cfg.epoch.is_some(), "the example shows the epoch loop");
     rackwarden_verifier::config::VerifierConfig::load(
         &root.join("etc/rackwarden-verifier/verifier.toml.example"),

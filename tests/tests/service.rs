@@ -20,7 +20,7 @@ fn ready_status_and_a_watchdog_that_stops_while_a_loop_is_stuck() {
     let fx = EpochFixture::new(&net.dir, 1 << 20);
     // No verifier runs: the epoch goes unchallenged, which is fine here.
     let v = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
-    let cfg = write_epoch_config(&net, &fx.sections(&v.url(), "1 h", "8 MiB"));
+    let cfg = write_epoch_config(&net, &fx.sections(&v.daemon_lines(), "1 h", "8 MiB"));
     let sock_path = net.dir.join("notify.sock");
     let notify = UnixDatagram::bind(&sock_path).unwrap();
     notify

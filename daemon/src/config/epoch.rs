@@ -9,7 +9,10 @@
 //! signing_key = "/etc/rackwarden/keys/host.key"
 //!
 //! [verifier]
-//! url = "http://verifier.example:7700"
+//! url = "https://verifier.example:7700"
+//! ca = "/etc/rackwarden/verifier-ca.pem"  # trust this CA for the verifier's certificate, or
+//! # pinned_cert = "/etc/rackwarden/verifier.pem"  # accept exactly this certificate
+//! # (http:// only to a loopback address, with neither)
 //! request_timeout = "10 s"
 //! retry_max = "5 min"              # ceiling of the delivery backoff
 //!
@@ -53,11 +56,27 @@ pub struct EpochConfig {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct VerifierEndpoint {
-    /// Base URL without a trailing slash, e.g. `http://127.0.0.1:7700`.
+    /// Base URL without a trailing slash, e.g. `https://verifier.example:7700`.
     pub url: String,
+    /// How the verifier's certificate is checked.
+    pub trust: VerifierTrust,
     pub request_timeout: Duration,
     /// Ceiling of the exponential delivery backoff.
     pub retry_max: Duration,
+}
+
+/// How the daemon knows it talks to its verifier. The certificates are read when the
+/// config is (a reload picks up a rotated file).
+#[derive(Debug, Clone, PartialEq)]
+pub enum VerifierTrust {
+    /// `http://` to a loopback address: nothing leaves the host, nothing to check.
+    PlainLoopback,
+    /// The verifier's chain must lead to one of these CA certificates (DER), for the URL's
+    /// host name.
+    Ca { path: PathBuf, certs: Vec<Vec<u8>> },
+    /// The verifier must present exactly this certificate (DER); names and dates are not
+    /// checked, the pin is the trust decision.
+    Pinned { path: PathBuf, cert: Vec<u8> },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -105,8 +124,26 @@ pub(super) struct RawEpoch {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawVerifier {
     url: Spanned<String>,
+    ca: Option<Spanned<String>>,
+    pinned_cert: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
     retry_max: Option<Spanned<String>>,
+}
+
+/// The PEM certificates in the file a key names (at least one).
+fn certificates(err: Err, key: &str, s: &Spanned<String>) -> Result<Vec<Vec<u8>>, ConfigError> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let p = path(err, key, s)?;
+    let certs: Vec<Vec<u8>> = CertificateDer::pem_file_iter(&p)
+        .and_then(|it| it.map(|c| c.map(|c| c.to_vec())).collect())
+        .map_err(|e| err(Some(s.span()), format!("`{key}`: {}: {e}", p.display())))?;
+    if certs.is_empty() {
+        return Err(err(
+            Some(s.span()),
+            format!("`{key}`: {} holds no PEM certificate", p.display()),
+        ));
+    }
+    Ok(certs)
 }
 
 #[derive(Deserialize)]
@@ -233,23 +270,81 @@ pub(super) fn validate(err: Err, raw: RawSections) -> Result<Option<EpochConfig>
     let url = v.url.get_ref().trim().trim_end_matches('/').to_string();
     let parsed = reqwest::Url::parse(&url)
         .map_err(|x| err(Some(v.url.span()), format!("`verifier.url`: `{url}`: {x}")))?;
-    if parsed.scheme() != "http" {
+    if parsed.host_str().is_none_or(str::is_empty) || parsed.path() != "/" {
         return Err(err(
             Some(v.url.span()),
             format!(
-                "`verifier.url`: scheme `{}` is not supported yet (use http://; TLS is not built)",
+                "`verifier.url`: `{url}` must be {}://HOST[:PORT] with no path",
                 parsed.scheme()
             ),
         ));
     }
-    if parsed.host_str().is_none_or(str::is_empty) || parsed.path() != "/" {
-        return Err(err(
-            Some(v.url.span()),
-            format!("`verifier.url`: `{url}` must be http://HOST[:PORT] with no path"),
-        ));
-    }
+    let trust = match (parsed.scheme(), &v.ca, &v.pinned_cert) {
+        ("https", Some(c), None) => VerifierTrust::Ca {
+            path: path(err, "verifier.ca", c)?,
+            certs: certificates(err, "verifier.ca", c)?,
+        },
+        ("https", None, Some(c)) => {
+            let mut certs = certificates(err, "verifier.pinned_cert", c)?;
+            if certs.len() != 1 {
+                return Err(err(
+                    Some(c.span()),
+                    format!(
+                        "`verifier.pinned_cert`: holds {} certificates; pin exactly one (the verifier's own)",
+                        certs.len()
+                    ),
+                ));
+            }
+            VerifierTrust::Pinned {
+                path: path(err, "verifier.pinned_cert", c)?,
+                cert: certs.remove(0),
+            }
+        }
+        ("https", Some(_), Some(p)) => {
+            return Err(err(
+                Some(p.span()),
+                "`verifier.ca` and `verifier.pinned_cert` together: choose one".into(),
+            ));
+        }
+        ("https", None, None) => {
+            return Err(err(
+                Some(v.url.span()),
+                "`verifier.url` is https: set `verifier.ca` (the CA that signed the verifier's certificate) or `verifier.pinned_cert` (the certificate itself)".into(),
+            ));
+        }
+        ("http", ca, pin) => {
+            if let Some(k) = ca.as_ref().or(pin.as_ref()) {
+                return Err(err(
+                    Some(k.span()),
+                    "`verifier.ca`/`verifier.pinned_cert` need an https:// `verifier.url`".into(),
+                ));
+            }
+            let loopback = match parsed.host() {
+                Some(url::Host::Ipv4(a)) => a.is_loopback(),
+                Some(url::Host::Ipv6(a)) => a.is_loopback(),
+                Some(url::Host::Domain(d)) => d == "localhost",
+                None => false,
+            };
+            if !loopback {
+                return Err(err(
+                    Some(v.url.span()),
+                    format!(
+                        "`verifier.url`: `{url}` is plain http to another host: use https:// with `verifier.ca` or `verifier.pinned_cert` (http only to a loopback address)"
+                    ),
+                ));
+            }
+            VerifierTrust::PlainLoopback
+        }
+        (other, _, _) => {
+            return Err(err(
+                Some(v.url.span()),
+                format!("`verifier.url`: scheme `{other}` is not supported (use https://)"),
+            ));
+        }
+    };
     let verifier = VerifierEndpoint {
         url,
+        trust,
         request_timeout: duration(
             err,
             "verifier.request_timeout",
@@ -464,7 +559,7 @@ wipe_interval = "15 min"
 signing_key = "/etc/rackwarden/keys/host.key"
 
 [verifier]
-url = "http://10.0.0.1:7700/"
+url = "http://127.0.0.1:7700/"
 
 [wipe]
 backends = ["host", "scratch"]
@@ -491,7 +586,8 @@ units = ["vllm.service", "router.service"]
         let e = c.epoch.unwrap();
         assert_eq!(e.wipe_interval, Duration::from_secs(900));
         assert_eq!(e.challenge_timeout, Duration::from_secs(10));
-        assert_eq!(e.verifier.url, "http://10.0.0.1:7700");
+        assert_eq!(e.verifier.url, "http://127.0.0.1:7700");
+        assert_eq!(e.verifier.trust, VerifierTrust::PlainLoopback);
         assert_eq!(e.verifier.retry_max, Duration::from_secs(300));
         assert_eq!(e.wipe.backends, [Backend::Host, Backend::Scratch]);
         assert_eq!(e.wipe.max_bytes, Some(64 << 30), "a bare number is bytes");
@@ -519,17 +615,37 @@ units = ["vllm.service", "router.service"]
                 "between 1 s",
             ),
             (
-                "url = \"http://10.0.0.1:7700/\"",
+                "url = \"http://127.0.0.1:7700/\"",
                 "url = \"https://v:7700\"",
-                "not supported yet",
+                "set `verifier.ca`",
             ),
             (
-                "url = \"http://10.0.0.1:7700/\"",
+                "url = \"http://127.0.0.1:7700/\"",
+                "url = \"http://10.0.0.1:7700\"",
+                "plain http to another host",
+            ),
+            (
+                "url = \"http://127.0.0.1:7700/\"",
+                "url = \"https://v:7700\"\nca = \"/nonexistent/ca.pem\"",
+                "`verifier.ca`: /nonexistent/ca.pem",
+            ),
+            (
+                "url = \"http://127.0.0.1:7700/\"",
+                "url = \"http://127.0.0.1:7700\"\npinned_cert = \"/etc/v.pem\"",
+                "need an https://",
+            ),
+            (
+                "url = \"http://127.0.0.1:7700/\"",
+                "url = \"ftp://v:7700\"",
+                "scheme `ftp`",
+            ),
+            (
+                "url = \"http://127.0.0.1:7700/\"",
                 "url = \"http://v:7700/api\"",
                 "no path",
             ),
             (
-                "url = \"http://10.0.0.1:7700/\"",
+                "url = \"http://127.0.0.1:7700/\"",
                 "url = \"not a url\"",
                 "verifier.url",
             ),
@@ -592,7 +708,7 @@ units = ["vllm.service", "router.service"]
             );
         }
         // [epoch] without [verifier], and the loop's sections without [epoch].
-        let no_verifier = full.replace("[verifier]\nurl = \"http://10.0.0.1:7700/\"\n", "");
+        let no_verifier = full.replace("[verifier]\nurl = \"http://127.0.0.1:7700/\"\n", "");
         assert!(
             parse(&no_verifier)
                 .unwrap_err()

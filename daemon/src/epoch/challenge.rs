@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use rackwarden_attest::nonce::Nonce;
 
+use crate::config::epoch::VerifierEndpoint;
+
 /// Where this epoch's nonce came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EpochChallenge {
@@ -46,12 +48,12 @@ struct ChallengeResponse {
 /// Requests a nonce for `rack`/`host`; never fails: a verifier that cannot be reached, or
 /// that answers badly, gives `Unchallenged` with the reason.
 pub fn request(
-    base_url: &str,
+    verifier: &VerifierEndpoint,
     rack: &str,
     host: &str,
     timeout: Duration,
 ) -> Result<EpochChallenge, rackwarden_attest::nonce::NonceError> {
-    match ask(base_url, rack, host, timeout) {
+    match ask(verifier, rack, host, timeout) {
         Ok(nonce) => Ok(EpochChallenge::Verifier { nonce }),
         Err(reason) => Ok(EpochChallenge::Unchallenged {
             local: Nonce::random()?,
@@ -60,18 +62,19 @@ pub fn request(
     }
 }
 
-fn ask(base_url: &str, rack: &str, host: &str, timeout: Duration) -> Result<Nonce, String> {
-    let client = reqwest::blocking::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))?;
-    let url = format!("{base_url}/v1/challenges");
+fn ask(
+    verifier: &VerifierEndpoint,
+    rack: &str,
+    host: &str,
+    timeout: Duration,
+) -> Result<Nonce, String> {
+    let client = super::transport::client(verifier, timeout)?;
+    let url = format!("{}/v1/challenges", verifier.url);
     let resp = client
         .post(&url)
         .json(&serde_json::json!({"rack": rack, "host": host}))
         .send()
-        .map_err(|e| format!("{url}: {e}"))?;
+        .map_err(|e| format!("{url}: {}", super::transport::describe(&e)))?;
     let status = resp.status();
     let body = resp
         .text()

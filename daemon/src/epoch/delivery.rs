@@ -139,11 +139,7 @@ impl Delivery {
             self.heartbeat_ms.store(now_ms(), Ordering::SeqCst);
             let Some(ep) = self.endpoint() else { break };
             if client.as_ref().is_none_or(|(e, _)| *e != ep) {
-                match reqwest::blocking::Client::builder()
-                    .timeout(ep.request_timeout)
-                    .connect_timeout(ep.request_timeout)
-                    .build()
-                {
+                match super::transport::client(&ep, ep.request_timeout) {
                     Ok(c) => {
                         // A new verifier (a reload) is tried at once, without the old backoff.
                         if client.is_some() {
@@ -267,7 +263,7 @@ impl Delivery {
             .send()
         {
             Ok(r) => r,
-            Err(e) => return fail(at, format!("{url}: {e}")),
+            Err(e) => return fail(at, format!("{url}: {}", super::transport::describe(&e))),
         };
         let status = resp.status();
         let retry_after = resp

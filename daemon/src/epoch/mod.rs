@@ -32,6 +32,7 @@ pub mod delivery;
 pub mod journal;
 pub mod spool;
 pub mod statement;
+pub mod transport;
 pub mod workloads;
 
 use std::{
@@ -601,7 +602,7 @@ impl EpochLoop {
 
         self.enter(&mut entry, EpochState::Challenging { seq })?;
         let ch = challenge::request(
-            &self.ecfg.verifier.url,
+            &self.ecfg.verifier,
             &self.cfg.rack_id,
             &self.cfg.host_id,
             self.ecfg.challenge_timeout,
