@@ -20,6 +20,7 @@ pub mod log;
 pub mod manifest;
 pub mod merkle;
 pub mod nonce;
+pub mod schema;
 pub mod statement;
 pub mod units;
 pub mod verify;

@@ -4,7 +4,10 @@
 //!   with `Retry-After` beyond 16 unused nonces per host or 50 (then 10/s) per source address
 //! - `POST /v1/statements` one envelope or an array of them -> one outcome per envelope
 //! - `GET /v1/racks`, `GET /v1/racks/{rack}`, `GET /v1/hosts/{rack}/{host}/statements?limit=N`
+//! - `GET /v1/hosts/{rack}/{host}/statements/{seq}` the statements stored at that seq (two
+//!   for a fork)
 //! - `GET /metrics` (Prometheus text)
+//! - `GET /`, `GET /racks/{rack}` the auditor's pages (`page`)
 
 // Handlers return a ready `Response` as their error (axum's idiom); boxing it buys nothing.
 #![allow(clippy::result_large_err)]
@@ -97,7 +100,7 @@ fn error(code: StatusCode, reason: impl Into<String>) -> Response {
 }
 
 /// Runs `f` on the verifier off the async workers (SQLite is blocking).
-async fn with_verifier<T: Send + 'static>(
+pub(crate) async fn with_verifier<T: Send + 'static>(
     st: &Arc<AppState>,
     f: impl FnOnce(&mut Verifier) -> T + Send + 'static,
 ) -> Result<T, Response> {
@@ -120,7 +123,9 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
         .route("/v1/racks", get(racks))
         .route("/v1/racks/{rack}", get(rack))
         .route("/v1/hosts/{rack}/{host}/statements", get(history))
+        .route("/v1/hosts/{rack}/{host}/statements/{seq}", get(at_seq))
         .route("/metrics", get(metrics))
+        .merge(crate::page::routes())
         .layer(DefaultBodyLimit::max(max_body))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
@@ -335,18 +340,27 @@ async fn history(
     match with_verifier(&st, move |v| v.store.history(&rack, &host, limit)).await {
         Err(r) => r,
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Ok(Ok(rows)) => Json(
-            rows.into_iter()
-                .map(|s| {
-                    serde_json::json!({
-                        "seq": s.seq, "received_ms": s.received_ms, "epoch_end_ms": s.epoch_end_ms, "status": s.status,
-                        "result": serde_json::from_str::<serde_json::Value>(&s.result).unwrap_or_default(),
-                        "envelope": s.envelope,
-                    })
-                })
-                .collect::<Vec<_>>(),
-        )
-        .into_response(),
+        Ok(Ok(rows)) => Json(rows.into_iter().map(stored_json).collect::<Vec<_>>()).into_response(),
+    }
+}
+
+fn stored_json(s: crate::store::StoredStatement) -> serde_json::Value {
+    serde_json::json!({
+        "seq": s.seq, "received_ms": s.received_ms, "epoch_end_ms": s.epoch_end_ms, "status": s.status,
+        "result": serde_json::from_str::<serde_json::Value>(&s.result).unwrap_or_default(),
+        "envelope": s.envelope,
+    })
+}
+
+async fn at_seq(
+    State(st): State<Arc<AppState>>,
+    Path((rack, host, seq)): Path<(String, String, u64)>,
+) -> Response {
+    match with_verifier(&st, move |v| v.store.by_seq(&rack, &host, seq)).await {
+        Err(r) => r,
+        Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("storage: {e}")),
+        Ok(Ok(rows)) if rows.is_empty() => error(StatusCode::NOT_FOUND, "no statement at that seq"),
+        Ok(Ok(rows)) => Json(rows.into_iter().map(stored_json).collect::<Vec<_>>()).into_response(),
     }
 }
 

@@ -1,6 +1,7 @@
 pub mod api;
 pub mod appraisal;
 pub mod config;
+pub mod page;
 pub mod recheck;
 pub mod serve;
 pub mod service;

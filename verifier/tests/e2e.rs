@@ -1,6 +1,6 @@
-//! The verifier over real HTTP on loopback: enrollment, challenges, signed statements from the
+//! The verifier over real HTTPS on loopback: enrollment, challenges, signed statements from the
 //! evidence library, every finding provoked on purpose, bad input, a restart with nothing
-//! lost, recheck, and concurrent posts from many hosts.
+//! lost, recheck, concurrent posts from many hosts, and the auditor's page in headless Chromium.
 
 use std::{
     io::{Read, Write},
@@ -253,6 +253,8 @@ struct Epoch {
     /// Ingress cap when it differs from `cap`.
     ingress_cap: Option<u64>,
     self_protection: Option<SelfProtection>,
+    /// The inference downtime the epoch reports (`epoch.downtime_ms`), if any.
+    downtime_ms: Option<u64>,
 }
 
 impl Default for Epoch {
@@ -271,6 +273,7 @@ impl Default for Epoch {
             burst: 262_144,
             ingress_cap: None,
             self_protection: None,
+            downtime_ms: None,
         }
     }
 }
@@ -403,7 +406,13 @@ impl Host {
                 wipe,
                 images: None,
                 incidents: vec![],
-                epoch: None,
+                epoch: e.downtime_ms.map(|d| EpochRun {
+                    trigger: EpochTrigger::Interval,
+                    wipe_interval_ms: e.duration_ms,
+                    phases: vec![],
+                    workloads: WorkloadOutcome::Restarted,
+                    downtime_ms: d,
+                }),
                 producer: ProducerIdentity {
                     name: "test".into(),
                     version: "0".into(),
@@ -1544,5 +1553,161 @@ fn tls_is_required_and_plain_http_only_on_loopback() {
         !out.status.success() && e.contains("verifier.toml:2: `insecure_http = true` is refused"),
         "{e}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The headless Chromium the page test drives (Debian's `chromium`, installed by
+/// `cargo xtask setup`).
+fn chromium() -> PathBuf {
+    for c in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
+        if Path::new(c).exists() {
+            return c.into();
+        }
+    }
+    panic!("no chromium: the page test needs Debian's `chromium` (run `cargo xtask setup`)");
+}
+
+fn chromium_run(profile: &Path, args: &[&str], url: &str) -> std::process::Output {
+    Command::new("timeout")
+        .arg("90")
+        .arg(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            // The test's own CA is not in Chromium's store; the certificate itself is
+            // checked by every other test.
+            "--ignore-certificate-errors",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .unwrap()
+}
+
+/// The rack page, fed by signed statements from two hosts (one of which overruns its
+/// cap across a gap), loaded in a real browser: the DOM carries the verdict, the three
+/// scorecard numbers with their arithmetic, and the finding with its explanation and
+/// statement; a host-controlled id is escaped. A screenshot is kept in target/screenshots.
+#[test]
+fn the_rack_page_answers_the_three_questions_in_a_browser() {
+    let (dir, config, port) = setup("page", "15 min", None);
+    let k1 = enroll(&config, &dir, "rack-a", "h1");
+    let evil = "h<b>2";
+    let k2 = enroll(&config, &dir, "rack-a", evil);
+    let s = Server::start(&dir, &config, port);
+    let mut h1 = Host::new(k1, "rack-a", "h1");
+    let mut h2 = Host::new(k2, "rack-a", evil);
+    let epoch = || Epoch {
+        downtime_ms: Some(20),
+        ..Default::default()
+    };
+    for _ in 0..6 {
+        let r = post_challenged(&s, &mut h1, epoch());
+        assert_eq!(r["result"]["status"], "affirming", "{r}");
+    }
+    for _ in 0..3 {
+        post_challenged(&s, &mut h2, epoch());
+    }
+    // A skipped seq, then 100 MB in one second through a 5 MB/s cap.
+    h2.seq += 1;
+    let r = post_challenged(
+        &s,
+        &mut h2,
+        Epoch {
+            egress_delta: 100_000_000,
+            ..epoch()
+        },
+    );
+    assert!(codes(&r).contains(&"counters_above_cap".to_string()), "{r}");
+
+    // The page as served.
+    let html = client()
+        .get(s.url("/racks/rack-a"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        html.contains("h&lt;b&gt;2") && !html.contains("h<b>2"),
+        "not escaped"
+    );
+    let index = client().get(s.url("/")).send().unwrap().text().unwrap();
+    assert!(index.contains("href=\"/racks/rack-a\""), "{index}");
+
+    // The same page in a real browser.
+    let profile = dir.join("chromium-profile");
+    let url = s.url("/racks/rack-a");
+    let out = chromium_run(&profile, &["--dump-dom"], &url);
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && dom.contains("</html>"),
+        "chromium --dump-dom: {}\n{dom}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        dom.contains(r#"id="verdict" data-status="contraindicated""#),
+        "verdict: {dom}"
+    );
+    // 1. The fastest path: h1's 1 MB/s plus h2's measured 100 MB/s epoch, above the caps
+    // (2 x 5 MB/s); 400 Gbit/s over 101 MB/s.
+    let value = |id: &str| -> String {
+        let at = dom
+            .find(&format!("id=\"{id}\""))
+            .unwrap_or_else(|| panic!("{id}: {dom}"));
+        let rest = &dom[at..];
+        let v = rest.find("data-value=\"").unwrap() + "data-value=\"".len();
+        rest[v..v + rest[v..].find('"').unwrap()].to_string()
+    };
+    assert_eq!(value("score-training"), format!("{:.0}", 50e9 / 101e6));
+    assert!(dom.contains("NOT met"), "the 1000x target is not met here");
+    // 2. 20 ms of downtime in every 1 s epoch.
+    assert_eq!(value("score-inference"), "2.0000");
+    // 3. Every field a statement can carry, from the schema.
+    assert_eq!(
+        value("score-secrets"),
+        rackwarden_verifier::page::inventory::of_schema()
+            .fields
+            .to_string()
+    );
+    assert!(dom.contains("No weights, prompts or outputs leave the rack"));
+    // The finding, its explanation, and the statement it comes from (seq 4: 3 was skipped).
+    let f = dom
+        .find(r#"data-code="counters_above_cap""#)
+        .unwrap_or_else(|| panic!("no finding: {dom}"));
+    let li = &dom[f..f + dom[f..].find("</li>").unwrap()];
+    assert!(
+        li.contains("more bytes passed than cap x elapsed time + burst allows")
+            && li.contains("statement seq 4"),
+        "{li}"
+    );
+    assert!(
+        dom.contains("1 missing"),
+        "the gap is marked on the timeline"
+    );
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let png = shots.join("rack-page.png");
+    let _ = std::fs::remove_file(&png);
+    let out = chromium_run(
+        &profile,
+        &[
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1200,2200",
+            "--hide-scrollbars",
+        ],
+        &url,
+    );
+    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "screenshot {} ({size} B): {}",
+        png.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("screenshot: {} ({size} B)", png.display());
     let _ = std::fs::remove_dir_all(&dir);
 }

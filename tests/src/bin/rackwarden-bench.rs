@@ -31,6 +31,7 @@ fn main() {
     }
     if all || what.iter().any(|w| w == "verifier") {
         bench_verifier();
+        bench_page();
     }
     if all || what.iter().any(|w| w == "limiter") {
         bench_limiter();
@@ -71,7 +72,7 @@ fn bench_epoch() {
     v.enroll(&rack, &host, &fx.host_pub);
     v.start();
     // The default interval: the overhead figure is downtime / 15 min.
-    let cfg = write_epoch_config(&net, &fx.sections(&v.url(), "15 min", WIPE));
+    let cfg = write_epoch_config(&net, &fx.sections(&v.daemon_lines(), "15 min", WIPE));
     let sock = net.socket_path();
     let _d = Daemon::start(&cfg, &sock);
     wait_epoch(&sock, Duration::from_secs(300), "the startup epoch", |e| {
@@ -169,7 +170,22 @@ fn bench_epoch() {
     );
 }
 
-// ---- verifier: statements ingested per second over HTTP vs raw signature verification ----
+// ---- verifier: statements ingested per second over HTTPS vs raw signature verification ----
+
+/// A CA and server certificate for 127.0.0.1 from `rackwarden-verifier tls-init`; the CA PEM.
+fn bench_tls(dir: &std::path::Path) -> Vec<u8> {
+    let out = Command::new(bin("rackwarden-verifier"))
+        .args(["tls-init", "--name", "127.0.0.1", "--out"])
+        .arg(dir.join("tls"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read(dir.join("tls/ca.pem")).unwrap()
+}
 
 fn bench_verifier() {
     use rackwarden_attest::{dsse, keys, statement::*};
@@ -179,7 +195,7 @@ fn bench_verifier() {
     let batch = 50usize;
     let clients = 8usize;
     println!(
-        "== bench verifier: {} statements from {hosts} hosts, batches of {batch}, {clients} concurrent clients, loopback ==",
+        "== bench verifier: {} statements from {hosts} hosts, batches of {batch}, {clients} concurrent clients, TLS on loopback ==",
         hosts * per_host
     );
     let dir = std::env::temp_dir().join(format!("rw-bench-verifier-{}", std::process::id()));
@@ -191,7 +207,8 @@ fn bench_verifier() {
         .unwrap()
         .port();
     let config = dir.join("verifier.toml");
-    std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\ndatabase = \"{}\"\nmax_body = \"16 MiB\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display())).unwrap();
+    let ca = bench_tls(&dir);
+    std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\ntls_cert = \"{tls}/server.pem\"\ntls_key = \"{tls}/server.key\"\ndatabase = \"{}\"\nmax_body = \"16 MiB\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display(), tls = dir.join("tls").display())).unwrap();
     // Enroll and pre-sign everything before the clock starts.
     let mut bodies: Vec<Vec<u8>> = Vec::new();
     let mut paes: Vec<(
@@ -202,7 +219,7 @@ fn bench_verifier() {
     {
         let cfg = rackwarden_verifier::config::VerifierConfig::load(&config).unwrap();
         let store = rackwarden_verifier::store::Store::open(&cfg.database).unwrap();
-        let mut v = rackwarden_verifier::check::Verifier::new(store, cfg.policy).unwrap();
+        let mut v = rackwarden_verifier::service::Verifier::new(store, cfg.policy).unwrap();
         let mut per_host_lines: Vec<Vec<Vec<u8>>> = Vec::new();
         for h in 0..hosts {
             let key = keys::generate();
@@ -256,7 +273,7 @@ fn bench_verifier() {
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let url = format!("http://127.0.0.1:{port}/v1/statements");
+    let url = format!("https://127.0.0.1:{port}/v1/statements");
     // Hosts are split between clients so each host's chain arrives in order.
     let mut per_client: Vec<Vec<Vec<u8>>> = vec![Vec::new(); clients];
     let per_host_batches = per_host.div_ceil(batch);
@@ -268,8 +285,14 @@ fn bench_verifier() {
         .into_iter()
         .map(|bs| {
             let url = url.clone();
+            let ca = ca.clone();
             std::thread::spawn(move || {
-                let c = reqwest::blocking::Client::new();
+                // One connection per client, kept alive: the handshake is paid once.
+                let c = reqwest::blocking::Client::builder()
+                    .tls_built_in_root_certs(false)
+                    .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+                    .build()
+                    .unwrap();
                 let mut ok = 0usize;
                 for b in bs {
                     let v: serde_json::Value = c
@@ -307,13 +330,120 @@ fn bench_verifier() {
     );
     println!(
         "{:<60} {:>12.0} /s",
-        "verifier over HTTP: checked, chained, policy, fsynced", rate
+        "verifier over HTTPS: checked, chained, policy, fsynced", rate
     );
     println!(
         "ratio verifier / raw single-core verify: {:.3}; target >= 5000/s: {}",
         rate / raw1,
         if rate >= 5000.0 { "met" } else { "NOT met" }
     );
+}
+
+// ---- page: the rack page of 64 hosts x 1,000 epochs vs decoding the rows it reads ----
+
+fn bench_page() {
+    use rackwarden_attest::{dsse, keys, statement::*};
+    use std::time::Instant;
+    let (hosts, epochs) = (64usize, 1000u64);
+    println!("== bench page: rack of {hosts} hosts x {epochs} epochs, one core ==");
+    let dir = std::env::temp_dir().join(format!("rw-bench-page-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("verifier.toml");
+    std::fs::write(&config, format!("listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"{}\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display())).unwrap();
+    let cfg = rackwarden_verifier::config::VerifierConfig::load(&config).unwrap();
+    let store = rackwarden_verifier::store::Store::open(&cfg.database).unwrap();
+    let mut v = rackwarden_verifier::service::Verifier::new(store, cfg.policy).unwrap();
+    let t = Instant::now();
+    for h in 0..hosts {
+        let key = keys::generate();
+        let host = format!("host-{h:03}");
+        v.enroll(
+            "rack-a17",
+            &host,
+            &keys::public_pem(&key.verifying_key()),
+            0,
+        )
+        .unwrap();
+        let mut prev = GENESIS_PREV.to_string();
+        v.store.conn.execute_batch("BEGIN").unwrap();
+        for seq in 0..epochs {
+            let mut p = sample_predicate(seq, prev);
+            p.host_id = host.clone();
+            if let rackwarden_attest::evidence::LimiterReport::Present(e) = &mut p.limiter {
+                for c in &mut e.counters {
+                    c.counters.passed_bytes = seq * 1_000_000;
+                }
+            }
+            p.epoch = Some(rackwarden_attest::evidence::EpochRun {
+                trigger: rackwarden_attest::evidence::EpochTrigger::Interval,
+                wipe_interval_ms: 900_000,
+                phases: vec![],
+                workloads: rackwarden_attest::evidence::WorkloadOutcome::Restarted,
+                downtime_ms: 4_000 + seq % 7,
+            });
+            let body = Statement::new(vec![], p).to_json();
+            prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
+                dsse::INTOTO_PAYLOAD_TYPE,
+                &body,
+            )));
+            let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body).to_json();
+            v.ingest(&env, 1_796_000_000_000 + (seq + 1) * 900_000)
+                .unwrap();
+        }
+        v.store.conn.execute_batch("COMMIT").unwrap();
+    }
+    println!(
+        "  ({} statements stored in {:.1} s)",
+        hosts as u64 * epochs,
+        t.elapsed().as_secs_f64()
+    );
+    let now = 1_796_000_000_000 + (epochs + 1) * 900_000;
+    for window in [rackwarden_verifier::page::view::DEFAULT_WINDOW, 1000] {
+        // Anchor: read and decode the rows the page reads, nothing else.
+        let mut anchor = Vec::new();
+        let mut page = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let mut n = 0;
+            for h in 0..hosts {
+                for r in v
+                    .store
+                    .history("rack-a17", &format!("host-{h:03}"), window + 1)
+                    .unwrap()
+                {
+                    n += rackwarden_verifier::service::stored_statement(&r).is_some() as usize;
+                }
+            }
+            assert_eq!(n, hosts * (window as usize + 1));
+            anchor.push(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            let view = v.rack_view("rack-a17", now, window).unwrap();
+            let html = rackwarden_verifier::page::render::rack(&view).into_string();
+            page.push(t.elapsed().as_secs_f64());
+            bytes = html.len();
+        }
+        let (a, p) = (median(&mut anchor), median(&mut page));
+        println!(
+            "{:<60} {:>9.1} ms",
+            format!(
+                "anchor: read + decode {} rows",
+                hosts * (window as usize + 1)
+            ),
+            a * 1e3
+        );
+        println!(
+            "{:<60} {:>9.1} ms",
+            format!(
+                "rack page, {window} epochs per host ({} KiB of HTML)",
+                bytes / 1024
+            ),
+            p * 1e3
+        );
+        println!("ratio page / anchor: {:.2}", p / a);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // ---- wipe: fill + verify of host RAM vs memset + memcmp, and the stream alone ----

@@ -1,0 +1,322 @@
+//! The auditor's pages as server-rendered HTML (maud escapes every value it interpolates:
+//! rack and host ids, finding text, anything a host controls). No script; the page reloads
+//! itself every 30 s. Timelines are inline SVG.
+
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use rackwarden_attest::units::{fmt_bytes, fmt_duration, fmt_rate, fmt_unix_ms};
+
+use super::{
+    inventory::{Disclosure, VERIFIER_HOLDS},
+    scorecard::{InferenceOverhead, SLOWDOWN_TARGET, TrainingBound},
+    view::{EpochPoint, HostView, RackView},
+};
+use crate::appraisal::Status;
+
+const STYLE: &str = r#"
+body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1b1f24;max-width:1100px}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px} h3{font-size:15px;margin:18px 0 6px}
+.meta{color:#57606a} table{border-collapse:collapse} td,th{padding:3px 10px 3px 0;text-align:left;vertical-align:top}
+.badge{display:inline-block;padding:2px 10px;border-radius:10px;font-weight:600;color:#fff}
+.affirming{background:#1a7f37}.warning{background:#9a6700}.contraindicated{background:#cf222e}
+.cards{display:flex;gap:14px;flex-wrap:wrap}.card{border:1px solid #d0d7de;border-radius:8px;padding:12px 14px;flex:1 1 300px}
+.number{font-size:26px;font-weight:700}.math{font-family:ui-monospace,monospace;font-size:12px;color:#24292f;white-space:pre-wrap}
+.finding code{font-weight:600}.why{color:#57606a}.host{border-top:1px solid #d0d7de;margin-top:18px}
+"#;
+
+fn percent_path(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn badge(s: Status) -> Markup {
+    html! { span class={"badge " (s.name())} { (s.name()) } }
+}
+
+fn page(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content="30";
+                title { (title) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body { (body) }
+        }
+    }
+}
+
+/// `/`: every rack and its verdict.
+pub fn index(racks: &[(String, Status, usize)], policy_id: &str, now_ms: u64) -> Markup {
+    page(
+        "rackwarden verifier",
+        html! {
+            h1 { "Racks" }
+            p.meta { "policy " (policy_id) " · " (fmt_unix_ms(now_ms)) " · reloads every 30 s" }
+            table #racks {
+                tr { th { "rack" } th { "verdict" } th { "hosts" } }
+                @for (rack, status, hosts) in racks {
+                    tr data-rack=(rack) {
+                        td { a href={"/racks/" (percent_path(rack))} { (rack) } }
+                        td.verdict data-status=(status.name()) { (badge(*status)) }
+                        td { (hosts) }
+                    }
+                }
+            }
+            @if racks.is_empty() { p { "No rack has an agreement or an enrolled host yet." } }
+        },
+    )
+}
+
+fn factor(x: f64) -> String {
+    if !x.is_finite() {
+        "∞".into()
+    } else if x >= 100.0 {
+        format!("{x:.0}×")
+    } else {
+        format!("{x:.3}×")
+    }
+}
+
+fn training_card(t: &Option<TrainingBound>) -> Markup {
+    html! {
+        div.card #score-training {
+            h3 { "1. Training slowdown bound" }
+            @match t {
+                None => { p.number data-value="" { "no data" } p { "No host has reported the caps it enforces yet." } },
+                Some(t) => {
+                    p.number data-value=(format!("{:.0}", t.slowdown_factor)) { (factor(t.slowdown_factor)) }
+                    p { "slower than over the reference interconnect; target ≥ " (factor(SLOWDOWN_TARGET)) ": "
+                        strong { @if t.meets_target { "met" } @else { "NOT met" } } }
+                    div.math { (format!(
+"enforced caps (sum of hosts' last statements): egress {}, ingress {}
+fastest measured epoch (sum over hosts):        {}
+rate r = max(caps, measured)                  = {}
+reference interconnect R (policy)             = {}
+slowdown = R / r = {} / {}                     = {}
+time to move the trainable state S = {} through r: S / r = {}
+state that can enter per epoch: ingress caps × max wipe interval + bursts
+  = {} × {} + {} = {}  ({:.6} of S; policy allows {}{})
+largest ingress one host measured in one epoch = {}",
+                        fmt_rate(t.egress_caps_bytes_per_s as f64), fmt_rate(t.ingress_caps_bytes_per_s as f64),
+                        fmt_rate(t.measured_peak_bytes_per_s.round()),
+                        fmt_rate(t.rate_bytes_per_s.round()),
+                        fmt_rate(t.reference_bytes_per_s as f64),
+                        fmt_rate(t.reference_bytes_per_s as f64), fmt_rate(t.rate_bytes_per_s.round()), factor(t.slowdown_factor),
+                        fmt_bytes(t.state_bytes as f64), fmt_duration(std::time::Duration::from_secs_f64(t.time_to_move_state_s.min(1e12))),
+                        fmt_rate(t.ingress_caps_bytes_per_s as f64), fmt_duration(std::time::Duration::from_secs_f64(t.epoch_s)),
+                        fmt_bytes(t.ingress_bursts_bytes as f64), fmt_bytes(t.state_per_epoch_bytes.round()),
+                        t.fraction_per_epoch, t.max_epoch_fraction,
+                        if t.fraction_per_epoch > t.max_epoch_fraction { ": the caps allow MORE than the policy" } else { "" },
+                        fmt_bytes(t.measured_max_epoch_ingress_bytes as f64),
+                    )) }
+                }
+            }
+        }
+    }
+}
+
+fn inference_card(i: &Option<InferenceOverhead>) -> Markup {
+    html! {
+        div.card #score-inference {
+            h3 { "2. Inference overhead" }
+            @match i {
+                None => { p.number data-value="" { "no data" } p { "No statement in the window reports its epoch's downtime." } },
+                Some(i) => {
+                    p.number data-value=(format!("{:.4}", i.fraction * 100.0)) { (format!("{:.3}%", i.fraction * 100.0)) }
+                    p { "of the time inference was stopped for wipes: serving takes " (factor(i.factor)) " as long" }
+                    div.math { (format!(
+"downtime / epoch time over the last {} epochs (all hosts)
+  = {} ms / {} ms = {:.6}
+factor = elapsed / (elapsed − downtime) = {}
+the limiter's own cost is not in the statements: not counted here",
+                        i.epochs, i.downtime_ms, i.elapsed_ms, i.fraction, factor(i.factor))) }
+                }
+            }
+        }
+    }
+}
+
+fn secrets_card(v: &RackView) -> Markup {
+    let inv = &v.inventory;
+    html! {
+        div.card #score-secrets {
+            h3 { "3. Secrets shared" }
+            p.number data-value=(inv.fields) { (inv.fields) " fields" }
+            p { "are all a statement can carry, each a name, digest, nonce, counter, time, setting or diagnostic line. "
+                strong { "No weights, prompts or outputs leave the rack" } ": images appear only as their Merkle SHA3-256 digest." }
+            p.math { "shared secrets: none. The host holds its ed25519 signing key; the verifier holds only public keys." }
+            @if !inv.unclassified.is_empty() {
+                p { strong { "Unclassified fields: " } (inv.unclassified.join(", ")) }
+            }
+        }
+    }
+}
+
+fn svg_timeline(epochs: &[EpochPoint]) -> Markup {
+    let n = epochs.len().max(1) as f64;
+    let (w, top, band) = (720.0f64, 18.0f64, 72.0f64);
+    let col = (w - 20.0) / n;
+    let y_of = |ratio: f64| top + band - ratio.min(1.25) * band / 1.0 * 0.8;
+    html! {
+        svg.timeline xmlns="http://www.w3.org/2000/svg" width=(w) height="150" viewBox={"0 0 " (w) " 150"} role="img" {
+            title { "bytes passed per epoch against the agreed cap × elapsed + burst; wipe downtime below" }
+            line x1="10" x2=(w - 10.0) y1=(y_of(1.0)) y2=(y_of(1.0)) stroke="#cf222e" stroke-dasharray="4 3" {}
+            text x="12" y=(y_of(1.0) - 3.0) font-size="10" fill="#cf222e" { "agreed bound" }
+            line x1="10" x2=(w - 10.0) y1=(top + band) y2=(top + band) stroke="#8c959f" {}
+            @for (i, e) in epochs.iter().enumerate() {
+                @let x = 10.0 + i as f64 * col;
+                @let eg = e.egress_bytes.zip(e.agreed_egress_bound).map(|(b, m)| b as f64 / m.max(1.0));
+                @let ing = e.ingress_bytes.zip(e.agreed_ingress_bound).map(|(b, m)| b as f64 / m.max(1.0));
+                @let down = e.downtime_ms.filter(|_| e.duration_ms > 0).map(|d| d as f64 / e.duration_ms as f64);
+                g.epoch data-seq=(e.seq) data-status=(e.status.name()) {
+                    title { (epoch_tooltip(e, eg, ing, down)) }
+                    @if e.missing_before > 0 {
+                        rect.gap x=(x - 1.0) y=(top - 10.0) width="2" height=(band + 14.0) fill="#cf222e" {}
+                        text x=(x + 2.0) y=(top - 2.0) font-size="9" fill="#cf222e" { (e.missing_before) " missing" }
+                    }
+                    @if let Some(r) = eg {
+                        rect x=(x + col * 0.1) y=(y_of(r)) width=(col * 0.38) height=(top + band - y_of(r)) fill=(if r > 1.0 { "#cf222e" } else { "#0969da" }) {}
+                    }
+                    @if let Some(r) = ing {
+                        rect x=(x + col * 0.5) y=(y_of(r)) width=(col * 0.38) height=(top + band - y_of(r)) fill=(if r > 1.0 { "#cf222e" } else { "#1f883d" }) {}
+                    }
+                    @if let Some(d) = down {
+                        rect x=(x + col * 0.1) y="104" width=(col * 0.78) height=(d.min(1.0) * 30.0 + 0.5) fill="#9a6700" {}
+                    }
+                    circle cx=(x + col * 0.5) cy="142" r=(col.min(8.0) * 0.4) fill=(match e.status { Status::Affirming => "#1a7f37", Status::Warning => "#9a6700", Status::Contraindicated => "#cf222e" }) {}
+                }
+            }
+            text x="12" y="100" font-size="10" fill="#57606a" { "wipe downtime / epoch" }
+        }
+    }
+}
+
+fn epoch_tooltip(e: &EpochPoint, eg: Option<f64>, ing: Option<f64>, down: Option<f64>) -> String {
+    let mut s = format!(
+        "seq {} ({}), {}",
+        e.seq,
+        fmt_unix_ms(e.end_ms),
+        e.status.name()
+    );
+    if e.forked {
+        s += ", FORK: another statement has this seq";
+    }
+    if e.missing_before > 0 {
+        s += &format!(", {} seq(s) missing before it", e.missing_before);
+    }
+    for (dir, bytes, ratio, bound) in [
+        ("egress", e.egress_bytes, eg, e.agreed_egress_bound),
+        ("ingress", e.ingress_bytes, ing, e.agreed_ingress_bound),
+    ] {
+        if let (Some(b), Some(r), Some(m)) = (bytes, ratio, bound) {
+            s += &format!(
+                "; {dir} {} of {} ({:.1}% of the agreed bound)",
+                fmt_bytes(b as f64),
+                fmt_bytes(m.round()),
+                r * 100.0
+            );
+        }
+    }
+    if let Some(hb) = e.host_egress_bound {
+        s += &format!("; host's own egress bound {}", fmt_bytes(hb.round()));
+    }
+    if let (Some(d), Some(f)) = (e.downtime_ms, down) {
+        s += &format!("; downtime {d} ms ({:.2}% of the epoch)", f * 100.0);
+    }
+    s
+}
+
+fn host_section(rack: &str, h: &HostView) -> Markup {
+    let s = &h.standing;
+    let base = format!(
+        "/v1/hosts/{}/{}/statements",
+        percent_path(rack),
+        percent_path(&s.host)
+    );
+    html! {
+        section.host data-host=(s.host) data-status=(s.status.name()) {
+            h3 { (s.host) " " (badge(s.status)) }
+            p.meta {
+                @match (s.last_seq, s.last_epoch_end_ms) {
+                    (Some(q), Some(t)) => { "last statement seq " (q) ", epoch ended " (fmt_unix_ms(t)) }
+                    _ => { "no statement yet" }
+                }
+                @if let Some(c) = &h.caps {
+                    " · enforcing egress " (fmt_rate(c.egress_bytes_per_s as f64)) " (burst " (fmt_bytes(c.egress_burst_bytes as f64)) "), ingress "
+                    (fmt_rate(c.ingress_bytes_per_s as f64)) " (burst " (fmt_bytes(c.ingress_burst_bytes as f64)) ")"
+                }
+                @if let Some(c) = &s.clearance {
+                    " · cleared " (fmt_unix_ms(c.cleared_ms)) ": " (c.reason)
+                }
+            }
+            @if !s.findings.is_empty() {
+                ul.standing { @for f in &s.findings { li { (f) } } }
+            }
+            @if !h.findings.is_empty() {
+                ul.findings {
+                    @for f in &h.findings {
+                        li.finding data-code=(f.finding.code.name()) data-severity=(f.finding.severity.name()) {
+                            (badge(f.finding.severity)) " " code { (f.finding.code.name()) } " "
+                            span.why { (f.finding.code.explain()) } ". " (f.finding.detail) " "
+                            a href={(base) "/" (f.seq)} { "statement seq " (f.seq) }
+                        }
+                    }
+                }
+            }
+            @if h.epochs.is_empty() { p { "no epochs stored" } } @else { (svg_timeline(&h.epochs)) }
+            p.meta { a href={(base) "?limit=100"} { "statements (JSON)" } }
+        }
+    }
+}
+
+/// `/racks/{rack}`: the verdict, the scorecard, each host and what the parties share.
+pub fn rack(v: &RackView) -> Markup {
+    let st = &v.standing;
+    page(
+        &format!("rack {} — {}", st.rack, st.status.name()),
+        html! {
+            p { a href="/" { "← all racks" } }
+            h1 { "Rack " (st.rack) " " span #verdict data-status=(st.status.name()) { (badge(st.status)) } }
+            p.meta { "policy " (st.policy_id) " · " (st.hosts.len()) " hosts · last " (v.window) " epochs each · "
+                (fmt_unix_ms(v.generated_ms)) " · reloads every 30 s" }
+            @if let Some(a) = v.policy.racks.get(&st.rack) {
+                p { "Agreement: egress " (fmt_rate(a.egress_bytes_per_s as f64)) ", ingress " (fmt_rate(a.ingress_bytes_per_s as f64))
+                    ", burst at most " (fmt_bytes(a.max_burst_bytes as f64)) " per host; wipe at least every "
+                    (fmt_duration(v.policy.max_wipe_interval)) "." }
+            }
+            @if !st.findings.is_empty() {
+                ul #rack-findings { @for f in &st.findings { li { (f) } } }
+            }
+            h2 { "Scorecard" }
+            div.cards {
+                (training_card(&v.score.training))
+                (inference_card(&v.score.inference))
+                (secrets_card(v))
+            }
+            h2 { "Hosts" }
+            @for h in &v.hosts { (host_section(&st.rack, h)) }
+            h2 #inventory { "What is shared" }
+            p { "Derived from the evidence schema: every field a signed statement can carry, by kind." }
+            table {
+                @for c in Disclosure::ALL {
+                    tr {
+                        th { (c.name()) }
+                        td { span.why { (c.explain()) } br;
+                            span.math { (v.inventory.by_class.get(&c).map(|f| f.join(", ")).unwrap_or_default()) } }
+                    }
+                }
+            }
+            h3 { "What the verifier holds" }
+            table { @for (what, detail) in VERIFIER_HOLDS { tr { th { (what) } td { (detail) } } } }
+        },
+    )
+}

@@ -1,0 +1,143 @@
+//! The three numbers the policy note asks for, computed from stored statements only (the
+//! caps hosts reported enforcing, the bytes that passed, the downtime epochs cost), never
+//! from configuration alone. Each carries the inputs the page prints as its arithmetic.
+
+use serde::Serialize;
+
+use super::view::HostView;
+use crate::config::Policy;
+
+/// The note's target: training at least this many times slower than with free syncing.
+pub const SLOWDOWN_TARGET: f64 = 1000.0;
+
+/// Time to move the trainable state through the rack's caps, and what that makes of training.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainingBound {
+    pub state_bytes: u64,
+    /// Sums over the hosts' last statements of the caps they report enforcing.
+    pub egress_caps_bytes_per_s: u64,
+    pub ingress_caps_bytes_per_s: u64,
+    pub ingress_bursts_bytes: u64,
+    /// Sum over hosts of each host's fastest measured epoch (bytes passed / elapsed), the
+    /// larger direction.
+    pub measured_peak_bytes_per_s: f64,
+    /// The fastest of the above: the bound uses the quickest path a sync could take.
+    pub rate_bytes_per_s: f64,
+    pub time_to_move_state_s: f64,
+    /// Longest an epoch may run before its wipe is overdue (policy `max_wipe_interval`).
+    pub epoch_s: f64,
+    /// ingress caps x epoch + bursts: the most state that can enter between two wipes.
+    pub state_per_epoch_bytes: f64,
+    /// The largest ingress any host measured in one epoch of the window.
+    pub measured_max_epoch_ingress_bytes: u64,
+    pub fraction_per_epoch: f64,
+    pub max_epoch_fraction: f64,
+    pub reference_bytes_per_s: u64,
+    /// reference interconnect / rate.
+    pub slowdown_factor: f64,
+    pub meets_target: bool,
+}
+
+/// What the wipes cost inference.
+#[derive(Debug, Clone, Serialize)]
+pub struct InferenceOverhead {
+    pub epochs: usize,
+    pub downtime_ms: u64,
+    pub elapsed_ms: u64,
+    /// downtime / elapsed.
+    pub fraction: f64,
+    /// elapsed / (elapsed - downtime): how much longer serving takes.
+    pub factor: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Scorecard {
+    /// `None`: no host has reported caps yet.
+    pub training: Option<TrainingBound>,
+    /// `None`: no statement in the window reports its epoch's downtime.
+    pub inference: Option<InferenceOverhead>,
+}
+
+pub fn compute(policy: &Policy, hosts: &[HostView]) -> Scorecard {
+    Scorecard {
+        training: training(policy, hosts),
+        inference: inference(hosts),
+    }
+}
+
+fn training(policy: &Policy, hosts: &[HostView]) -> Option<TrainingBound> {
+    let reporting: Vec<&HostView> = hosts.iter().filter(|h| h.caps.is_some()).collect();
+    if reporting.is_empty() {
+        return None;
+    }
+    let sum = |f: fn(&super::view::HostCaps) -> u64| -> u64 {
+        reporting
+            .iter()
+            .filter_map(|h| h.caps.as_ref().map(f))
+            .fold(0u64, u64::saturating_add)
+    };
+    let egress = sum(|c| c.egress_bytes_per_s);
+    let ingress = sum(|c| c.ingress_bytes_per_s);
+    let bursts = sum(|c| c.ingress_burst_bytes);
+    let peak: f64 = hosts
+        .iter()
+        .map(|h| {
+            h.epochs
+                .iter()
+                .filter_map(|e| e.measured_rate_bytes_per_s())
+                .fold(0.0, f64::max)
+        })
+        .sum();
+    let rate = (egress.max(ingress) as f64).max(peak);
+    let state = policy.trainable_state_bytes;
+    let epoch_s = policy.max_wipe_interval.as_secs_f64();
+    let per_epoch = ingress as f64 * epoch_s + bursts as f64;
+    let slowdown = policy.reference_bandwidth_bytes_per_s as f64 / rate;
+    Some(TrainingBound {
+        state_bytes: state,
+        egress_caps_bytes_per_s: egress,
+        ingress_caps_bytes_per_s: ingress,
+        ingress_bursts_bytes: bursts,
+        measured_peak_bytes_per_s: peak,
+        rate_bytes_per_s: rate,
+        time_to_move_state_s: state as f64 / rate,
+        epoch_s,
+        state_per_epoch_bytes: per_epoch,
+        measured_max_epoch_ingress_bytes: hosts
+            .iter()
+            .flat_map(|h| h.epochs.iter().filter_map(|e| e.ingress_bytes))
+            .max()
+            .unwrap_or(0),
+        fraction_per_epoch: per_epoch / state as f64,
+        max_epoch_fraction: policy.max_epoch_fraction,
+        reference_bytes_per_s: policy.reference_bandwidth_bytes_per_s,
+        slowdown_factor: slowdown,
+        meets_target: slowdown >= SLOWDOWN_TARGET,
+    })
+}
+
+fn inference(hosts: &[HostView]) -> Option<InferenceOverhead> {
+    let (mut n, mut down, mut elapsed) = (0usize, 0u64, 0u64);
+    for e in hosts.iter().flat_map(|h| &h.epochs) {
+        if let (Some(d), true) = (e.downtime_ms, e.duration_ms > 0) {
+            n += 1;
+            down += d;
+            elapsed += e.duration_ms;
+        }
+    }
+    if n == 0 || elapsed == 0 {
+        return None;
+    }
+    let fraction = down as f64 / elapsed as f64;
+    Some(InferenceOverhead {
+        epochs: n,
+        downtime_ms: down,
+        elapsed_ms: elapsed,
+        fraction,
+        factor: if down >= elapsed {
+            f64::INFINITY
+        } else {
+            elapsed as f64 / (elapsed - down) as f64
+        },
+    })
+}
