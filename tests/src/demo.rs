@@ -132,6 +132,68 @@ pub struct FullDemo {
     pub status: serde_json::Value,
     pub rack: serde_json::Value,
     pub wipe_bytes: u64,
+    /// The rack's page at the verifier, where it was, and what became of the screenshot.
+    pub page: PageShot,
+}
+
+/// The auditor's page of the demo rack, captured before the namespaces go.
+pub struct PageShot {
+    pub url: String,
+    pub ns: String,
+    /// The screenshot and a copy of the HTML, or why there is none.
+    pub saved: Result<(std::path::PathBuf, std::path::PathBuf), String>,
+}
+
+/// Loads `url` in headless Chromium inside namespace `ns` and writes a screenshot and the
+/// rendered HTML into `target/screenshots`.
+fn shoot(
+    ns: &str,
+    url: &str,
+    name: &str,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|c| std::path::Path::new(c).exists())
+        .ok_or("no chromium (`cargo xtask setup` installs Debian's `chromium`)")?;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let profile = std::env::temp_dir().join(format!("rw-demo-chromium-{}", std::process::id()));
+    let (png, html) = (
+        dir.join(format!("{name}.png")),
+        dir.join(format!("{name}.html")),
+    );
+    let run = |args: &[String]| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "timeout", "90", chromium])
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+            ])
+            // The demo verifier's CA is its own; the daemon checks the certificate.
+            .arg("--ignore-certificate-errors")
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(args)
+            .arg(url)
+            .output()
+            .map_err(|e| format!("chromium: {e}"))
+    };
+    let out = run(&[
+        format!("--screenshot={}", png.display()),
+        "--window-size=1200,2200".into(),
+        "--hide-scrollbars".into(),
+    ])?;
+    if !png.exists() {
+        return Err(format!(
+            "chromium wrote no screenshot: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let dom = run(&["--dump-dom".into()])?;
+    std::fs::write(&html, &dom.stdout).map_err(|e| format!("{}: {e}", html.display()))?;
+    let _ = std::fs::remove_dir_all(&profile);
+    Ok((png, html))
 }
 
 /// Wipe size of the demo: bounded so it runs on a laptop; the policy says so.
@@ -168,7 +230,14 @@ pub fn full(secs: f64) -> FullDemo {
         "the second epoch delivered",
         |e| e["delivery"]["delivered_seq"] == 1,
     );
+    let url = format!("{}/racks/{rack}", v.url());
+    let page = PageShot {
+        saved: shoot(&net.rack_ns, &url, "demo-rack"),
+        url,
+        ns: net.rack_ns.clone(),
+    };
     FullDemo {
+        page,
         traffic: report,
         history: v.history(&rack, &host),
         status,
@@ -189,6 +258,7 @@ impl FullDemo {
             .map(|f| f.delivered_frame_bytes)
             .sum();
         self.history.len() == 2
+            && self.page.saved.is_ok()
             && self.history.iter().all(|r| {
                 let p = crate::epoch::predicate_of(r);
                 r["status"] == "affirming"
@@ -305,6 +375,20 @@ impl FullDemo {
             "\nrack standing at the verifier: {}\n",
             self.rack["status"].as_str().unwrap_or("-").to_uppercase()
         );
+        s += &format!(
+            "the rack's page: {} (inside namespace {}, gone with the demo)\n",
+            self.page.url, self.page.ns
+        );
+        match &self.page.saved {
+            Ok((png, html)) => {
+                s += &format!(
+                    "  screenshot {}\n  its HTML   {}\n",
+                    png.display(),
+                    html.display()
+                )
+            }
+            Err(e) => s += &format!("  no screenshot: {e}\n"),
+        }
         let e = &self.status["epoch"];
         s += &format!(
             "daemon: delivered up to seq {}, backlog {}, next epoch at {}\n",

@@ -64,6 +64,11 @@ CREATE TABLE IF NOT EXISTS statements (
   wipe_ms INTEGER,
   UNIQUE(rack, host, pae_sha3));
 CREATE INDEX IF NOT EXISTS statements_by_seq ON statements(rack, host, seq);
+-- A host's standing and its page ask for its uncleared contraindicated statements and its
+-- last counted wipe at every look: without these, each reads every row the host has.
+CREATE INDEX IF NOT EXISTS statements_contraindicated ON statements(rack, host, id)
+  WHERE status = 'contraindicated';
+CREATE INDEX IF NOT EXISTS statements_by_wipe ON statements(rack, host, wipe_ms);
 CREATE TABLE IF NOT EXISTS clearances (
   id INTEGER PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL,
   up_to_id INTEGER NOT NULL, cleared_ms INTEGER NOT NULL, reason TEXT NOT NULL);

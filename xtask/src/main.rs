@@ -22,6 +22,8 @@ const APT_PACKAGES: &[&str] = &[
     "python3",
     // systemd-analyze verifies the installed units (the install test).
     "systemd",
+    // Headless browser: the verifier page test and the demo's screenshot.
+    "chromium",
 ];
 
 fn main() -> Result<()> {
@@ -104,7 +106,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root), then vm-test\n  vm-test [--kernel PATH [--modules DIR]] [--group NAME]...  kernel-facing tests in VMs on Debian 6.1 and the newest cloud kernel\n  bench [attest|images|wipe|verifier|limiter|bypass]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build]  binaries, units, sysusers/tmpfiles, example configs\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
+                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root), then vm-test\n  vm-test [--kernel PATH [--modules DIR]] [--group NAME]...  kernel-facing tests in VMs on Debian 6.1 and the newest cloud kernel\n  bench [attest|images|wipe|verifier|page|limiter|bypass]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build]  binaries, units, sysusers/tmpfiles, example configs\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
             );
             bail!("unknown command {:?}", args.first());
         }
