@@ -51,16 +51,7 @@ impl Verifier {
         let port = free_port(&net.rack_ns);
         let tls = dir.join("tls");
         if !tls.join("ca.pem").exists() {
-            let out = Command::new(bin("rackwarden-verifier"))
-                .args(["tls-init", "--name", VERIFIER_ADDR, "--out"])
-                .arg(&tls)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "tls-init: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            crate::tls_init(VERIFIER_ADDR, &tls);
         }
         let config = dir.join("verifier.toml");
         std::fs::write(

@@ -336,6 +336,21 @@ impl Drop for Net {
     }
 }
 
+/// A CA and a server certificate for `name` in `out`, made by `rackwarden-verifier tls-init`
+/// (ca.pem, server.pem, server.key, server-leaf.pem).
+pub fn tls_init(name: &str, out: &Path) {
+    let o = Command::new(bin("rackwarden-verifier"))
+        .args(["tls-init", "--name", name, "--out"])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "tls-init: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// Path of a workspace binary (built by `cargo xtask test` before the tests run).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();

@@ -629,12 +629,7 @@ fn the_verifier_is_trusted_only_through_its_ca_or_pinned_certificate() {
     let mut r = rack("tlstrust", 1 << 20);
     r.verifier.start();
     let other = r.net.dir.join("other-tls");
-    let out = std::process::Command::new(rackwarden_tests::bin("rackwarden-verifier"))
-        .args(["tls-init", "--name", "127.0.0.1", "--out"])
-        .arg(&other)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    rackwarden_tests::tls_init("127.0.0.1", &other);
     let (cfg, sock) = r.config("1 h", "8 MiB");
     let good = std::fs::read_to_string(&cfg).unwrap();
     let ca_line = format!("ca = \"{}\"", r.verifier.ca().display());

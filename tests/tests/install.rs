@@ -58,16 +58,7 @@ fn install_into_a_temporary_root_gives_the_tree_and_units_verify() {
     // `tls-init`, where the example names it inside this root.
     let ex = root.join("etc/rackwarden/rackwarden.toml.example");
     let tls = root.join("tls");
-    let out = Command::new(rackwarden_tests::bin("rackwarden-verifier"))
-        .args(["tls-init", "--name", "verifier.example", "--out"])
-        .arg(&tls)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rackwarden_tests::tls_init("verifier.example", &tls);
     let text = std::fs::read_to_string(&ex).unwrap();
     assert!(text.contains("ca = \"/etc/rackwarden/verifier-ca.pem\""));
     let text = text.replace(

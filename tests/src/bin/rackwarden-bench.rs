@@ -176,16 +176,7 @@ fn bench_epoch() {
 
 /// A CA and server certificate for 127.0.0.1 from `rackwarden-verifier tls-init`; the CA PEM.
 fn bench_tls(dir: &std::path::Path) -> Vec<u8> {
-    let out = Command::new(bin("rackwarden-verifier"))
-        .args(["tls-init", "--name", "127.0.0.1", "--out"])
-        .arg(dir.join("tls"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rackwarden_tests::tls_init("127.0.0.1", &dir.join("tls"));
     std::fs::read(dir.join("tls/ca.pem")).unwrap()
 }
 
