@@ -18,6 +18,18 @@ pub struct HostStanding {
     pub ingress_cap_bytes_per_s: Option<u64>,
     /// The operator's latest clearing of contraindicated statements, if any.
     pub clearance: Option<crate::store::Clearance>,
+    /// The first contraindicated statement not cleared, which holds the host (the page
+    /// explains its findings); the JSON carries it as a line in `findings`.
+    #[serde(skip)]
+    pub first_uncleared: Option<UnclearedStatement>,
+}
+
+/// A stored contraindicated statement no operator has cleared.
+#[derive(Debug, Clone)]
+pub struct UnclearedStatement {
+    pub id: i64,
+    pub seq: u64,
+    pub result: Option<AttestationResult>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -94,17 +106,20 @@ impl Verifier {
                 &host,
                 clearance.as_ref().map_or(0, |c| c.up_to_id),
             )?;
-            if let Some(first) = bad.first() {
+            let first_uncleared = bad.first().map(|first| UnclearedStatement {
+                id: first.id,
+                seq: first.seq,
+                result: serde_json::from_str::<AttestationResult>(&first.result).ok(),
+            });
+            if let Some(first) = &first_uncleared {
                 status = Status::Contraindicated;
-                let codes: Vec<String> = serde_json::from_str::<AttestationResult>(&first.result)
-                    .map(|r| {
-                        r.findings
-                            .into_iter()
-                            .filter(|f| f.severity == Status::Contraindicated)
-                            .map(|f| f.code.name().to_string())
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let codes: Vec<&str> = first
+                    .result
+                    .iter()
+                    .flat_map(|r| &r.findings)
+                    .filter(|f| f.severity == Status::Contraindicated)
+                    .map(|f| f.code.name())
+                    .collect();
                 findings.push(format!(
                     "{} contraindicated statement(s) not cleared, the first at seq {} ({}); an operator clears them with `rackwarden-verifier clear`",
                     bad.len(),
@@ -134,6 +149,7 @@ impl Verifier {
                 egress_cap_bytes_per_s: egress_cap,
                 ingress_cap_bytes_per_s: ingress_cap,
                 clearance,
+                first_uncleared,
             });
         }
         let mut findings = Vec::new();

@@ -1623,6 +1623,8 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
         },
     );
     assert!(codes(&r).contains(&"counters_above_cap".to_string()), "{r}");
+    // A good statement after it: the overrun is no longer the latest, and still holds h2.
+    post_challenged(&s, &mut h2, epoch());
 
     // The page as served.
     let html = client()

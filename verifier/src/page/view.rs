@@ -189,22 +189,17 @@ impl Verifier {
                 })
                 .unwrap_or_default();
             // The first contraindicated statement not cleared holds the host: explain it too.
-            let cleared_up_to = hs.clearance.as_ref().map_or(0, |c| c.up_to_id);
-            if let Some(first) = self
-                .store
-                .contraindicated_after(rack, &hs.host, cleared_up_to)?
-                .into_iter()
-                .next()
+            if let Some(first) = &hs.first_uncleared
                 && last.is_none_or(|(r, _)| r.id != first.id)
-                && let Some(r) = result_of(&first.result)
+                && let Some(r) = &first.result
             {
                 findings.extend(
                     r.findings
-                        .into_iter()
+                        .iter()
                         .filter(|f| f.severity == Status::Contraindicated)
                         .map(|finding| ShownFinding {
                             seq: first.seq,
-                            finding,
+                            finding: finding.clone(),
                         }),
                 );
             }
