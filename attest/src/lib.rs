@@ -9,8 +9,11 @@
 //! - [`log`]: the append-only local log with torn-tail detection;
 //! - [`merkle`]: the `merkle_sha3_256` file digest; [`manifest`]: the signed image manifest;
 //! - [`nonce`]: the challenge nonce (parsed and generated in one place);
-//! - [`verify`]: checking a whole log (signatures, chain, time) line by line.
+//! - [`verify`]: checking a whole log (signatures, chain, time) line by line;
+//! - [`result`]: the verifier's verdict on a statement (status, findings, aspects);
+//! - [`api`]: the daemon-verifier protocol (challenge, ingest response, error body).
 
+pub mod api;
 pub mod budget;
 pub mod config_error;
 pub mod dsse;
@@ -20,6 +23,7 @@ pub mod log;
 pub mod manifest;
 pub mod merkle;
 pub mod nonce;
+pub mod result;
 pub mod schema;
 pub mod statement;
 pub mod units;

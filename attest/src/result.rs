@@ -1,0 +1,422 @@
+//! The attestation result: the verifier's verdict on one statement, as stored, as sent to
+//! the daemon in the ingest response, and as shown on the auditor's page. It follows the
+//! shape of an IETF EAR attestation result: an overall status, a per-aspect trustworthiness
+//! vector, the policy id, and the findings. Codes and aspects are one enum each, serialised
+//! as the snake_case strings stored verdicts have always carried, so `recheck` compares old
+//! verdicts with new ones.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One aspect of the trustworthiness vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aspect {
+    Identity,
+    Chain,
+    Freshness,
+    Limiter,
+    Wipe,
+    Images,
+    Budget,
+}
+
+impl Aspect {
+    pub const ALL: [Aspect; 7] = [
+        Aspect::Identity,
+        Aspect::Chain,
+        Aspect::Freshness,
+        Aspect::Limiter,
+        Aspect::Wipe,
+        Aspect::Images,
+        Aspect::Budget,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Aspect::Identity => "identity",
+            Aspect::Chain => "chain",
+            Aspect::Freshness => "freshness",
+            Aspect::Limiter => "limiter",
+            Aspect::Wipe => "wipe",
+            Aspect::Images => "images",
+            Aspect::Budget => "budget",
+        }
+    }
+}
+
+/// What a finding is about. Each code belongs to one aspect and has a one-line explanation
+/// for the auditor's page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingCode {
+    RetiredKey,
+    DaemonNotAccepted,
+    ProgramNotAccepted,
+    SelfProtectionUnreported,
+    SelfProtectionBelowPolicy,
+    Fork,
+    Gap,
+    BrokenPrev,
+    TimeBackwards,
+    LogDamageDisclosed,
+    Unchallenged,
+    NonceUnknown,
+    NonceOtherHost,
+    NonceReused,
+    NonceExpired,
+    LimiterAbsent,
+    NotAttached,
+    ForeignAhead,
+    BypassUnreported,
+    BypassRefusalAbsent,
+    RdmaDevices,
+    VfioDevices,
+    UncappedInterfaces,
+    AfXdpSockets,
+    EnforcementGap,
+    NoAgreement,
+    BurstAboveAgreement,
+    CapAboveAgreement,
+    CountersReset,
+    CountersAboveCap,
+    StateBoundExceeded,
+    NoWipe,
+    WipeNotCounted,
+    WipeOverdue,
+    WipeNotBound,
+    WipeInterrupted,
+    WipeEmpty,
+    WipeDeviceMissing,
+    WipeInconsistent,
+    WipeFailed,
+    WipeMismatch,
+    ResidueAboveMax,
+    EpochInterrupted,
+    ImageRefused,
+    ImageNotInManifest,
+}
+
+impl FindingCode {
+    pub const ALL: [FindingCode; 45] = [
+        FindingCode::RetiredKey,
+        FindingCode::DaemonNotAccepted,
+        FindingCode::ProgramNotAccepted,
+        FindingCode::SelfProtectionUnreported,
+        FindingCode::SelfProtectionBelowPolicy,
+        FindingCode::Fork,
+        FindingCode::Gap,
+        FindingCode::BrokenPrev,
+        FindingCode::TimeBackwards,
+        FindingCode::LogDamageDisclosed,
+        FindingCode::Unchallenged,
+        FindingCode::NonceUnknown,
+        FindingCode::NonceOtherHost,
+        FindingCode::NonceReused,
+        FindingCode::NonceExpired,
+        FindingCode::LimiterAbsent,
+        FindingCode::NotAttached,
+        FindingCode::ForeignAhead,
+        FindingCode::BypassUnreported,
+        FindingCode::BypassRefusalAbsent,
+        FindingCode::RdmaDevices,
+        FindingCode::VfioDevices,
+        FindingCode::UncappedInterfaces,
+        FindingCode::AfXdpSockets,
+        FindingCode::EnforcementGap,
+        FindingCode::NoAgreement,
+        FindingCode::BurstAboveAgreement,
+        FindingCode::CapAboveAgreement,
+        FindingCode::CountersReset,
+        FindingCode::CountersAboveCap,
+        FindingCode::StateBoundExceeded,
+        FindingCode::NoWipe,
+        FindingCode::WipeNotCounted,
+        FindingCode::WipeOverdue,
+        FindingCode::WipeNotBound,
+        FindingCode::WipeInterrupted,
+        FindingCode::WipeEmpty,
+        FindingCode::WipeDeviceMissing,
+        FindingCode::WipeInconsistent,
+        FindingCode::WipeFailed,
+        FindingCode::WipeMismatch,
+        FindingCode::ResidueAboveMax,
+        FindingCode::EpochInterrupted,
+        FindingCode::ImageRefused,
+        FindingCode::ImageNotInManifest,
+    ];
+
+    pub fn aspect(self) -> Aspect {
+        match self {
+            FindingCode::RetiredKey => Aspect::Identity,
+            FindingCode::DaemonNotAccepted => Aspect::Identity,
+            FindingCode::ProgramNotAccepted => Aspect::Limiter,
+            FindingCode::SelfProtectionUnreported => Aspect::Limiter,
+            FindingCode::SelfProtectionBelowPolicy => Aspect::Limiter,
+            FindingCode::Fork => Aspect::Chain,
+            FindingCode::Gap => Aspect::Chain,
+            FindingCode::BrokenPrev => Aspect::Chain,
+            FindingCode::TimeBackwards => Aspect::Chain,
+            FindingCode::LogDamageDisclosed => Aspect::Chain,
+            FindingCode::Unchallenged => Aspect::Freshness,
+            FindingCode::NonceUnknown => Aspect::Freshness,
+            FindingCode::NonceOtherHost => Aspect::Freshness,
+            FindingCode::NonceReused => Aspect::Freshness,
+            FindingCode::NonceExpired => Aspect::Freshness,
+            FindingCode::LimiterAbsent => Aspect::Limiter,
+            FindingCode::NotAttached => Aspect::Limiter,
+            FindingCode::ForeignAhead => Aspect::Limiter,
+            FindingCode::BypassUnreported => Aspect::Limiter,
+            FindingCode::BypassRefusalAbsent => Aspect::Limiter,
+            FindingCode::RdmaDevices => Aspect::Limiter,
+            FindingCode::VfioDevices => Aspect::Limiter,
+            FindingCode::UncappedInterfaces => Aspect::Limiter,
+            FindingCode::AfXdpSockets => Aspect::Limiter,
+            FindingCode::EnforcementGap => Aspect::Limiter,
+            FindingCode::NoAgreement => Aspect::Budget,
+            FindingCode::BurstAboveAgreement => Aspect::Budget,
+            FindingCode::CapAboveAgreement => Aspect::Budget,
+            FindingCode::CountersReset => Aspect::Budget,
+            FindingCode::CountersAboveCap => Aspect::Budget,
+            FindingCode::StateBoundExceeded => Aspect::Budget,
+            FindingCode::NoWipe => Aspect::Wipe,
+            FindingCode::WipeNotCounted => Aspect::Wipe,
+            FindingCode::WipeOverdue => Aspect::Wipe,
+            FindingCode::WipeNotBound => Aspect::Wipe,
+            FindingCode::WipeInterrupted => Aspect::Wipe,
+            FindingCode::WipeEmpty => Aspect::Wipe,
+            FindingCode::WipeDeviceMissing => Aspect::Wipe,
+            FindingCode::WipeInconsistent => Aspect::Wipe,
+            FindingCode::WipeFailed => Aspect::Wipe,
+            FindingCode::WipeMismatch => Aspect::Wipe,
+            FindingCode::ResidueAboveMax => Aspect::Wipe,
+            FindingCode::EpochInterrupted => Aspect::Wipe,
+            FindingCode::ImageRefused => Aspect::Images,
+            FindingCode::ImageNotInManifest => Aspect::Images,
+        }
+    }
+
+    /// The code as stored (`counters_above_cap`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FindingCode::RetiredKey => "retired_key",
+            FindingCode::DaemonNotAccepted => "daemon_not_accepted",
+            FindingCode::ProgramNotAccepted => "program_not_accepted",
+            FindingCode::SelfProtectionUnreported => "self_protection_unreported",
+            FindingCode::SelfProtectionBelowPolicy => "self_protection_below_policy",
+            FindingCode::Fork => "fork",
+            FindingCode::Gap => "gap",
+            FindingCode::BrokenPrev => "broken_prev",
+            FindingCode::TimeBackwards => "time_backwards",
+            FindingCode::LogDamageDisclosed => "log_damage_disclosed",
+            FindingCode::Unchallenged => "unchallenged",
+            FindingCode::NonceUnknown => "nonce_unknown",
+            FindingCode::NonceOtherHost => "nonce_other_host",
+            FindingCode::NonceReused => "nonce_reused",
+            FindingCode::NonceExpired => "nonce_expired",
+            FindingCode::LimiterAbsent => "limiter_absent",
+            FindingCode::NotAttached => "not_attached",
+            FindingCode::ForeignAhead => "foreign_ahead",
+            FindingCode::BypassUnreported => "bypass_unreported",
+            FindingCode::BypassRefusalAbsent => "bypass_refusal_absent",
+            FindingCode::RdmaDevices => "rdma_devices",
+            FindingCode::VfioDevices => "vfio_devices",
+            FindingCode::UncappedInterfaces => "uncapped_interfaces",
+            FindingCode::AfXdpSockets => "af_xdp_sockets",
+            FindingCode::EnforcementGap => "enforcement_gap",
+            FindingCode::NoAgreement => "no_agreement",
+            FindingCode::BurstAboveAgreement => "burst_above_agreement",
+            FindingCode::CapAboveAgreement => "cap_above_agreement",
+            FindingCode::CountersReset => "counters_reset",
+            FindingCode::CountersAboveCap => "counters_above_cap",
+            FindingCode::StateBoundExceeded => "state_bound_exceeded",
+            FindingCode::NoWipe => "no_wipe",
+            FindingCode::WipeNotCounted => "wipe_not_counted",
+            FindingCode::WipeOverdue => "wipe_overdue",
+            FindingCode::WipeNotBound => "wipe_not_bound",
+            FindingCode::WipeInterrupted => "wipe_interrupted",
+            FindingCode::WipeEmpty => "wipe_empty",
+            FindingCode::WipeDeviceMissing => "wipe_device_missing",
+            FindingCode::WipeInconsistent => "wipe_inconsistent",
+            FindingCode::WipeFailed => "wipe_failed",
+            FindingCode::WipeMismatch => "wipe_mismatch",
+            FindingCode::ResidueAboveMax => "residue_above_max",
+            FindingCode::EpochInterrupted => "epoch_interrupted",
+            FindingCode::ImageRefused => "image_refused",
+            FindingCode::ImageNotInManifest => "image_not_in_manifest",
+        }
+    }
+
+    /// One line an auditor reads next to the finding.
+    pub fn explain(self) -> &'static str {
+        match self {
+            FindingCode::RetiredKey => {
+                "signed with a key an operator retired: the host no longer speaks with it"
+            }
+            FindingCode::DaemonNotAccepted => {
+                "made by a daemon build whose digest the policy does not accept"
+            }
+            FindingCode::ProgramNotAccepted => {
+                "an eBPF program whose kernel tag the policy does not accept"
+            }
+            FindingCode::SelfProtectionUnreported => {
+                "the policy requires self-protection and the statement does not report it"
+            }
+            FindingCode::SelfProtectionBelowPolicy => {
+                "another root process could weaken the limiter more easily than the policy allows"
+            }
+            FindingCode::Fork => {
+                "two different statements claim the same place in the host's chain"
+            }
+            FindingCode::Gap => {
+                "the previous statement has not arrived: an epoch is missing from the chain"
+            }
+            FindingCode::BrokenPrev => {
+                "the statement does not extend the stored previous one (its prev digest differs)"
+            }
+            FindingCode::TimeBackwards => "the epoch starts before the previous one ended",
+            FindingCode::LogDamageDisclosed => {
+                "the host disclosed damaged bytes in its own statement log"
+            }
+            FindingCode::Unchallenged => {
+                "the statement answers no verifier challenge, so its freshness is unproven"
+            }
+            FindingCode::NonceUnknown => "it answers a nonce this verifier never issued",
+            FindingCode::NonceOtherHost => "it answers a nonce issued to another host",
+            FindingCode::NonceReused => "it answers a nonce another statement already used",
+            FindingCode::NonceExpired => {
+                "it answers a nonce that had expired when the statement arrived"
+            }
+            FindingCode::LimiterAbsent => "no policer was enforcing the caps",
+            FindingCode::NotAttached => "the policer was not attached on an interface at epoch end",
+            FindingCode::ForeignAhead => {
+                "another program runs before the policer and could pass or redirect packets"
+            }
+            FindingCode::BypassUnreported => {
+                "the statement does not say which paths around the policer exist"
+            }
+            FindingCode::BypassRefusalAbsent => {
+                "nothing refuses new paths around the policer (RDMA, AF_XDP, raw devices)"
+            }
+            FindingCode::RdmaDevices => "RDMA devices can move bytes without passing the policer",
+            FindingCode::VfioDevices => {
+                "devices handed to user space (VFIO) can move bytes without the policer"
+            }
+            FindingCode::UncappedInterfaces => "interfaces with no policer can carry traffic",
+            FindingCode::AfXdpSockets => "AF_XDP sockets can move packets without the policer",
+            FindingCode::EnforcementGap => {
+                "for a while the caps were not enforced (restored or not)"
+            }
+            FindingCode::NoAgreement => "the policy has no agreed cap for this rack",
+            FindingCode::BurstAboveAgreement => {
+                "the host's token bucket is deeper than the agreement allows"
+            }
+            FindingCode::CapAboveAgreement => {
+                "the host enforces a higher rate than the agreement allows"
+            }
+            FindingCode::CountersReset => "the byte counters went backwards: the budget was reset",
+            FindingCode::CountersAboveCap => {
+                "more bytes passed than cap x elapsed time + burst allows"
+            }
+            FindingCode::StateBoundExceeded => {
+                "more bytes entered in one epoch than the policy's share of the trainable state"
+            }
+            FindingCode::NoWipe => "no memory wipe in this epoch",
+            FindingCode::WipeNotCounted => {
+                "the wipe is not bound to a nonce this verifier issued, so it does not reset the wipe clock"
+            }
+            FindingCode::WipeOverdue => "no counted wipe within the policy's maximum wipe interval",
+            FindingCode::WipeNotBound => "the wipe's nonce is not this epoch's challenge",
+            FindingCode::WipeInterrupted => "the wipe was interrupted",
+            FindingCode::WipeEmpty => "the wipe report names no device",
+            FindingCode::WipeDeviceMissing => {
+                "a device class the policy requires was not wiped completely"
+            }
+            FindingCode::WipeInconsistent => "the wipe's byte counts do not add up",
+            FindingCode::WipeFailed => "a device's wipe failed",
+            FindingCode::WipeMismatch => {
+                "verification read back blocks that did not match the challenge stream"
+            }
+            FindingCode::ResidueAboveMax => "more memory was left unwiped than the policy allows",
+            FindingCode::EpochInterrupted => {
+                "an earlier epoch was cut short (a crash or restart) and redone"
+            }
+            FindingCode::ImageRefused => "the host refused an image whose digest did not match",
+            FindingCode::ImageNotInManifest => "a loaded image is not in the signed manifest",
+        }
+    }
+}
+
+/// Overall and per-aspect status, ordered from best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Affirming,
+    Warning,
+    Contraindicated,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Affirming => "affirming",
+            Status::Warning => "warning",
+            Status::Contraindicated => "contraindicated",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub aspect: Aspect,
+    pub code: FindingCode,
+    pub severity: Status,
+    pub detail: String,
+}
+
+/// The verdict on one statement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttestationResult {
+    pub status: Status,
+    pub policy_id: String,
+    pub rack: String,
+    pub host: String,
+    pub seq: u64,
+    pub trustworthiness: BTreeMap<Aspect, Status>,
+    pub findings: Vec<Finding>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Captured from a verifier database before the result moved here: the `result` column
+    // holds the verdict serialised as declared (aspects in their enum order).
+    const STORED_RESULT: &str = concat!(
+        r#"{"status":"contraindicated","policy_id":"test-policy","rack":"rack-a","host":"h1","seq":7,"#,
+        r#""trustworthiness":{"identity":"affirming","chain":"affirming","freshness":"affirming","limiter":"affirming","wipe":"contraindicated","images":"affirming","budget":"warning"},"#,
+        r#""findings":[{"aspect":"wipe","code":"residue_above_max","severity":"contraindicated","detail":"host residue 5 GiB above 4 GiB"},"#,
+        r#"{"aspect":"budget","code":"counters_reset","severity":"warning","detail":"egress passed_bytes went from 9 to 3"}]}"#
+    );
+
+    #[test]
+    fn a_stored_result_round_trips_byte_for_byte() {
+        let r: AttestationResult = serde_json::from_str(STORED_RESULT).unwrap();
+        assert_eq!(r.status, Status::Contraindicated);
+        assert_eq!(r.trustworthiness[&Aspect::Budget], Status::Warning);
+        assert_eq!(r.findings[0].code, FindingCode::ResidueAboveMax);
+        assert_eq!(r.findings[1].aspect, FindingCode::CountersReset.aspect());
+        assert_eq!(serde_json::to_string(&r).unwrap(), STORED_RESULT);
+    }
+
+    #[test]
+    fn names_are_the_serialised_codes() {
+        for c in FindingCode::ALL {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.name(), "{c:?}");
+        }
+        for a in Aspect::ALL {
+            assert_eq!(serde_json::to_value(a).unwrap(), a.name(), "{a:?}");
+        }
+    }
+}
