@@ -356,7 +356,7 @@ pub fn run() -> Vec<Row> {
         let errno = match map {
             rackwarden_common::map_names::CONFIG => {
                 let mut maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
-                let spec = rackwarden::limiter::maps::CapSpec {
+                let spec = rackwarden::config::CapSpec {
                     rate_bytes_per_s: CAP * 1000,
                     burst_bytes: 1 << 30,
                     small_reserve_bytes: 0,

@@ -12,8 +12,8 @@ use rackwarden_tests::{
     *,
 };
 
-fn spec(rate: u64, burst: u64) -> rackwarden::limiter::maps::CapSpec {
-    rackwarden::limiter::maps::CapSpec {
+fn spec(rate: u64, burst: u64) -> rackwarden::config::CapSpec {
+    rackwarden::config::CapSpec {
         rate_bytes_per_s: rate,
         burst_bytes: burst,
         small_reserve_bytes: 16_384,

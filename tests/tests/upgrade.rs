@@ -13,7 +13,7 @@ use rackwarden_tests::{
 #[test]
 fn a_new_daemon_replaces_an_old_pinned_policer_on_every_hook() {
     let net = Net::new("upg");
-    let spec = rackwarden::limiter::maps::CapSpec {
+    let spec = rackwarden::config::CapSpec {
         rate_bytes_per_s: 1_000_000,
         burst_bytes: 256 * 1024,
         small_reserve_bytes: 16_384,

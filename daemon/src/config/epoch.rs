@@ -182,7 +182,7 @@ pub(super) struct RawSections {
     pub workloads: Option<Spanned<RawWorkloads>>,
 }
 
-type Err<'a> = &'a dyn Fn(Option<Range<usize>>, String) -> ConfigError;
+pub(super) type Err<'a> = &'a dyn Fn(Option<Range<usize>>, String) -> ConfigError;
 
 fn duration(
     err: Err,

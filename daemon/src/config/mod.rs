@@ -29,6 +29,7 @@
 //! The epoch loop's sections (`[epoch]`, `[verifier]`, `[wipe]`, `[images]`, `[workloads]`)
 //! are in [`epoch`].
 
+pub mod caps;
 pub mod epoch;
 
 use std::{
@@ -40,7 +41,9 @@ use std::{
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::units;
+use crate::{limiter::Direction, units};
+
+pub use caps::{CapSpec, Caps};
 
 pub const DEFAULT_PATH: &str = "/etc/rackwarden/rackwarden.toml";
 
@@ -92,12 +95,8 @@ pub struct Config {
     pub interfaces: Vec<String>,
     /// Line of each interface entry, for errors found later (an interface that does not exist).
     pub interface_lines: Vec<usize>,
-    pub rack_egress_bytes_per_s: u64,
-    pub rack_ingress_bytes_per_s: u64,
-    pub burst_bytes: u64,
-    pub small_reserve_bytes: u64,
-    pub small_max_len: u32,
-    pub bytes_per_token: Option<u64>,
+    /// The rack's caps; this host enforces them times `host_share`.
+    pub caps: Caps,
     pub pin_root: PathBuf,
     pub state_dir: PathBuf,
     pub control_socket: PathBuf,
@@ -112,25 +111,14 @@ pub struct Config {
 }
 
 impl Config {
-    /// This host's egress cap: the rack cap times the share, rounded down (never up).
-    pub fn host_egress_bytes_per_s(&self) -> u64 {
-        scale(self.rack_egress_bytes_per_s, self.host_share)
-    }
-    pub fn host_ingress_bytes_per_s(&self) -> u64 {
-        scale(self.rack_ingress_bytes_per_s, self.host_share)
+    /// This host's cap in `dir`: the rack cap times the share, rounded down (never up).
+    pub fn host_bytes_per_s(&self, dir: Direction) -> u64 {
+        self.caps.host_bytes_per_s(dir, self.host_share)
     }
 
     /// What the limiter enforces in `dir` on this host.
-    pub fn cap_spec(&self, dir: crate::limiter::Direction) -> crate::limiter::maps::CapSpec {
-        crate::limiter::maps::CapSpec {
-            rate_bytes_per_s: match dir {
-                crate::limiter::Direction::Egress => self.host_egress_bytes_per_s(),
-                crate::limiter::Direction::Ingress => self.host_ingress_bytes_per_s(),
-            },
-            burst_bytes: self.burst_bytes,
-            small_reserve_bytes: self.small_reserve_bytes,
-            small_max_len: self.small_max_len,
-        }
+    pub fn cap_spec(&self, dir: Direction) -> CapSpec {
+        self.caps.spec(dir, self.host_share)
     }
 
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -221,99 +209,7 @@ impl Config {
             interface_lines.push(line_of(text, i.span().start));
         }
 
-        let cap = raw.cap.get_ref();
-        let bytes_per_token = match &cap.bytes_per_token {
-            None => None,
-            Some(b) if *b.get_ref() <= 0 => {
-                return Err(err(
-                    Some(b.span()),
-                    format!(
-                        "`cap.bytes_per_token` must be positive (it is {})",
-                        b.get_ref()
-                    ),
-                ));
-            }
-            Some(b) => Some(*b.get_ref() as u64),
-        };
-        let rate = |key: &str, s: &Spanned<String>| -> Result<u64, ConfigError> {
-            let r = units::parse_rate(s.get_ref()).map_err(|e| unit_err(key, s, e))?;
-            let b = r
-                .bytes_per_sec(bytes_per_token)
-                .map_err(|e| unit_err(key, s, e))?;
-            if b == 0 {
-                return Err(err(Some(s.span()), format!("`{key}` must be above zero")));
-            }
-            Ok(b)
-        };
-        let egress = rate("cap.egress", &cap.egress)?;
-        let ingress = rate("cap.ingress", &cap.ingress)?;
-        for (key, rack, s) in [
-            ("cap.egress", egress, &cap.egress),
-            ("cap.ingress", ingress, &cap.ingress),
-        ] {
-            if scale(rack, share) == 0 {
-                return Err(err(
-                    Some(s.span()),
-                    format!("`{key}` x host_share rounds to zero bytes/s for this host"),
-                ));
-            }
-        }
-        let burst = units::parse_size(cap.burst.get_ref())
-            .map_err(|e| unit_err("cap.burst", &cap.burst, e))?;
-        if burst > MAX_BURST_BYTES {
-            return Err(err(
-                Some(cap.burst.span()),
-                format!(
-                    "`cap.burst` must be at most {} (it is {}): the byte bound is burst + rate x time, and no rack agreement allows a bucket that deep",
-                    units::ByteSize(MAX_BURST_BYTES),
-                    units::ByteSize(burst)
-                ),
-            ));
-        }
-        if burst < MIN_BURST_BYTES {
-            return Err(err(
-                Some(cap.burst.span()),
-                format!(
-                    "`cap.burst` must be at least {MIN_BURST_BYTES} bytes (one GSO packet); it is {burst}"
-                ),
-            ));
-        }
-
-        let small_reserve = match &cap.small_packet_reserve {
-            None => DEFAULT_SMALL_RESERVE,
-            Some(s) => units::parse_size(s.get_ref())
-                .map_err(|e| unit_err("cap.small_packet_reserve", s, e))?,
-        };
-        if burst.saturating_sub(small_reserve) < MIN_BURST_BYTES || small_reserve > u32::MAX as u64
-        {
-            let span = cap
-                .small_packet_reserve
-                .as_ref()
-                .map(|s| s.span())
-                .unwrap_or(cap.burst.span());
-            return Err(err(
-                Some(span),
-                format!(
-                    "`cap.small_packet_reserve` ({small_reserve} B) leaves less than {MIN_BURST_BYTES} B of `cap.burst` ({burst} B) for bulk packets"
-                ),
-            ));
-        }
-        let small_max = match &cap.small_packet_max {
-            None => DEFAULT_SMALL_MAX,
-            Some(s) => {
-                let v = units::parse_size(s.get_ref())
-                    .map_err(|e| unit_err("cap.small_packet_max", s, e))?;
-                if !(64..=9000).contains(&v) {
-                    return Err(err(
-                        Some(s.span()),
-                        format!(
-                            "`cap.small_packet_max` must be between 64 B and 9000 B (it is {v})"
-                        ),
-                    ));
-                }
-                v as u32
-            }
-        };
+        let caps = caps::parse_table(&err, raw.cap.get_ref(), share)?;
 
         let check_interval = match &raw.check_interval {
             None => Duration::from_secs(2),
@@ -393,12 +289,7 @@ impl Config {
             host_share: share,
             interfaces,
             interface_lines,
-            rack_egress_bytes_per_s: egress,
-            rack_ingress_bytes_per_s: ingress,
-            burst_bytes: burst,
-            small_reserve_bytes: small_reserve,
-            small_max_len: small_max,
-            bytes_per_token,
+            caps,
             pin_root,
             state_dir: path_or(&raw.state_dir, "/var/lib/rackwarden"),
             control_socket: path_or(&raw.control_socket, "/run/rackwarden/control.sock"),
@@ -430,11 +321,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-fn scale(rate: u64, share: f64) -> u64 {
-    // f64 has 53 bits of mantissa: exact for any cap below 9 PB/s. Floor, never round up.
-    (rate as f64 * share).floor() as u64
 }
 
 /// The dotted key (`cap.burst`) written on the line holding `offset`, if the line is a
@@ -506,7 +392,7 @@ struct RawConfig {
     host_id: Spanned<String>,
     host_share: Spanned<f64>,
     interfaces: Spanned<Vec<Spanned<String>>>,
-    cap: Spanned<RawCap>,
+    cap: Spanned<caps::RawCap>,
     pin_root: Option<Spanned<String>>,
     state_dir: Option<Spanned<String>>,
     control_socket: Option<Spanned<String>>,
@@ -520,17 +406,6 @@ struct RawConfig {
     wipe: Option<Spanned<epoch::RawWipe>>,
     images: Option<Spanned<epoch::RawImages>>,
     workloads: Option<Spanned<epoch::RawWorkloads>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCap {
-    egress: Spanned<String>,
-    ingress: Spanned<String>,
-    burst: Spanned<String>,
-    small_packet_reserve: Option<Spanned<String>>,
-    small_packet_max: Option<Spanned<String>>,
-    bytes_per_token: Option<Spanned<i64>>,
 }
 
 #[cfg(test)]
@@ -581,10 +456,10 @@ burst = "256 KiB"
     #[test]
     fn good_config_scales_by_share() {
         let c = Config::parse(Path::new("x.toml"), GOOD).unwrap();
-        assert_eq!(c.rack_egress_bytes_per_s, 10_000_000);
-        assert_eq!(c.host_egress_bytes_per_s(), 2_500_000);
-        assert_eq!(c.host_ingress_bytes_per_s(), 250_000);
-        assert_eq!(c.burst_bytes, 262_144);
+        assert_eq!(c.caps.rack_egress_bytes_per_s, 10_000_000);
+        assert_eq!(c.host_bytes_per_s(Direction::Egress), 2_500_000);
+        assert_eq!(c.host_bytes_per_s(Direction::Ingress), 250_000);
+        assert_eq!(c.caps.burst_bytes, 262_144);
         assert_eq!(c.pin_root, PathBuf::from("/sys/fs/bpf/rackwarden"));
     }
 
@@ -595,7 +470,7 @@ burst = "256 KiB"
             "egress = \"200000 tokens/s\"\nbytes_per_token = 4",
         );
         let c = Config::parse(Path::new("x.toml"), &t).unwrap();
-        assert_eq!(c.rack_egress_bytes_per_s, 800_000);
+        assert_eq!(c.caps.rack_egress_bytes_per_s, 800_000);
         let t = GOOD.replace("egress = \"10 MB/s\"", "egress = \"200000 tokens/s\"");
         let e = err_of(&t);
         assert!(e.contains(":7:") && e.contains("bytes_per_token"), "{e}");

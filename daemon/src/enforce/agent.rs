@@ -77,6 +77,15 @@ pub enum AgentError {
     Guard(#[from] crate::guard::GuardError),
 }
 
+/// Why `cap set` changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum CapSetError {
+    #[error(transparent)]
+    Cap(#[from] crate::config::caps::CapError),
+    #[error(transparent)]
+    Write(#[from] AgentError),
+}
+
 /// The BPF LSM guard, as this daemon last left it.
 #[derive(Debug)]
 enum GuardState {
@@ -592,9 +601,16 @@ impl Agent {
             let _ = tx.send(Wake::Tamper(ev));
         }) {
             Ok(w) => {
-                log::info!(
-                    "tamper watch on bpf(): detaches and attaches are checked as they return"
-                );
+                use crate::limiter::tamper_watch::WatchStart;
+                match w.start {
+                    WatchStart::Attached | WatchStart::Reused => log::info!(
+                        "tamper watch on bpf() ({:?}): detaches and attaches are checked as they return",
+                        w.start
+                    ),
+                    WatchStart::Waiting => log::warn!(
+                        "tamper watch: another daemon on this host reads it; this one checks at its poll until that one exits"
+                    ),
+                }
                 Some(w)
             }
             Err(e) => {
@@ -744,10 +760,7 @@ impl Agent {
             }
             directions.push(DirectionStatus {
                 direction: d,
-                rack_cap_bytes_per_s: match d {
-                    Direction::Egress => self.cfg.rack_egress_bytes_per_s,
-                    Direction::Ingress => self.cfg.rack_ingress_bytes_per_s,
-                },
+                rack_cap_bytes_per_s: self.cfg.caps.rack_bytes_per_s(d),
                 host_cap_bytes_per_s: cfg.rate_bytes_per_s,
                 burst_bytes: cfg.burst_bytes,
                 config_generation: cfg.generation,
@@ -794,32 +807,13 @@ impl Agent {
         egress: Option<String>,
         ingress: Option<String>,
         persist: bool,
-    ) -> Result<CapSetOutcome, String> {
-        if egress.is_none() && ingress.is_none() {
-            return Err("give --egress and/or --ingress".into());
-        }
-        let parse = |key: &str, s: &str| -> Result<u64, String> {
-            let r = units::parse_rate(s).map_err(|e| format!("{key}: {e}"))?;
-            let b = r
-                .bytes_per_sec(self.cfg.bytes_per_token)
-                .map_err(|e| format!("{key}: {e}"))?;
-            if b == 0 || (b as f64 * self.cfg.host_share).floor() == 0.0 {
-                return Err(format!("{key}: `{s}` must be above zero for this host"));
-            }
-            Ok(b)
-        };
-        let new_e = egress.as_deref().map(|s| parse("egress", s)).transpose()?;
-        let new_i = ingress
-            .as_deref()
-            .map(|s| parse("ingress", s))
-            .transpose()?;
-        if let Some(b) = new_e {
-            self.cfg.rack_egress_bytes_per_s = b;
-        }
-        if let Some(b) = new_i {
-            self.cfg.rack_ingress_bytes_per_s = b;
-        }
-        self.write_caps_from_config().map_err(|e| e.to_string())?;
+    ) -> Result<CapSetOutcome, CapSetError> {
+        self.cfg.caps = self.cfg.caps.with_rack_rates(
+            egress.as_deref(),
+            ingress.as_deref(),
+            self.cfg.host_share,
+        )?;
+        self.write_caps_from_config()?;
         let (persisted, persist_detail) = if persist {
             match crate::config_edit::set_caps(
                 &self.cfg.path,
@@ -864,7 +858,9 @@ impl Agent {
                 persist,
             } => match self.cap_set(egress, ingress, persist) {
                 Ok(o) => Response::CapSet(o),
-                Err(message) => Response::Error { message },
+                Err(e) => Response::Error {
+                    message: e.to_string(),
+                },
             },
             Request::WipeNow => match &self.epoch {
                 None => Response::Error {

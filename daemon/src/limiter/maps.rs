@@ -7,7 +7,7 @@ use rackwarden_common::{
 };
 
 use super::{Direction, HookDirection, LimiterError};
-use crate::pins::PinPaths;
+use crate::{config::CapSpec, pins::PinPaths};
 
 pub struct LimiterMaps {
     config: Array<MapData, LimiterConfig>,
@@ -155,17 +155,6 @@ pub fn next_generation(current: Option<&FrozenCaps>, want: &[CapSlot; 2]) -> Fro
         };
     }
     out
-}
-
-/// How a cap is written into the config map.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CapSpec {
-    pub rate_bytes_per_s: u64,
-    pub burst_bytes: u64,
-    /// Bytes of the bucket that only small packets may use.
-    pub small_reserve_bytes: u64,
-    /// Largest `skb->len` that counts as a small packet.
-    pub small_max_len: u32,
 }
 
 fn as_ns(bytes: u64, rate: u64) -> u64 {

@@ -9,10 +9,8 @@ use std::{
 };
 
 use rackwarden::{
-    limiter::{
-        Direction, HookDirection, Limiter,
-        maps::{CapSlot, CapSpec},
-    },
+    config::CapSpec,
+    limiter::{Direction, HookDirection, Limiter, maps::CapSlot},
     pins::PinPaths,
 };
 use rackwarden_tests::*;

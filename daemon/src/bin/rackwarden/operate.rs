@@ -7,6 +7,7 @@ use anyhow::{Context as _, bail};
 use rackwarden::{
     config::Config,
     control::{self, Request, Response},
+    limiter::Direction,
 };
 
 use crate::args::Cli;
@@ -183,11 +184,11 @@ pub fn check_config(path: &Path, json: bool) -> anyhow::Result<()> {
     let v = serde_json::json!({
         "rack_id": cfg.rack_id, "host_id": cfg.host_id, "host_share": cfg.host_share,
         "interfaces": cfg.interfaces,
-        "rack_egress_bytes_per_s": cfg.rack_egress_bytes_per_s,
-        "rack_ingress_bytes_per_s": cfg.rack_ingress_bytes_per_s,
-        "host_egress_bytes_per_s": cfg.host_egress_bytes_per_s(),
-        "host_ingress_bytes_per_s": cfg.host_ingress_bytes_per_s(),
-        "burst": rackwarden::units::ByteSize(cfg.burst_bytes).to_string(),
+        "rack_egress_bytes_per_s": cfg.caps.rack_egress_bytes_per_s,
+        "rack_ingress_bytes_per_s": cfg.caps.rack_ingress_bytes_per_s,
+        "host_egress_bytes_per_s": cfg.host_bytes_per_s(Direction::Egress),
+        "host_ingress_bytes_per_s": cfg.host_bytes_per_s(Direction::Ingress),
+        "burst": rackwarden::units::ByteSize(cfg.caps.burst_bytes).to_string(),
         "pin_root": cfg.pin_root,
         "epoch": epoch,
     });
