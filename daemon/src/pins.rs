@@ -20,6 +20,19 @@
 //!   guard/current/RW_GUARD_REFUSALS  per-CPU counts of what it refused
 //!   guard/next/...             a new guard generation while it replaces the current one
 //! ```
+//!
+//! One set of pins belongs to the host, not to a daemon's root: the tamper watch, attached
+//! once per boot and shared by every daemon that runs on it (`limiter::tamper_watch`).
+//! ```text
+//! /sys/fs/bpf/rackwarden-watch/v1/
+//!   link                       the raw tracepoint link at sys_exit (keeps it attached)
+//!   RW_WATCH_EVENTS            its ring buffer of reports
+//!   RW_WATCH_DAEMON            the tgid of the daemon that reads the reports
+//! ```
+//! The directory is also the consumer lock: the daemon that holds `flock` on it reads the
+//! reports; another waits for it. `v1` names the program's map layout: a build that changes
+//! it pins a new directory beside the old one instead of detaching a watch another daemon
+//! may still read.
 //! bpffs refuses any name containing `.` (EPERM, "reserved for future extensions"), and
 //! interface names may contain dots (VLANs: `eth0.100`), so dots in names are written `%2E`.
 //! ```text
@@ -113,6 +126,34 @@ impl PinPaths {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             r => r,
         }
+    }
+}
+
+/// Where the host's one tamper watch is pinned (see the module doc).
+pub const WATCH_ROOT: &str = "/sys/fs/bpf/rackwarden-watch/v1";
+
+/// The tamper watch's pins: one set per host, outside every daemon's pin root, so neither a
+/// daemon restart nor a test removing its root detaches it.
+#[derive(Debug, Clone)]
+pub struct WatchPins {
+    dir: PathBuf,
+}
+
+impl WatchPins {
+    pub fn host() -> Self {
+        WatchPins {
+            dir: PathBuf::from(WATCH_ROOT),
+        }
+    }
+    /// The directory, which is also the consumer lock.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn link(&self) -> PathBuf {
+        self.dir.join("link")
+    }
+    pub fn map(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
     }
 }
 

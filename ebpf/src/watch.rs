@@ -6,20 +6,27 @@
 //! A raw tracepoint, not a kprobe: kernels without the kprobe PMU or tracefs (this project's
 //! CI host) still attach it (`BPF_RAW_TRACEPOINT_OPEN`). It runs at every syscall exit and
 //! leaves at its first comparison for every syscall but `bpf`.
+//!
+//! Attaching or detaching it switches the `sys_exit` tracepoint, which the kernel does by
+//! live-patching the syscall exit path that every CPU runs through. The daemon therefore
+//! attaches it once per boot and pins it (`daemon/src/limiter/tamper_watch.rs`): a restarted
+//! daemon finds it attached and only tells it its new tgid, through `RW_WATCH_DAEMON`.
 #![no_std]
 #![no_main]
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::{map, raw_tracepoint},
-    maps::RingBuf,
+    maps::{Array, RingBuf},
     programs::RawTracePointContext,
 };
 use rackwarden_common::guard::{TamperEvent, WATCHED_BPF_CMDS};
 
-/// The daemon's tgid, set at load: its own calls are not tampering.
-#[unsafe(no_mangle)]
-static DAEMON_TGID: u32 = 0;
+/// The tgid of the daemon that consumes the events (slot 0), written by each daemon that
+/// takes the watch over: its own calls are not tampering. A map, not a load-time constant,
+/// because the program outlives the daemon that loaded it.
+#[map(name = "RW_WATCH_DAEMON")]
+static RW_WATCH_DAEMON: Array<u32> = Array::with_max_entries(1, 0);
 
 #[map(name = "RW_WATCH_EVENTS")]
 static RW_WATCH_EVENTS: RingBuf = RingBuf::with_byte_size(16 * 4096, 0);
@@ -55,8 +62,7 @@ pub fn rw_watch_sys_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // SAFETY: a global the loader wrote before load; read-only afterwards.
-    if tgid == unsafe { core::ptr::read_volatile(&DAEMON_TGID) } {
+    if RW_WATCH_DAEMON.get(0).is_some_and(|daemon| *daemon == tgid) {
         return 0;
     }
     let _ = RW_WATCH_EVENTS.output::<TamperEvent>(TamperEvent { cmd, tgid, ret }, 0);

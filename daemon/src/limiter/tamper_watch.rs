@@ -1,99 +1,324 @@
 //! The tamper watch (`ebpf/src/watch.rs`): on hosts where the BPF LSM guard cannot load,
 //! a raw tracepoint at syscall exit reports every `bpf()` attach, detach or link update
-//! another process makes, as it returns, so the daemon checks its hooks at once (`restored_on_event`) instead
-//! of at the next poll. It refuses nothing; it shrinks the window to the time the daemon needs
-//! to re-attach. Not pinned: it lives as long as the daemon does (when the daemon is not
-//! running, nothing restores anyway).
+//! another process makes, as it returns, so the daemon checks its hooks at once
+//! (`restored_on_event`) instead of at the next poll. It refuses nothing; it shrinks the
+//! window to the time the daemon needs to re-attach.
+//!
+//! **Attached once per boot, never detached by the daemon.** Switching the `sys_exit`
+//! tracepoint on or off live-patches the syscall exit path that every CPU runs through (a
+//! jump label, patched with a breakpoint while other CPUs execute it). A 6.12 guest under
+//! qemu TCG took an `int3` oops and panicked in that path while a daemon attached the watch
+//! beside a busy CPU. So the first daemon of a boot attaches the watch and pins it
+//! ([`WatchPins`]); every later start, restart or second daemon finds it attached and only
+//! writes its own tgid into `RW_WATCH_DAEMON`. Nothing in the daemon unpins it: it goes
+//! away at reboot, or when an operator removes `/sys/fs/bpf/rackwarden-watch`.
+//!
+//! **One reader.** A ring buffer has one consumer position, so exactly one daemon reads the
+//! reports: the one holding `flock` on the pin directory. Another daemon on the same host
+//! waits for that lock on a thread of its own and takes the watch over when the reader
+//! exits; until then it finds tampering at its next poll, and says so (`active` is false).
 
 use std::{
-    os::fd::AsRawFd as _,
+    os::fd::{AsRawFd as _, OwnedFd},
     sync::atomic::{AtomicBool, Ordering},
 };
 
 use aya::{
     EbpfLoader,
-    maps::RingBuf,
-    programs::{ProgramError, RawTracePoint},
+    maps::{Array, Map, MapData, RingBuf},
+    programs::{
+        ProgramError, RawTracePoint,
+        links::{FdLink, PinnedLink},
+    },
 };
 use rackwarden_common::guard::TamperEvent;
 
+use crate::pins::WatchPins;
+
 static WATCH_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rackwarden-watch"));
+
+const PROGRAM: &str = "rw_watch_sys_exit";
+const EVENTS: &str = "RW_WATCH_EVENTS";
+const DAEMON: &str = "RW_WATCH_DAEMON";
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
     #[error("loading the tamper watch: {0}")]
     Load(#[from] aya::EbpfError),
-    #[error("tamper watch program `{name}`: {source}")]
-    Program {
+    #[error("tamper watch program `{PROGRAM}`: {0}")]
+    Program(#[source] ProgramError),
+    #[error("tamper watch map {name}: {source}")]
+    Map {
         name: &'static str,
-        source: ProgramError,
+        #[source]
+        source: aya::maps::MapError,
     },
-    #[error("tamper watch ring buffer: {0}")]
-    Map(String),
+    #[error("the tamper watch object has no {0}")]
+    Missing(&'static str),
+    #[error("pinning the tamper watch at {path}: {source}")]
+    Pin {
+        path: String,
+        #[source]
+        source: aya::pin::PinError,
+    },
+    #[error("tamper watch directory {path}: {source}")]
+    Dir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting the tamper watch thread: {0}")]
+    Thread(#[source] std::io::Error),
 }
 
-/// Whether this process runs the watch (for the protection levels it reports).
+/// Whether this process reads the watch's reports now (for the protection levels it reports).
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 pub fn active() -> bool {
     ACTIVE.load(Ordering::SeqCst)
 }
 
-/// The loaded watch; dropping it detaches the probes.
-pub struct TamperWatch {
-    _ebpf: aya::Ebpf,
+/// How this daemon took part in the host's watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchStart {
+    /// This daemon attached the watch: the first of this boot.
+    Attached,
+    /// The watch was attached already (an earlier daemon of this boot); this one reads it.
+    Reused,
+    /// Another daemon reads the reports; this one takes over when that one exits.
+    Waiting,
 }
 
-/// Loads and attaches the watch; `on_event` runs on the watch's own thread for each report.
+/// The daemon's part in the watch. Dropping it detaches nothing (see the module doc); the
+/// reader thread runs for the life of the process.
+pub struct TamperWatch {
+    pub start: WatchStart,
+}
+
+/// Joins the host's watch; `on_event` runs on the watch's own thread for each report.
 pub fn start(on_event: impl Fn(TamperEvent) + Send + 'static) -> Result<TamperWatch, WatchError> {
-    let tgid = std::process::id();
-    let mut ebpf = EbpfLoader::new()
-        .override_global("DAEMON_TGID", &tgid, true)
-        .load(WATCH_OBJECT)?;
-    let name = "rw_watch_sys_exit";
-    let perr = |source| WatchError::Program { name, source };
+    let pins = WatchPins::host();
+    crate::pins::ensure_bpffs().map_err(|source| dir_error(&pins, source))?;
+    std::fs::create_dir_all(pins.dir()).map_err(|source| dir_error(&pins, source))?;
+    let lock = std::fs::File::open(pins.dir()).map_err(|source| dir_error(&pins, source))?;
+    let lock = OwnedFd::from(lock);
+    if try_lock(&lock, false).map_err(|source| dir_error(&pins, source))? {
+        let (ring, start) = take_over(&pins)?;
+        spawn_reader(lock, Some(ring), pins, on_event)?;
+        return Ok(TamperWatch { start });
+    }
+    spawn_reader(lock, None, pins, on_event)?;
+    Ok(TamperWatch {
+        start: WatchStart::Waiting,
+    })
+}
+
+fn dir_error(pins: &WatchPins, source: std::io::Error) -> WatchError {
+    WatchError::Dir {
+        path: pins.dir().display().to_string(),
+        source,
+    }
+}
+
+/// `flock(LOCK_EX)` on the pin directory; `Ok(false)` when another process holds it and
+/// `block` is false.
+fn try_lock(fd: &OwnedFd, block: bool) -> std::io::Result<bool> {
+    let op = if block {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_EX | libc::LOCK_NB
+    };
+    loop {
+        // SAFETY: flock(2) on a descriptor this function borrows for the call.
+        if unsafe { libc::flock(fd.as_raw_fd(), op) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) if !block => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// With the lock held: opens the pinned watch, or attaches and pins it if this boot has
+/// none; then names this process as the reader.
+fn take_over(pins: &WatchPins) -> Result<(RingBuf<MapData>, WatchStart), WatchError> {
+    let (ring, daemon, start) = match open_pinned(pins) {
+        Some((ring, daemon)) => (ring, daemon, WatchStart::Reused),
+        None => {
+            let (ring, daemon) = attach_and_pin(pins)?;
+            (ring, daemon, WatchStart::Attached)
+        }
+    };
+    let mut daemon: Array<MapData, u32> =
+        Array::try_from(daemon).map_err(|source| WatchError::Map {
+            name: DAEMON,
+            source,
+        })?;
+    daemon
+        .set(0, std::process::id(), 0)
+        .map_err(|source| WatchError::Map {
+            name: DAEMON,
+            source,
+        })?;
+    Ok((ring, start))
+}
+
+/// The pinned link and both maps, if all three are there.
+fn open_pinned(pins: &WatchPins) -> Option<(RingBuf<MapData>, Map)> {
+    PinnedLink::from_pin(pins.link()).ok()?;
+    let ring = MapData::from_pin(pins.map(EVENTS)).ok()?;
+    let ring = RingBuf::try_from(Map::RingBuf(ring)).ok()?;
+    let daemon = MapData::from_pin(pins.map(DAEMON)).ok()?;
+    Some((ring, Map::Array(daemon)))
+}
+
+/// Loads the watch, pins its maps, attaches it at `sys_exit` and pins the link: the one
+/// attach of this boot.
+fn attach_and_pin(pins: &WatchPins) -> Result<(RingBuf<MapData>, Map), WatchError> {
+    if pins.link().exists() {
+        // A link without its maps (someone removed them): nobody can read it. Unpinning it
+        // detaches it; this is the only detach the daemon ever does, and only after tampering.
+        log::warn!(
+            "tamper watch: {} has no readable maps; attaching a new watch",
+            pins.link().display()
+        );
+    }
+    for stale in [pins.link(), pins.map(EVENTS), pins.map(DAEMON)] {
+        let _ = std::fs::remove_file(stale);
+    }
+    let mut ebpf = EbpfLoader::new().load(WATCH_OBJECT)?;
+    for name in [EVENTS, DAEMON] {
+        let map = ebpf.map(name).ok_or(WatchError::Missing(name))?;
+        map.pin(pins.map(name)).map_err(|source| WatchError::Pin {
+            path: pins.map(name).display().to_string(),
+            source,
+        })?;
+    }
     let p: &mut RawTracePoint = ebpf
-        .program_mut(name)
-        .ok_or(WatchError::Map(format!("no program {name}")))?
+        .program_mut(PROGRAM)
+        .ok_or(WatchError::Missing(PROGRAM))?
         .try_into()
-        .map_err(perr)?;
-    p.load().map_err(perr)?;
-    p.attach("sys_exit").map_err(perr)?;
-    let map = ebpf
-        .take_map("RW_WATCH_EVENTS")
-        .ok_or_else(|| WatchError::Map("no RW_WATCH_EVENTS".into()))?;
-    let mut ring = RingBuf::try_from(map).map_err(|e| WatchError::Map(e.to_string()))?;
+        .map_err(WatchError::Program)?;
+    p.load().map_err(WatchError::Program)?;
+    let id = p.attach("sys_exit").map_err(WatchError::Program)?;
+    let link: FdLink = p.take_link(id).map_err(WatchError::Program)?.into();
+    link.pin(pins.link()).map_err(|source| WatchError::Pin {
+        path: pins.link().display().to_string(),
+        source,
+    })?;
+    let ring = ebpf.take_map(EVENTS).ok_or(WatchError::Missing(EVENTS))?;
+    let ring = RingBuf::try_from(ring).map_err(|source| WatchError::Map {
+        name: EVENTS,
+        source,
+    })?;
+    let daemon = ebpf.take_map(DAEMON).ok_or(WatchError::Missing(DAEMON))?;
+    Ok((ring, daemon))
+}
+
+/// The reader thread. Without a ring it first waits for the lock, then takes the watch over.
+/// It holds the lock (the descriptor) for the life of the process.
+fn spawn_reader(
+    lock: OwnedFd,
+    ring: Option<RingBuf<MapData>>,
+    pins: WatchPins,
+    on_event: impl Fn(TamperEvent) + Send + 'static,
+) -> Result<(), WatchError> {
+    if ring.is_some() {
+        ACTIVE.store(true, Ordering::SeqCst);
+    }
     std::thread::Builder::new()
         .name("tamper-watch".into())
         .spawn(move || {
-            loop {
-                let mut pfd = libc::pollfd {
-                    fd: ring.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: poll(2) on one fd we hold.
-                let r = unsafe { libc::poll(&mut pfd, 1, 1000) };
-                if r < 0
-                    && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
-                {
-                    log::error!("tamper watch: poll: {}", std::io::Error::last_os_error());
-                    return;
-                }
-                while let Some(item) = ring.next() {
-                    if item.len() >= std::mem::size_of::<TamperEvent>() {
-                        // SAFETY: the program writes exactly one TamperEvent per record;
-                        // read unaligned from the ring's bytes.
-                        let ev = unsafe {
-                            std::ptr::read_unaligned(item.as_ptr() as *const TamperEvent)
-                        };
-                        on_event(ev);
+            let _lock = lock;
+            let ring = match ring {
+                Some(r) => r,
+                None => match wait_and_take_over(&_lock, &pins) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        log::error!("tamper watch: {e}; tampering is found at the next check");
+                        return;
                     }
-                }
-            }
+                },
+            };
+            read_events(ring, on_event);
+            ACTIVE.store(false, Ordering::SeqCst);
         })
-        .map_err(|e| WatchError::Map(format!("spawn: {e}")))?;
+        .map_err(WatchError::Thread)?;
+    Ok(())
+}
+
+fn wait_and_take_over(lock: &OwnedFd, pins: &WatchPins) -> Result<RingBuf<MapData>, WatchError> {
+    try_lock(lock, true).map_err(|source| dir_error(pins, source))?;
+    let (ring, start) = take_over(pins)?;
     ACTIVE.store(true, Ordering::SeqCst);
-    Ok(TamperWatch { _ebpf: ebpf })
+    log::info!("tamper watch: the reader before this daemon exited; reading it now ({start:?})");
+    Ok(ring)
+}
+
+fn read_events(mut ring: RingBuf<MapData>, on_event: impl Fn(TamperEvent)) {
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one descriptor we hold, with a count of one.
+        let r = unsafe { libc::poll(&mut pfd, 1, 1000) };
+        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            log::error!("tamper watch: poll: {}", std::io::Error::last_os_error());
+            return;
+        }
+        while let Some(item) = ring.next() {
+            if item.len() >= std::mem::size_of::<TamperEvent>() {
+                // SAFETY: the program writes exactly one TamperEvent per record, and the
+                // length was checked; read unaligned from the ring's bytes.
+                let ev = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const TamperEvent) };
+                on_event(ev);
+            }
+        }
+    }
+}
+
+/// The kernel id of the pinned watch link (what a test compares across daemon starts to
+/// show the watch was attached once).
+pub fn pinned_link_id() -> Option<u32> {
+    let link = PinnedLink::from_pin(WatchPins::host().link()).ok()?;
+    let link: FdLink = link.into();
+    link.info().ok().map(|i| i.id())
+}
+
+/// The watch attached and detached as the daemon did before it pinned it: kept only to
+/// reproduce the kernel fault that made the daemon stop doing so (`cargo xtask vm-test
+/// --group watch-raw`). The daemon never calls it.
+pub struct UnpinnedWatch {
+    ebpf: aya::Ebpf,
+}
+
+impl UnpinnedWatch {
+    pub fn load() -> Result<UnpinnedWatch, WatchError> {
+        let mut ebpf = EbpfLoader::new().load(WATCH_OBJECT)?;
+        let p: &mut RawTracePoint = ebpf
+            .program_mut(PROGRAM)
+            .ok_or(WatchError::Missing(PROGRAM))?
+            .try_into()
+            .map_err(WatchError::Program)?;
+        p.load().map_err(WatchError::Program)?;
+        Ok(UnpinnedWatch { ebpf })
+    }
+
+    /// Attaches the program at `sys_exit` and detaches it again.
+    pub fn attach_and_detach(&mut self) -> Result<(), WatchError> {
+        let p: &mut RawTracePoint = self
+            .ebpf
+            .program_mut(PROGRAM)
+            .ok_or(WatchError::Missing(PROGRAM))?
+            .try_into()
+            .map_err(WatchError::Program)?;
+        let id = p.attach("sys_exit").map_err(WatchError::Program)?;
+        p.detach(id).map_err(WatchError::Program)
+    }
 }
