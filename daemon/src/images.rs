@@ -471,6 +471,80 @@ fn remove_partials(sets: &Path) -> Result<(), ImageError> {
     Ok(())
 }
 
+/// What staging an epoch's image set produced: the statement's subjects and report, and
+/// whether the workloads may restart on it.
+pub struct StagingOutcome {
+    pub subjects: Vec<Subject>,
+    pub report: ImageReport,
+    /// Why the set was refused (the workloads stay stopped); `None`: every image verified.
+    pub refused: Option<String>,
+}
+
+impl StagingOutcome {
+    /// A refusal: the report says which image and why (`err`), or names the whole set.
+    fn refused(
+        reason: &dyn std::fmt::Display,
+        manifest: Option<[u8; 32]>,
+        err: Option<&ImageError>,
+    ) -> StagingOutcome {
+        let report = match err {
+            Some(err) => refusal_report(manifest, err),
+            None => ImageReport {
+                manifest_sha3_256: String::new(),
+                images: vec![ImageResult {
+                    name: "(set)".into(),
+                    size: 0,
+                    merkle_sha3_256: String::new(),
+                    ok: false,
+                    finding: Some(reason.to_string()),
+                }],
+            },
+        };
+        StagingOutcome {
+            subjects: vec![],
+            report,
+            refused: Some(format!("images refused: {reason}")),
+        }
+    }
+}
+
+/// Stages the image set an epoch's `[images]` plan names, and prunes older sets.
+pub fn stage_plan(plan: &crate::config::epoch::ImagePlan) -> StagingOutcome {
+    let vk = match rackwarden_attest::keys::load_verifying_key(&plan.manifest_key) {
+        Ok(k) => k,
+        Err(e) => {
+            return StagingOutcome::refused(
+                &format!("images.manifest_key {}: {e}", plan.manifest_key.display()),
+                None,
+                None,
+            );
+        }
+    };
+    match stage(
+        &plan.manifest,
+        &vk,
+        &plan.source,
+        &plan.staging,
+        merkle::default_threads(),
+    ) {
+        Ok(set) => {
+            if let Err(e) = prune_sets(&plan.staging, &set.dir) {
+                log::warn!("images: cannot remove older staged sets: {e}");
+            }
+            StagingOutcome {
+                subjects: set.subjects(),
+                report: set.report(),
+                refused: None,
+            }
+        }
+        Err(e) => {
+            log::error!("images: REFUSED: {e}");
+            let manifest = read_manifest(&plan.manifest, &vk).ok().map(|m| m.pae_sha3);
+            StagingOutcome::refused(&e, manifest, Some(&e))
+        }
+    }
+}
+
 /// Removes every sealed set under `<staging>/sets` except `keep` (the one `current` points
 /// at), so an epoch loop that restages every epoch does not fill the disk. Returns how many
 /// were removed.

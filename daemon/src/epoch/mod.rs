@@ -23,6 +23,7 @@
 //! its own ([`delivery`]): a verifier that is down never holds up an epoch.
 //!
 //! - [`challenge`]: where a nonce is requested (and where `unchallenged` is decided);
+//! - [`phases`]: one epoch, a method per state;
 //! - [`workloads`]: drain and restart;
 //! - [`statement`]: where a statement is built, signed and appended;
 //! - [`spool`] and [`delivery`]: the delivered cursor and the sender.
@@ -30,6 +31,7 @@
 pub mod challenge;
 pub mod delivery;
 pub mod journal;
+mod phases;
 pub mod spool;
 pub mod statement;
 pub mod transport;
@@ -42,30 +44,24 @@ use std::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use ed25519_dalek::SigningKey;
 use rackwarden_attest::{
-    evidence::{
-        EpochRun, EpochTrigger, ImageReport, Incident, PhaseTime, ProducerIdentity, WorkloadOutcome,
-    },
+    evidence::{EpochTrigger, Incident, PhaseTime, ProducerIdentity, WorkloadOutcome},
     log::EvidenceLog,
-    statement::Subject,
 };
 use serde::{Deserialize, Serialize};
 
 use self::{
-    challenge::EpochChallenge,
     delivery::{Delivery, DeliveryStatus},
     journal::{Journal, JournalEntry},
     spool::Spool,
-    statement::EpochEvidence,
 };
 use crate::{
     config::{Config, epoch::EpochConfig},
     enforce::gaps::now_ms,
-    wipe,
 };
 
 /// Where an epoch is. States carry what they are about.
@@ -244,28 +240,17 @@ pub fn log_path(cfg: &Config) -> PathBuf {
     cfg.state_dir.join("evidence.jsonl")
 }
 
-/// Opens the log, recovers an interrupted epoch, and starts the epoch and delivery threads.
-/// `ecfg` is `cfg.epoch`. Fails (before anything runs) on an unusable key or log.
-pub fn start(
-    cfg: &Config,
-    ecfg: &EpochConfig,
-    stop: &'static AtomicBool,
-) -> Result<EpochHandle, EpochError> {
-    let key = rackwarden_attest::keys::load_signing_key(&ecfg.signing_key).map_err(|source| {
-        EpochError::Key {
-            path: ecfg.signing_key.clone(),
-            source,
-        }
-    })?;
-    let log_path = log_path(cfg);
-    let log = EvidenceLog::open(&log_path, &key.verifying_key())?;
-    let journal = Journal::new(&cfg.state_dir);
-    let now = now_ms();
-    let (next_seq, _) = log.next_link();
-    let mut carried = Vec::new();
-    let mut trigger_now = None;
-    // An unreadable journal (it is replaced atomically, so this is damage or tampering) is
-    // kept aside as evidence and disclosed; it does not stop the daemon.
+/// What the journal left: the incidents the next statement carries, and whether an epoch
+/// must start at once because one was interrupted.
+struct Recovered {
+    carried: Vec<Incident>,
+    trigger_now: Option<EpochTrigger>,
+}
+
+/// Reads the journal an earlier run left. An unreadable journal (it is replaced atomically,
+/// so this is damage or tampering) is kept aside as evidence and disclosed; it does not stop
+/// the daemon.
+fn recover_journal(journal: &Journal, next_seq: u64, now: u64) -> Result<Recovered, EpochError> {
     let found = match journal.read() {
         Ok(e) => e,
         Err(e) => {
@@ -283,9 +268,13 @@ pub fn start(
             })
         }
     };
+    let mut recovered = Recovered {
+        carried: Vec::new(),
+        trigger_now: None,
+    };
     if let Some(entry) = found {
-        carried = journal::recover(&entry, next_seq, now);
-        if carried.is_empty() {
+        recovered.carried = journal::recover(&entry, next_seq, now);
+        if recovered.carried.is_empty() {
             journal.clear()?;
         } else {
             log::warn!(
@@ -294,9 +283,74 @@ pub fn start(
                 entry.state,
                 entry.started_unix_ms
             );
-            trigger_now = Some(EpochTrigger::AfterInterruption);
+            recovered.trigger_now = Some(EpochTrigger::AfterInterruption);
         }
     }
+    Ok(recovered)
+}
+
+/// The handles both loops share with the agent.
+struct Shared {
+    status: Arc<Mutex<EpochStatus>>,
+    delivery_status: Arc<Mutex<DeliveryStatus>>,
+    epoch_heartbeat_ms: Arc<AtomicU64>,
+    delivery_heartbeat_ms: Arc<AtomicU64>,
+    wipe_progress: Arc<AtomicU64>,
+    durable_len: Arc<AtomicU64>,
+    endpoint: Arc<Mutex<crate::config::epoch::VerifierEndpoint>>,
+}
+
+/// Starts the delivery thread and kicks it once: whatever is still undelivered from before
+/// the restart goes out now. The cursor is read first, so a broken one stops the start, not
+/// a later delivery.
+fn start_delivery(
+    cfg: &Config,
+    log_path: &std::path::Path,
+    key: &SigningKey,
+    shared: &Shared,
+    stop: &'static AtomicBool,
+) -> Result<mpsc::Sender<()>, EpochError> {
+    let (kick_tx, kick_rx) = mpsc::channel();
+    let delivery = Delivery {
+        spool: Spool::new(log_path, &cfg.state_dir, key.verifying_key()),
+        endpoint: shared.endpoint.clone(),
+        durable_len: shared.durable_len.clone(),
+        status: shared.delivery_status.clone(),
+        heartbeat_ms: shared.delivery_heartbeat_ms.clone(),
+    };
+    delivery.spool.load_cursor()?;
+    std::thread::Builder::new()
+        .name("delivery".into())
+        .spawn(move || delivery.run(stop, kick_rx))
+        .map_err(|source| EpochError::Thread {
+            what: "delivery",
+            source,
+        })?;
+    let _ = kick_tx.send(());
+    Ok(kick_tx)
+}
+
+/// Opens the log, recovers an interrupted epoch, and starts the epoch and delivery threads.
+/// `ecfg` is `cfg.epoch`. Fails (before anything runs) on an unusable key or log.
+pub fn start(
+    cfg: &Config,
+    ecfg: &EpochConfig,
+    stop: &'static AtomicBool,
+) -> Result<EpochHandle, EpochError> {
+    let key = rackwarden_attest::keys::load_signing_key(&ecfg.signing_key).map_err(|source| {
+        EpochError::Key {
+            path: ecfg.signing_key.clone(),
+            source,
+        }
+    })?;
+    let log_path = log_path(cfg);
+    let log = EvidenceLog::open(&log_path, &key.verifying_key())?;
+    let journal = Journal::new(&cfg.state_dir);
+    let now = now_ms();
+    let Recovered {
+        carried,
+        mut trigger_now,
+    } = recover_journal(&journal, log.next_link().0, now)?;
     let interval_ms = ecfg.wipe_interval.as_millis() as u64;
     let next_at_ms = match log.tip {
         // Keep the cadence across restarts: the next epoch is due an interval after the last.
@@ -306,42 +360,24 @@ pub fn start(
             now
         }
     };
-    let durable_len = Arc::new(AtomicU64::new(log.durable_len()));
-    let delivery_status = Arc::new(Mutex::new(DeliveryStatus::default()));
-    let status = Arc::new(Mutex::new(EpochStatus {
-        state: EpochState::Waiting { next_at_ms },
-        wipe_interval_ms: interval_ms,
-        verifier_url: ecfg.verifier.url.clone(),
-        last_epoch: None,
-        last_error: None,
-        delivery: DeliveryStatus::default(),
-    }));
-    let (kick_tx, kick_rx) = mpsc::channel();
-    let (cmd_tx, cmd_rx) = mpsc::channel();
-    let epoch_hb = Arc::new(AtomicU64::new(now));
-    let delivery_hb = Arc::new(AtomicU64::new(now));
-    let wipe_progress = Arc::new(AtomicU64::new(0));
-
-    let endpoint = Arc::new(Mutex::new(ecfg.verifier.clone()));
-    let delivery = Delivery {
-        spool: Spool::new(&log_path, &cfg.state_dir, key.verifying_key()),
-        endpoint: endpoint.clone(),
-        durable_len: durable_len.clone(),
-        status: delivery_status.clone(),
-        heartbeat_ms: delivery_hb.clone(),
+    let shared = Shared {
+        status: Arc::new(Mutex::new(EpochStatus {
+            state: EpochState::Waiting { next_at_ms },
+            wipe_interval_ms: interval_ms,
+            verifier_url: ecfg.verifier.url.clone(),
+            last_epoch: None,
+            last_error: None,
+            delivery: DeliveryStatus::default(),
+        })),
+        delivery_status: Arc::new(Mutex::new(DeliveryStatus::default())),
+        epoch_heartbeat_ms: Arc::new(AtomicU64::new(now)),
+        delivery_heartbeat_ms: Arc::new(AtomicU64::new(now)),
+        wipe_progress: Arc::new(AtomicU64::new(0)),
+        durable_len: Arc::new(AtomicU64::new(log.durable_len())),
+        endpoint: Arc::new(Mutex::new(ecfg.verifier.clone())),
     };
-    // The cursor is read now so a broken one stops the start, not a later delivery.
-    delivery.spool.load_cursor()?;
-    std::thread::Builder::new()
-        .name("delivery".into())
-        .spawn(move || delivery.run(stop, kick_rx))
-        .map_err(|source| EpochError::Thread {
-            what: "delivery",
-            source,
-        })?;
-    // Whatever is still undelivered from before the restart goes out now.
-    let _ = kick_tx.send(());
-
+    let kick = start_delivery(cfg, &log_path, &key, &shared, stop)?;
+    let (cmd_tx, cmd_rx) = mpsc::channel();
     let lp = EpochLoop {
         cfg: cfg.clone(),
         ecfg: ecfg.clone(),
@@ -355,12 +391,12 @@ pub fn start(
         current: None,
         storage_failures: 0,
         next_at_ms,
-        durable_len,
-        kick: kick_tx,
-        endpoint,
-        status: status.clone(),
-        heartbeat_ms: epoch_hb.clone(),
-        wipe_progress: wipe_progress.clone(),
+        durable_len: shared.durable_len.clone(),
+        kick,
+        endpoint: shared.endpoint.clone(),
+        status: shared.status.clone(),
+        heartbeat_ms: shared.epoch_heartbeat_ms.clone(),
+        wipe_progress: shared.wipe_progress.clone(),
         test_hold: test_hold_from_env(),
     };
     std::thread::Builder::new()
@@ -372,11 +408,11 @@ pub fn start(
         })?;
     Ok(EpochHandle {
         commands: cmd_tx,
-        status,
-        delivery_status,
-        epoch_heartbeat_ms: epoch_hb,
-        delivery_heartbeat_ms: delivery_hb,
-        wipe_progress,
+        status: shared.status,
+        delivery_status: shared.delivery_status,
+        epoch_heartbeat_ms: shared.epoch_heartbeat_ms,
+        delivery_heartbeat_ms: shared.delivery_heartbeat_ms,
+        wipe_progress: shared.wipe_progress,
     })
 }
 
@@ -386,28 +422,6 @@ enum Abort {
     Stopping,
     /// The log or the journal could not be written.
     Storage(String),
-}
-
-/// Time each phase of an epoch.
-struct Phases {
-    list: Vec<PhaseTime>,
-    t: Instant,
-}
-
-impl Phases {
-    fn new() -> Phases {
-        Phases {
-            list: vec![],
-            t: Instant::now(),
-        }
-    }
-    fn done(&mut self, phase: &str) {
-        self.list.push(PhaseTime {
-            phase: phase.into(),
-            ms: self.t.elapsed().as_millis() as u64,
-        });
-        self.t = Instant::now();
-    }
 }
 
 impl EpochLoop {
@@ -584,302 +598,5 @@ impl EpochLoop {
         self.log
             .as_mut()
             .ok_or_else(|| Abort::Storage("evidence log not open".into()))
-    }
-
-    /// One whole epoch.
-    fn epoch(&mut self, trigger: EpochTrigger, stop: &AtomicBool) -> Result<(), Abort> {
-        let seq = self.log()?.next_link().0;
-        let started = now_ms();
-        let mut entry = JournalEntry {
-            seq,
-            state: String::new(),
-            trigger,
-            started_unix_ms: started,
-            carried: self.carried.clone(),
-        };
-        let mut phases = Phases::new();
-        log::info!("epoch {seq}: start ({trigger:?})");
-
-        self.enter(&mut entry, EpochState::Challenging { seq })?;
-        let ch = challenge::request(
-            &self.ecfg.verifier,
-            &self.cfg.rack_id,
-            &self.cfg.host_id,
-            self.ecfg.challenge_timeout,
-        )
-        .map_err(|e| Abort::Storage(format!("no nonce at all: {e}")))?;
-        let unchallenged = match &ch {
-            EpochChallenge::Unchallenged { reason, .. } => {
-                log::warn!(
-                    "epoch {seq}: UNCHALLENGED (local nonce; the statement says so): {reason}"
-                );
-                Some(reason.clone())
-            }
-            EpochChallenge::Verifier { .. } => None,
-        };
-        phases.done("challenge");
-        self.enter(
-            &mut entry,
-            EpochState::Challenged {
-                seq,
-                nonce: match &ch {
-                    EpochChallenge::Verifier { nonce } => Some(nonce.to_hex()),
-                    EpochChallenge::Unchallenged { .. } => None,
-                },
-            },
-        )?;
-
-        self.enter(&mut entry, EpochState::Draining { seq })?;
-        let drain_start = Instant::now();
-        let drained = workloads::drain(&self.ecfg.workloads);
-        phases.done("drain");
-        if stop.load(Ordering::SeqCst) {
-            return Err(Abort::Stopping);
-        }
-
-        let (wipe_report, wipe_ok, images, images_ok, workload_outcome) = match drained {
-            Err(reason) => {
-                log::error!("epoch {seq}: drain failed: {reason}; no wipe this epoch");
-                // Bring back what may have stopped: the host was not wiped, so nothing
-                // is gained by keeping inference down.
-                if let Err(e) = workloads::restart(&self.ecfg.workloads) {
-                    log::error!("epoch {seq}: restart after a failed drain failed too: {e}");
-                }
-                (
-                    None,
-                    false,
-                    None,
-                    None,
-                    WorkloadOutcome::DrainFailed { reason },
-                )
-            }
-            Ok(()) => {
-                self.enter(&mut entry, EpochState::Wiping { seq })?;
-                let report = self.wipe(ch.wipe_nonce(), stop);
-                phases.done("wipe");
-                if stop.load(Ordering::SeqCst) {
-                    return Err(Abort::Stopping);
-                }
-                let wipe_problem = wipe_problem(&report);
-
-                let (images, images_problem) = match self.ecfg.images.clone() {
-                    None => (None, None),
-                    Some(plan) => {
-                        self.enter(&mut entry, EpochState::Staging { seq })?;
-                        let r = stage(&plan);
-                        phases.done("stage");
-                        let problem = r.1.clone();
-                        (Some(r.0), problem)
-                    }
-                };
-                if stop.load(Ordering::SeqCst) {
-                    return Err(Abort::Stopping);
-                }
-
-                let outcome = match (&self.ecfg.workloads, &wipe_problem, &images_problem) {
-                    (crate::config::epoch::Workloads::NoneConfigured, _, _) => {
-                        WorkloadOutcome::NoneConfigured
-                    }
-                    (_, None, None) => {
-                        self.enter(&mut entry, EpochState::Restarting { seq })?;
-                        let r = workloads::restart(&self.ecfg.workloads);
-                        phases.done("restart");
-                        match r {
-                            Ok(()) => WorkloadOutcome::Restarted,
-                            Err(e) => {
-                                log::error!("epoch {seq}: restart failed: {e}");
-                                WorkloadOutcome::LeftStopped {
-                                    reason: format!("restart failed: {e}"),
-                                }
-                            }
-                        }
-                    }
-                    (_, w, i) => {
-                        let reason = [w.as_deref(), i.as_deref()]
-                            .into_iter()
-                            .flatten()
-                            .collect::<Vec<_>>()
-                            .join("; ");
-                        log::error!("epoch {seq}: workloads LEFT STOPPED: {reason}");
-                        WorkloadOutcome::LeftStopped { reason }
-                    }
-                };
-                (
-                    Some(report),
-                    wipe_problem.is_none(),
-                    images,
-                    self.ecfg.images.as_ref().map(|_| images_problem.is_none()),
-                    outcome,
-                )
-            }
-        };
-        let downtime_ms = match workload_outcome {
-            WorkloadOutcome::NoneConfigured => 0,
-            _ => drain_start.elapsed().as_millis() as u64,
-        };
-
-        self.enter(&mut entry, EpochState::Signing { seq })?;
-        let run = EpochRun {
-            trigger,
-            wipe_interval_ms: self.ecfg.wipe_interval.as_millis() as u64,
-            phases: phases.list.clone(),
-            workloads: workload_outcome.clone(),
-            downtime_ms,
-        };
-        let ev = EpochEvidence {
-            challenge: ch.statement_challenge(),
-            wipe: wipe_report,
-            images,
-            incidents: self.carried.clone(),
-            epoch: Some(run),
-        };
-        let (cfg, key, producer) = (self.cfg.clone(), self.key.clone(), self.producer.clone());
-        let log = self.log()?;
-        let signed = statement::sign_and_append(&cfg, log, &key, &producer, ev);
-        let st = match signed {
-            Ok(st) => st,
-            Err(e) => {
-                // The file may now end in a torn line: reopen before the next append so
-                // it is terminated and disclosed, never merged with the next statement.
-                self.log = None;
-                return Err(Abort::Storage(e.to_string()));
-            }
-        };
-        let durable = self.log()?.durable_len();
-        self.durable_len.store(durable, Ordering::SeqCst);
-        let _ = self.kick.send(());
-        self.carried.clear();
-        self.current = None;
-        phases.done("sign");
-        // The statement is durable: the journal's job for this epoch is done. A failure
-        // here is harmless (the next start sees the log already holds this seq).
-        if let Err(e) = self.journal.clear() {
-            log::warn!("epoch {seq}: {e}");
-        }
-        log::info!(
-            "epoch {seq}: signed and logged ({} image(s), wipe {}, workloads {:?}, downtime {} ms); phases {}",
-            st.subject.len(),
-            if wipe_ok { "ok" } else { "NOT ok" },
-            workload_outcome,
-            downtime_ms,
-            phases
-                .list
-                .iter()
-                .map(|p| format!("{} {} ms", p.phase, p.ms))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        if let Ok(mut s) = self.status.lock() {
-            s.last_epoch = Some(LastEpoch {
-                seq,
-                ended_at_ms: now_ms(),
-                trigger,
-                unchallenged,
-                wipe_ok,
-                images_ok,
-                workloads: workload_outcome,
-                downtime_ms,
-                phases: phases.list,
-            });
-        }
-        Ok(())
-    }
-
-    fn wipe(
-        &self,
-        nonce: rackwarden_attest::nonce::Nonce,
-        stop: &AtomicBool,
-    ) -> rackwarden_attest::evidence::WipeReport {
-        let plan = &self.ecfg.wipe;
-        self.wipe_progress.store(0, Ordering::SeqCst);
-        let req = wipe::WipeRequest {
-            nonce: *nonce.as_bytes(),
-            backends: plan.backends.clone(),
-            max_bytes: plan.max_bytes,
-            reserve_bytes: plan.reserve_bytes,
-            scratch_paths: plan.scratch.clone(),
-            threads: rackwarden_attest::merkle::default_threads(),
-            progress: Some(self.wipe_progress.clone()),
-            corrupt_byte_for_test: None,
-        };
-        wipe::run(&req, stop)
-    }
-}
-
-/// Why a wipe does not allow restarting the workloads, if it does not.
-fn wipe_problem(r: &rackwarden_attest::evidence::WipeReport) -> Option<String> {
-    if r.interrupted {
-        return Some("the wipe was interrupted".into());
-    }
-    let bad: Vec<String> = r
-        .devices
-        .iter()
-        .filter(|d| d.status == "failed" || d.mismatches > 0 || d.status == "interrupted")
-        .map(|d| {
-            format!(
-                "{}: {} ({} mismatching blocks){}",
-                d.device,
-                d.status,
-                d.mismatches,
-                d.detail
-                    .as_ref()
-                    .map(|x| format!(": {x}"))
-                    .unwrap_or_default()
-            )
-        })
-        .collect();
-    (!bad.is_empty()).then(|| format!("wipe not verified: {}", bad.join("; ")))
-}
-
-/// Stages the image set; on a refusal, the report says which image and why.
-fn stage(plan: &crate::config::epoch::ImagePlan) -> ((Vec<Subject>, ImageReport), Option<String>) {
-    let refused = |e: &dyn std::fmt::Display,
-                   manifest: Option<[u8; 32]>,
-                   err: Option<&crate::images::ImageError>| {
-        let report = match err {
-            Some(err) => crate::images::refusal_report(manifest, err),
-            None => ImageReport {
-                manifest_sha3_256: String::new(),
-                images: vec![rackwarden_attest::evidence::ImageResult {
-                    name: "(set)".into(),
-                    size: 0,
-                    merkle_sha3_256: String::new(),
-                    ok: false,
-                    finding: Some(e.to_string()),
-                }],
-            },
-        };
-        ((vec![], report), Some(format!("images refused: {e}")))
-    };
-    let vk = match rackwarden_attest::keys::load_verifying_key(&plan.manifest_key) {
-        Ok(k) => k,
-        Err(e) => {
-            return refused(
-                &format!("images.manifest_key {}: {e}", plan.manifest_key.display()),
-                None,
-                None,
-            );
-        }
-    };
-    match crate::images::stage(
-        &plan.manifest,
-        &vk,
-        &plan.source,
-        &plan.staging,
-        rackwarden_attest::merkle::default_threads(),
-    ) {
-        Ok(set) => {
-            if let Err(e) = crate::images::prune_sets(&plan.staging, &set.dir) {
-                log::warn!("images: cannot remove older staged sets: {e}");
-            }
-            ((set.subjects(), set.report()), None)
-        }
-        Err(e) => {
-            log::error!("images: REFUSED: {e}");
-            let manifest = crate::images::read_manifest(&plan.manifest, &vk)
-                .ok()
-                .map(|m| m.pae_sha3);
-            refused(&e, manifest, Some(&e))
-        }
     }
 }

@@ -90,6 +90,31 @@ pub fn run(req: &WipeRequest, stop: &AtomicBool) -> WipeReport {
     }
 }
 
+/// Why a wipe does not allow restarting the workloads; `None`: every device verified.
+pub fn unverified_reason(r: &WipeReport) -> Option<String> {
+    if r.interrupted {
+        return Some("the wipe was interrupted".into());
+    }
+    let bad: Vec<String> = r
+        .devices
+        .iter()
+        .filter(|d| d.status == "failed" || d.mismatches > 0 || d.status == "interrupted")
+        .map(|d| {
+            format!(
+                "{}: {} ({} mismatching blocks){}",
+                d.device,
+                d.status,
+                d.mismatches,
+                d.detail
+                    .as_ref()
+                    .map(|x| format!(": {x}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    (!bad.is_empty()).then(|| format!("wipe not verified: {}", bad.join("; ")))
+}
+
 /// A report for a device that was not wiped at all.
 pub(crate) fn not_wiped(
     backend: &str,

@@ -1,0 +1,331 @@
+//! One epoch, one method per state of the module's diagram: [`EpochLoop::epoch`] runs
+//! Challenging/Challenged, Draining, Wiping, Staging, Restarting and Signing in turn. Each
+//! state is entered through the journal first ([`EpochLoop::enter`]).
+
+use std::{
+    sync::atomic::{AtomicBool, Ordering},
+    time::Instant,
+};
+
+use rackwarden_attest::{
+    evidence::{EpochRun, EpochTrigger, ImageReport, PhaseTime, WipeReport, WorkloadOutcome},
+    now_ms,
+    statement::Subject,
+};
+
+use super::{
+    Abort, EpochLoop, EpochState, LastEpoch,
+    challenge::{self, EpochChallenge},
+    journal::JournalEntry,
+    statement::{self, EpochEvidence},
+    workloads,
+};
+use crate::{config::epoch::Workloads, images::StagingOutcome, wipe};
+
+/// Time each phase of an epoch.
+struct Phases {
+    list: Vec<PhaseTime>,
+    t: Instant,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        Phases {
+            list: vec![],
+            t: Instant::now(),
+        }
+    }
+    fn done(&mut self, phase: &str) {
+        self.list.push(PhaseTime {
+            phase: phase.into(),
+            ms: self.t.elapsed().as_millis() as u64,
+        });
+        self.t = Instant::now();
+    }
+}
+
+/// The epoch in progress: its journal entry and what each phase leaves for the next.
+struct Epoch {
+    seq: u64,
+    trigger: EpochTrigger,
+    entry: JournalEntry,
+    phases: Phases,
+}
+
+/// What an epoch did between the drain and the statement.
+struct Outcome {
+    wipe: Option<WipeReport>,
+    wipe_ok: bool,
+    images: Option<(Vec<Subject>, ImageReport)>,
+    images_ok: Option<bool>,
+    workloads: WorkloadOutcome,
+    /// From the start of the drain (0 with no workloads configured).
+    downtime_ms: u64,
+}
+
+fn stopping(stop: &AtomicBool) -> Result<(), Abort> {
+    if stop.load(Ordering::SeqCst) {
+        return Err(Abort::Stopping);
+    }
+    Ok(())
+}
+
+impl EpochLoop {
+    /// One whole epoch.
+    pub(super) fn epoch(&mut self, trigger: EpochTrigger, stop: &AtomicBool) -> Result<(), Abort> {
+        let seq = self.log()?.next_link().0;
+        let mut epoch = Epoch {
+            seq,
+            trigger,
+            entry: JournalEntry {
+                seq,
+                state: String::new(),
+                trigger,
+                started_unix_ms: now_ms(),
+                carried: self.carried.clone(),
+            },
+            phases: Phases::new(),
+        };
+        log::info!("epoch {seq}: start ({trigger:?})");
+        let challenge = self.challenge(&mut epoch)?;
+        let outcome = self.drain_to_restart(&mut epoch, &challenge, stop)?;
+        self.sign(epoch, &challenge, outcome)
+    }
+
+    /// Challenging -> Challenged: the verifier's nonce, or a local one marked unchallenged.
+    fn challenge(&mut self, epoch: &mut Epoch) -> Result<EpochChallenge, Abort> {
+        let seq = epoch.seq;
+        self.enter(&mut epoch.entry, EpochState::Challenging { seq })?;
+        let ch = challenge::request(
+            &self.ecfg.verifier,
+            &self.cfg.rack_id,
+            &self.cfg.host_id,
+            self.ecfg.challenge_timeout,
+        )
+        .map_err(|e| Abort::Storage(format!("no nonce at all: {e}")))?;
+        if let EpochChallenge::Unchallenged { reason, .. } = &ch {
+            log::warn!("epoch {seq}: UNCHALLENGED (local nonce; the statement says so): {reason}");
+        }
+        epoch.phases.done("challenge");
+        let nonce = match &ch {
+            EpochChallenge::Verifier { nonce } => Some(nonce.to_hex()),
+            EpochChallenge::Unchallenged { .. } => None,
+        };
+        self.enter(&mut epoch.entry, EpochState::Challenged { seq, nonce })?;
+        Ok(ch)
+    }
+
+    /// Draining, then Wiping, Staging and Restarting as far as each allows.
+    fn drain_to_restart(
+        &mut self,
+        epoch: &mut Epoch,
+        ch: &EpochChallenge,
+        stop: &AtomicBool,
+    ) -> Result<Outcome, Abort> {
+        let seq = epoch.seq;
+        self.enter(&mut epoch.entry, EpochState::Draining { seq })?;
+        let drain_start = Instant::now();
+        let drained = workloads::drain(&self.ecfg.workloads);
+        epoch.phases.done("drain");
+        stopping(stop)?;
+        let mut outcome = match drained {
+            Err(e) => self.drain_failed(seq, e.to_string()),
+            Ok(()) => self.wipe_stage_restart(epoch, ch, stop)?,
+        };
+        outcome.downtime_ms = match outcome.workloads {
+            WorkloadOutcome::NoneConfigured => 0,
+            _ => drain_start.elapsed().as_millis() as u64,
+        };
+        Ok(outcome)
+    }
+
+    /// Draining -> Signing: no wipe; the workloads are brought back, since nothing is gained
+    /// by keeping inference down on a host that was not wiped.
+    fn drain_failed(&self, seq: u64, reason: String) -> Outcome {
+        log::error!("epoch {seq}: drain failed: {reason}; no wipe this epoch");
+        if let Err(e) = workloads::restart(&self.ecfg.workloads) {
+            log::error!("epoch {seq}: restart after a failed drain failed too: {e}");
+        }
+        Outcome {
+            wipe: None,
+            wipe_ok: false,
+            images: None,
+            images_ok: None,
+            workloads: WorkloadOutcome::DrainFailed { reason },
+            downtime_ms: 0,
+        }
+    }
+
+    fn wipe_stage_restart(
+        &mut self,
+        epoch: &mut Epoch,
+        ch: &EpochChallenge,
+        stop: &AtomicBool,
+    ) -> Result<Outcome, Abort> {
+        let report = self.wiping(epoch, ch, stop)?;
+        stopping(stop)?;
+        let wipe_problem = wipe::unverified_reason(&report);
+        let staged = self.staging(epoch)?;
+        stopping(stop)?;
+        let images_problem = staged.as_ref().and_then(|s| s.refused.clone());
+        let workloads =
+            self.restarting(epoch, wipe_problem.as_deref(), images_problem.as_deref())?;
+        Ok(Outcome {
+            wipe: Some(report),
+            wipe_ok: wipe_problem.is_none(),
+            images_ok: staged.as_ref().map(|s| s.refused.is_none()),
+            images: staged.map(|s| (s.subjects, s.report)),
+            workloads,
+            downtime_ms: 0,
+        })
+    }
+
+    /// Wiping: memory filled with the stream keyed by the epoch's nonce and read back.
+    fn wiping(
+        &mut self,
+        epoch: &mut Epoch,
+        ch: &EpochChallenge,
+        stop: &AtomicBool,
+    ) -> Result<WipeReport, Abort> {
+        self.enter(&mut epoch.entry, EpochState::Wiping { seq: epoch.seq })?;
+        let plan = &self.ecfg.wipe;
+        self.wipe_progress.store(0, Ordering::SeqCst);
+        let req = wipe::WipeRequest {
+            nonce: *ch.wipe_nonce().as_bytes(),
+            backends: plan.backends.clone(),
+            max_bytes: plan.max_bytes,
+            reserve_bytes: plan.reserve_bytes,
+            scratch_paths: plan.scratch.clone(),
+            threads: rackwarden_attest::merkle::default_threads(),
+            progress: Some(self.wipe_progress.clone()),
+            corrupt_byte_for_test: None,
+        };
+        let report = wipe::run(&req, stop);
+        epoch.phases.done("wipe");
+        Ok(report)
+    }
+
+    /// Staging, when `[images]` is configured.
+    fn staging(&mut self, epoch: &mut Epoch) -> Result<Option<StagingOutcome>, Abort> {
+        let Some(plan) = self.ecfg.images.clone() else {
+            return Ok(None);
+        };
+        self.enter(&mut epoch.entry, EpochState::Staging { seq: epoch.seq })?;
+        let staged = crate::images::stage_plan(&plan);
+        epoch.phases.done("stage");
+        Ok(Some(staged))
+    }
+
+    /// Restarting, only when the wipe and every image verified; otherwise the workloads
+    /// stay stopped and the outcome says why.
+    fn restarting(
+        &mut self,
+        epoch: &mut Epoch,
+        wipe_problem: Option<&str>,
+        images_problem: Option<&str>,
+    ) -> Result<WorkloadOutcome, Abort> {
+        let seq = epoch.seq;
+        if let Workloads::NoneConfigured = self.ecfg.workloads {
+            return Ok(WorkloadOutcome::NoneConfigured);
+        }
+        if wipe_problem.is_some() || images_problem.is_some() {
+            let reason = [wipe_problem, images_problem]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join("; ");
+            log::error!("epoch {seq}: workloads LEFT STOPPED: {reason}");
+            return Ok(WorkloadOutcome::LeftStopped { reason });
+        }
+        self.enter(&mut epoch.entry, EpochState::Restarting { seq })?;
+        let restarted = workloads::restart(&self.ecfg.workloads);
+        epoch.phases.done("restart");
+        Ok(match restarted {
+            Ok(()) => WorkloadOutcome::Restarted,
+            Err(e) => {
+                log::error!("epoch {seq}: restart failed: {e}");
+                WorkloadOutcome::LeftStopped {
+                    reason: format!("restart failed: {e}"),
+                }
+            }
+        })
+    }
+
+    /// Signing -> Waiting: the statement is signed, appended, fsynced and handed to delivery.
+    fn sign(
+        &mut self,
+        mut epoch: Epoch,
+        ch: &EpochChallenge,
+        outcome: Outcome,
+    ) -> Result<(), Abort> {
+        let seq = epoch.seq;
+        self.enter(&mut epoch.entry, EpochState::Signing { seq })?;
+        let run = EpochRun {
+            trigger: epoch.trigger,
+            wipe_interval_ms: self.ecfg.wipe_interval.as_millis() as u64,
+            phases: epoch.phases.list.clone(),
+            workloads: outcome.workloads.clone(),
+            downtime_ms: outcome.downtime_ms,
+        };
+        let ev = EpochEvidence {
+            challenge: ch.statement_challenge(),
+            wipe: outcome.wipe,
+            images: outcome.images,
+            incidents: self.carried.clone(),
+            epoch: Some(run),
+        };
+        let (cfg, key, producer) = (self.cfg.clone(), self.key.clone(), self.producer.clone());
+        let log = self.log()?;
+        let st = match statement::sign_and_append(&cfg, log, &key, &producer, ev) {
+            Ok(st) => st,
+            Err(e) => {
+                // The file may now end in a torn line: reopen before the next append so
+                // it is terminated and disclosed, never merged with the next statement.
+                self.log = None;
+                return Err(Abort::Storage(e.to_string()));
+            }
+        };
+        let durable = self.log()?.durable_len();
+        self.durable_len.store(durable, Ordering::SeqCst);
+        let _ = self.kick.send(());
+        self.carried.clear();
+        self.current = None;
+        epoch.phases.done("sign");
+        // The statement is durable: the journal's job for this epoch is done. A failure
+        // here is harmless (the next start sees the log already holds this seq).
+        if let Err(e) = self.journal.clear() {
+            log::warn!("epoch {seq}: {e}");
+        }
+        log::info!(
+            "epoch {seq}: signed and logged ({} image(s), wipe {}, workloads {:?}, downtime {} ms); phases {}",
+            st.subject.len(),
+            if outcome.wipe_ok { "ok" } else { "NOT ok" },
+            outcome.workloads,
+            outcome.downtime_ms,
+            epoch
+                .phases
+                .list
+                .iter()
+                .map(|p| format!("{} {} ms", p.phase, p.ms))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if let Ok(mut s) = self.status.lock() {
+            s.last_epoch = Some(LastEpoch {
+                seq,
+                ended_at_ms: now_ms(),
+                trigger: epoch.trigger,
+                unchallenged: match ch {
+                    EpochChallenge::Unchallenged { reason, .. } => Some(reason.clone()),
+                    EpochChallenge::Verifier { .. } => None,
+                },
+                wipe_ok: outcome.wipe_ok,
+                images_ok: outcome.images_ok,
+                workloads: outcome.workloads,
+                downtime_ms: outcome.downtime_ms,
+                phases: epoch.phases.list,
+            });
+        }
+        Ok(())
+    }
+}
