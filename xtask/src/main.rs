@@ -55,14 +55,13 @@ fn main() -> Result<()> {
                 "bench",
             )?;
         }
+        Some("uninstall") => {
+            // cargo xtask uninstall [--root DIR]
+            uninstall(Path::new(&root_flag(&args)?))?;
+        }
         Some("install") => {
-            // cargo xtask install [--root DIR] [--debug] [--no-build]
-            let root = args
-                .iter()
-                .position(|a| a == "--root")
-                .map(|i| args.get(i + 1).cloned().context("--root needs a directory"))
-                .transpose()?
-                .unwrap_or_else(|| "/".into());
+            // cargo xtask install [--root DIR] [--debug] [--no-build] [--verify]
+            let root = root_flag(&args)?;
             let profile = if args.iter().any(|a| a == "--debug") {
                 "debug"
             } else {
@@ -84,6 +83,9 @@ fn main() -> Result<()> {
                 cargo(&env, &b)?;
             }
             install(Path::new(&root), profile)?;
+            if args.iter().any(|a| a == "--verify") {
+                verify_units(Path::new(&root))?;
+            }
         }
         Some("fuzz") => {
             // Not part of CI: `cargo xtask fuzz [SECONDS]` (default 300) on the envelope parser.
@@ -106,7 +108,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root), then vm-test\n  vm-test [--kernel PATH [--modules DIR]] [--group NAME]...  kernel-facing tests in VMs on Debian 6.1 and the newest cloud kernel\n  bench [attest|images|wipe|verifier|page|limiter|bypass]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build]  binaries, units, sysusers/tmpfiles, example configs\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
+                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root), then vm-test\n  vm-test [--kernel PATH [--modules DIR]] [--group NAME]...  kernel-facing tests in VMs on Debian 6.1 and the newest cloud kernel\n  bench [attest|images|wipe|verifier|page|limiter|bypass]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build] [--verify]\n                 binaries, units, sysusers/tmpfiles, example configs; --debug installs the\n                 debug build, --no-build installs what target/ has, --verify runs\n                 systemd-analyze verify and security on the installed units\n  uninstall [--root DIR]  removes what install wrote (never configs, keys or state); refused on\n                 a sealed host\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
             );
             bail!("unknown command {:?}", args.first());
         }
@@ -339,6 +341,16 @@ fn test(env: &BTreeMap<String, String>) -> Result<()> {
     Ok(())
 }
 
+/// `--root DIR`, or `/`.
+fn root_flag(args: &[String]) -> Result<String> {
+    Ok(args
+        .iter()
+        .position(|a| a == "--root")
+        .map(|i| args.get(i + 1).cloned().context("--root needs a directory"))
+        .transpose()?
+        .unwrap_or_else(|| "/".into()))
+}
+
 /// What `install` puts where, relative to the root: (source in the repo, destination, mode).
 /// Binaries come from `target/<profile>/`.
 const INSTALL: &[(&str, &str, u32)] = &[
@@ -421,5 +433,120 @@ fn install(root: &Path, profile: &str) -> Result<()> {
             "\nnext steps:\n  systemd-sysusers && systemd-tmpfiles --create\n  rackwarden keygen --out /etc/rackwarden/keys\n  cp /etc/rackwarden/rackwarden.toml.example /etc/rackwarden/rackwarden.toml   # then edit it\n  rackwarden check-config\n  (verifier side) rackwarden-verifier enroll --rack R --host H --key host.pub\n  systemctl daemon-reload && systemctl enable --now rackwardend"
         );
     }
+    Ok(())
+}
+
+/// The most exposure `systemd-analyze security` may give each installed unit (lower is
+/// better; each setting the units leave out says why in the unit).
+const EXPOSURE_GOALS: &[(&str, f64)] = &[
+    ("rackwardend.service", 4.0),
+    ("rackwarden-verifier.service", 2.5),
+];
+
+/// `install --verify`: `systemd-analyze verify` and `security --offline` on the units as
+/// installed under `root`. verify resolves what a unit names (targets it orders after, the
+/// commands it runs) inside the root, so a root that is not `/` first gets this host's own
+/// systemd units and `kill` beside ours.
+fn verify_units(root: &Path) -> Result<()> {
+    if !succeeds(Command::new("systemd-analyze").arg("--version")) {
+        bail!("systemd-analyze is missing: `cargo xtask setup` installs Debian's systemd package");
+    }
+    if root != Path::new("/") {
+        copy_tree(
+            Path::new("/usr/lib/systemd/system"),
+            &root.join("usr/lib/systemd/system"),
+        )?;
+        std::fs::create_dir_all(root.join("usr/bin"))?;
+        std::fs::copy("/bin/kill", root.join("usr/bin/kill")).context("copying /bin/kill")?;
+        for (link, target) in [("bin", "usr/bin"), ("lib", "usr/lib")] {
+            if std::fs::symlink_metadata(root.join(link)).is_err() {
+                std::os::unix::fs::symlink(target, root.join(link))?;
+            }
+        }
+    }
+    let units: Vec<String> = EXPOSURE_GOALS
+        .iter()
+        .map(|(u, _)| format!("/etc/systemd/system/{u}"))
+        .collect();
+    let out = Command::new("systemd-analyze")
+        .arg(format!("--root={}", root.display()))
+        .arg("verify")
+        .args(&units)
+        .output()
+        .context("running systemd-analyze verify")?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() || !err.trim().is_empty() {
+        bail!("systemd-analyze verify: {}", err.trim());
+    }
+    println!("systemd-analyze verify: both units OK");
+    for ((unit, goal), path) in EXPOSURE_GOALS.iter().zip(&units) {
+        let out = Command::new("systemd-analyze")
+            .args(["security", "--offline=true"])
+            .arg(format!("--root={}", root.display()))
+            .arg(path)
+            .output()
+            .context("running systemd-analyze security")?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let score = text
+            .lines()
+            .find_map(|l| l.split_once("Overall exposure level for "))
+            .and_then(|(_, r)| r.split_once(": "))
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .and_then(|n| n.parse::<f64>().ok())
+            .with_context(|| format!("systemd-analyze security printed no score for {unit}"))?;
+        println!("exposure {unit}: {score:.1} (goal <= {goal:.1})");
+        if score > *goal {
+            bail!("{unit}: exposure {score:.1} is above its goal {goal:.1}");
+        }
+    }
+    Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let e = e?;
+        let (p, t) = (e.path(), to.join(e.file_name()));
+        let ft = e.file_type()?;
+        if ft.is_symlink() {
+            let _ = std::os::unix::fs::symlink(std::fs::read_link(&p)?, &t);
+        } else if ft.is_dir() {
+            copy_tree(&p, &t)?;
+        } else {
+            std::fs::copy(&p, &t).with_context(|| format!("copying {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Where a sealed host keeps its guard: while it is there, the guard refuses a detach to
+/// everyone but the daemon, and only a reboot without the guard lifts it.
+const SEALED_GUARD: &str = "/sys/fs/bpf/rackwarden/guard/current";
+
+/// `uninstall`: removes every file `install` wrote under `root`, never the configs, the
+/// keys or the state (an operator's, and evidence). The pinned limiter stays enforcing
+/// until its pins are removed or the host reboots: uninstalling the software does not lift
+/// the cap by itself, and says how to.
+fn uninstall(root: &Path) -> Result<()> {
+    if root == Path::new("/") && Path::new(SEALED_GUARD).exists() {
+        bail!(
+            "this host is sealed ({SEALED_GUARD} exists): the BPF LSM guard refuses removal; \
+             set self_protection = \"watch\" or \"off\", reboot, then uninstall"
+        );
+    }
+    for (_, dst, _) in INSTALL {
+        let dst = root.join(dst);
+        match std::fs::remove_file(&dst) {
+            Ok(()) => println!("removed {}", dst.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", dst.display())),
+        }
+    }
+    println!(
+        "\nkept: /etc/rackwarden (config, keys), /var/lib/rackwarden (the signed log),\n\
+         /etc/rackwarden-verifier, /var/lib/rackwarden-verifier.\n\
+         The limiter stays pinned and enforcing: `systemctl disable --now rackwardend` first,\n\
+         then `rm -r /sys/fs/bpf/rackwarden` to lift the cap (or reboot)."
+    );
     Ok(())
 }
