@@ -150,14 +150,59 @@ pub mod prog_names {
     pub const SOCKOPT: &str = "rw_sockopt";
 }
 
+/// The eBPF programs and the daemon read these types from the same map bytes, so their
+/// layout is checked when this crate compiles, for both targets: each is exactly the sum of
+/// its fields (no padding the two compilers could fill differently) and of the size the
+/// maps were created with.
+mod layout {
+    use super::guard::{
+        FileId, GUARD_MAX_DIRS, GUARD_MAX_IDS, GUARD_MAX_IFACES, GuardConfig, GuardRefusals,
+        GuardedIface, KernelOffsets, TamperEvent,
+    };
+    use super::{BucketConfig, BucketState, Counters, LimiterConfig, RefusalCounters};
+    use core::mem::size_of;
+
+    const U32: usize = size_of::<u32>();
+    const U64: usize = size_of::<u64>();
+    const _: () = assert!(size_of::<BucketConfig>() == 4 * U64 + 4 * U32);
+    const _: () = assert!(size_of::<BucketConfig>() == 48);
+    const _: () = assert!(size_of::<LimiterConfig>() == 2 * size_of::<BucketConfig>());
+    const _: () = assert!(size_of::<BucketState>() == U64);
+    const _: () = assert!(size_of::<Counters>() == 6 * U64);
+    const _: () = assert!(size_of::<RefusalCounters>() == 4 * U64 + 2 * U32);
+    const _: () = assert!(size_of::<KernelOffsets>() == 18 * U32);
+    const _: () = assert!(size_of::<FileId>() == 2 * U32 + U64);
+    const _: () = assert!(size_of::<GuardedIface>() == 2 * U32);
+    const _: () = assert!(
+        size_of::<GuardConfig>()
+            == U64
+                + size_of::<KernelOffsets>()
+                + size_of::<FileId>()
+                + 2 * U32
+                + GUARD_MAX_DIRS * U64
+                + 2 * U32
+                + GUARD_MAX_IFACES * size_of::<GuardedIface>()
+                + 2 * U32
+                + 3 * GUARD_MAX_IDS * U32
+    );
+    const _: () = assert!(size_of::<GuardRefusals>() == 9 * U64 + 2 * U32);
+    const _: () = assert!(size_of::<TamperEvent>() == 2 * U32 + U64);
+}
+
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all are repr(C) and contain only u64/u32 fields laid out without padding.
+    // SAFETY: repr(C), only u64/u32 fields, no padding (checked in `layout`).
     unsafe impl aya::Pod for super::BucketConfig {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::LimiterConfig {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::BucketState {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::Counters {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::RefusalCounters {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::guard::GuardConfig {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::guard::GuardRefusals {}
 }

@@ -105,6 +105,7 @@ fn decide(dir: u32, len: u64) -> Verdict {
     };
     // Cost rounded up: the policer may under-deliver by < 1 ns of budget per packet, never over.
     let cost = (len.wrapping_mul(1_000_000_000) + cfg.rate_bytes_per_s - 1) / cfg.rate_bytes_per_s;
+    // SAFETY: a helper call with no arguments; it reads the monotonic clock.
     let now = unsafe { bpf_ktime_get_ns() };
     // Small packets may use the whole bucket; bulk ones stop short of the reserve.
     let depth = if len <= cfg.small_max_len as u64 {
@@ -117,6 +118,7 @@ fn decide(dir: u32, len: u64) -> Verdict {
     let tat_ptr = unsafe { &raw mut (*state).tat_ns };
     // A plain (volatile) read is enough: a stale value only makes the exchange below fail
     // and retry with the value the other CPU wrote.
+    // SAFETY: `tat_ptr` is the aligned u64 inside the map value above.
     let mut old = unsafe { core::ptr::read_volatile(tat_ptr) };
     let mut tries = 0;
     while tries < MAX_CAS_RETRIES {
@@ -125,6 +127,8 @@ fn decide(dir: u32, len: u64) -> Verdict {
         if new > limit {
             return Verdict::DropOverBudget;
         }
+        // SAFETY: `tat_ptr` is an aligned u64 in a map value shared by all CPUs; the
+        // compare-and-exchange (BPF_CMPXCHG) is the only write to it.
         let (seen, ok) = unsafe {
             atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
                 tat_ptr, old, new,

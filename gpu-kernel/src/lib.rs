@@ -29,12 +29,14 @@ pub struct Block([u32; 4]);
 fn panic(_: &core::panic::PanicInfo) -> ! {
     // Nothing here can panic (no indexing, wrapping arithmetic); if it ever did, trap so the
     // launch fails and the host reports the device as failed, instead of spinning.
+    // SAFETY: a PTX trap instruction: no memory access; it ends the launch.
     unsafe { nvptx::trap() }
 }
 
 /// This thread's first block and the grid's stride.
 #[inline(always)]
 unsafe fn grid() -> (u64, u64) {
+    // SAFETY: reads of this thread's special registers: always valid in a kernel.
     unsafe {
         let dim = nvptx::_block_dim_x() as u64;
         let first = nvptx::_block_idx_x() as u64 * dim + nvptx::_thread_idx_x() as u64;
@@ -44,6 +46,8 @@ unsafe fn grid() -> (u64, u64) {
 
 #[inline(always)]
 unsafe fn expected(seeds: *const SegmentSeed, b: u64) -> Block {
+    // SAFETY: callers pass `b < n_blocks`, so `b / SEGMENT_BLOCKS` indexes one of the
+    // `ceil(n_blocks / 4096)` seeds the caller provides.
     let seed = unsafe { *seeds.add((b / SEGMENT_BLOCKS) as usize) };
     Block(stream_block(seed, (b % SEGMENT_BLOCKS) as u32))
 }
@@ -63,8 +67,10 @@ unsafe fn add_count(counter: *mut u64, n: u64) {
 /// `dst` holds `n_blocks` blocks; `seeds` holds `ceil(n_blocks / 4096)` seeds.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn rw_fill(dst: *mut Block, n_blocks: u64, seeds: *const SegmentSeed) {
+    // SAFETY: reads of this thread's special registers (ctaid, ntid, tid, nctaid).
     let (mut b, stride) = unsafe { grid() };
     while b < n_blocks {
+        // SAFETY: `b < n_blocks` and `dst` holds `n_blocks` blocks (the kernel's contract).
         unsafe { *dst.add(b as usize) = expected(seeds, b) };
         b += stride;
     }
@@ -82,17 +88,21 @@ pub unsafe extern "ptx-kernel" fn rw_verify(
     seeds: *const SegmentSeed,
     mismatches: *mut u64,
 ) {
+    // SAFETY: reads of this thread's special registers (ctaid, ntid, tid, nctaid).
     let (mut b, stride) = unsafe { grid() };
     let mut bad = 0u64;
     while b < n_blocks {
         // A plain load (one `ld.global.v4`): the memory is the kernel's input, which the
         // compiler cannot know. A volatile read would be split into four scalar loads.
+        // SAFETY: `b < n_blocks` and `src` holds `n_blocks` blocks (the kernel's contract).
         let got = unsafe { *src.add(b as usize) };
+        // SAFETY: `b < n_blocks`: the seed index is in bounds, as in `expected`.
         if got != unsafe { expected(seeds, b) } {
             bad += 1;
         }
         b += stride;
     }
+    // SAFETY: `mismatches` is the 8-byte device counter of the kernel's contract.
     unsafe { add_count(mismatches, bad) };
 }
 
@@ -108,15 +118,18 @@ pub unsafe extern "ptx-kernel" fn rw_compare_const(
     value: u32,
     mismatches: *mut u64,
 ) {
+    // SAFETY: reads of this thread's special registers (ctaid, ntid, tid, nctaid).
     let (mut b, stride) = unsafe { grid() };
     let want = Block([value; 4]);
     let mut bad = 0u64;
     while b < n_blocks {
+        // SAFETY: `b < n_blocks` and `src` holds `n_blocks` blocks (the kernel's contract).
         let got = unsafe { *src.add(b as usize) };
         if got != want {
             bad += 1;
         }
         b += stride;
     }
+    // SAFETY: `mismatches` is the 8-byte device counter of the kernel's contract.
     unsafe { add_count(mismatches, bad) };
 }
