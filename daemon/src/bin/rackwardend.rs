@@ -3,7 +3,10 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use rackwarden::{config::Config, enforce::agent};
+use rackwarden::{
+    config::Config,
+    enforce::{agent, signals},
+};
 
 #[derive(Parser)]
 #[command(
@@ -21,8 +24,8 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let cfg = Config::load(&args.config)?;
     // Signals first: a SIGTERM during start must not kill us between pin and attach.
-    let stop = agent::stop_on_signals();
-    agent::reload_on_sighup();
+    let stop = signals::stop_on_signals();
+    signals::reload_on_sighup();
     let agent = agent::Agent::start(cfg, stop).context("starting rackwardend")?;
     agent.run(stop).context("rackwardend main loop")?;
     Ok(())

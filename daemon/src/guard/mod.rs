@@ -20,6 +20,7 @@
 //! for it: not done). The README says so.
 
 pub mod btf;
+pub mod keeper;
 
 use std::{
     os::{fd::AsFd as _, unix::fs::MetadataExt as _},

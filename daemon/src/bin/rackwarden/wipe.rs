@@ -27,7 +27,7 @@ pub fn wipe_cmd(
         None => Nonce::random()?,
     };
     let nonce = *nonce.as_bytes();
-    let stop = rackwarden::enforce::agent::stop_on_signals();
+    let stop = rackwarden::enforce::signals::stop_on_signals();
     let expect = 2 * max_bytes.unwrap_or_else(|| wipe::host::meminfo("MemAvailable").unwrap_or(0));
     let progress = rackwarden::progress::Progress::start("wipe".into(), expect);
     let req = wipe::WipeRequest {

@@ -1,0 +1,515 @@
+//! `rackwardend`'s main loop, as an explicit state machine.
+//!
+//! ```text
+//! Starting ──(limiter loaded/adopted, every hook attached, caps written)──> Enforcing
+//! Enforcing ──(a hook cannot be restored)──> Degraded ──(restored)──> Enforcing
+//! Enforcing | Degraded ──(SIGTERM/SIGINT)──> Stopping
+//! ```
+//! Stopping leaves every pin in place: the limiter keeps enforcing without the daemon.
+//!
+//! With an `[epoch]` section, the epoch loop ([`crate::epoch`]) runs beside this one on its
+//! own threads; this loop forwards `wipe-now` and reloads to it, shows its status, and pings
+//! systemd's watchdog only while both loops show signs of life.
+//!
+//! - [`hooks`]: the hook check, step by step;
+//! - [`requests`]: the control socket's requests;
+//! - [`counters`]: counter samples and the rewind check;
+//! - [`status`]: what `status` and systemd's STATUS= show;
+//! - signals: [`crate::enforce::signals`]; the guard's sealing: [`crate::guard::keeper`].
+
+mod counters;
+mod hooks;
+mod requests;
+mod status;
+
+pub use requests::CapSetError;
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
+};
+
+use rackwarden_attest::now_ms;
+use rackwarden_common::{BucketConfig, Counters};
+
+use crate::{
+    config::Config,
+    control::{self, Wake},
+    enforce::gaps::GapLog,
+    limiter::{Direction, HookDirection, Limiter, LimiterError, maps::CapSlot},
+    pins::PinPaths,
+    units,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentState {
+    Starting,
+    Enforcing,
+    /// At least one hook is not enforcing and could not be restored at the last check.
+    Degraded,
+    Stopping,
+}
+
+impl AgentState {
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentState::Starting => "starting",
+            AgentState::Enforcing => "enforcing",
+            AgentState::Degraded => "degraded",
+            AgentState::Stopping => "stopping",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Netns(#[from] crate::netns::NetnsError),
+    #[error(transparent)]
+    Limiter(#[from] LimiterError),
+    #[error(transparent)]
+    Gaps(#[from] crate::enforce::gaps::GapLogError),
+    #[error(transparent)]
+    Control(#[from] crate::control::ControlError),
+    #[error(transparent)]
+    Epoch(#[from] crate::epoch::EpochError),
+    #[error(
+        "{root} is sealed by the BPF LSM guard for another daemon executable (an older build, before its file was replaced?): this one may not open it ({detail}). The policer there keeps enforcing; reboot to run this build"
+    )]
+    SealedForAnother {
+        root: std::path::PathBuf,
+        detail: String,
+    },
+    #[error("self_protection = \"lsm\", but the guard cannot be sealed: {0}")]
+    Guard(#[from] crate::guard::GuardError),
+}
+
+pub struct Agent {
+    cfg: Config,
+    limiter: Limiter,
+    state: AgentState,
+    gaps: GapLog,
+    /// What we last wrote to the config map, per direction: anything else there is tampering.
+    expected: BTreeMap<Direction, BucketConfig>,
+    /// Last time each hook was verified enforcing (unix ms).
+    last_ok: BTreeMap<(String, Direction), u64>,
+    /// Foreign programs already reported ahead of ours, so one intruder is one gap, not one
+    /// per check.
+    reported_ahead: BTreeMap<(String, Direction), Vec<u32>>,
+    samples: VecDeque<(Instant, [Counters; 2])>,
+    /// The system-wide refusal program was attached at the last check.
+    refusal_present: bool,
+    /// The epoch loop, when `[epoch]` is configured.
+    epoch: Option<crate::epoch::EpochHandle>,
+    /// Why the last SIGHUP reload was refused (the old configuration stays).
+    reload_error: Option<String>,
+    guard: crate::guard::keeper::GuardKeeper,
+}
+
+/// Whether our pin root exists but refuses lookups to this process (EPERM on a stat of a
+/// directory inside it): only the guard does that.
+fn sealed_against_us(pins: &PinPaths) -> bool {
+    pins.root().exists()
+        && std::fs::metadata(pins.maps_dir()).is_err_and(|e| e.raw_os_error() == Some(libc::EPERM))
+}
+
+/// The caps the config asks for, one slot per direction.
+fn wanted_caps(cfg: &Config) -> [CapSlot; 2] {
+    let mut slots = [CapSlot::Unset; 2];
+    for d in Direction::ALL {
+        slots[d.index() as usize] = CapSlot::Cap(cfg.cap_spec(d));
+    }
+    slots
+}
+
+impl Agent {
+    /// Starting: enter the namespace, load or adopt the limiter, attach, write the caps.
+    /// Must run before any other thread exists when `netns` is set (setns is per thread).
+    pub fn start(cfg: Config, stop: &'static AtomicBool) -> Result<Agent, AgentError> {
+        if let Some(ns) = &cfg.netns {
+            crate::netns::enter(ns)?;
+        }
+        wait_for_interfaces(&cfg, stop)?;
+        let pins = PinPaths::new(&cfg.pin_root);
+        let mut limiter = match Limiter::load_or_adopt(&pins, &wanted_caps(&cfg)) {
+            Ok(l) => l,
+            // Our pin directories refuse this process: a guard sealed them for another
+            // executable (the previous build's, before a package upgrade replaced the file).
+            Err(e) if sealed_against_us(&pins) => {
+                return Err(AgentError::SealedForAnother {
+                    root: pins.root().to_path_buf(),
+                    detail: e.to_string(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let gaps = GapLog::open(&cfg.state_dir)?;
+        log::info!(
+            "{} policer under {} (egress prog #{} tag {}, ingress prog #{} tag {})",
+            if limiter.adopted {
+                "adopted pinned"
+            } else {
+                "loaded and pinned new"
+            },
+            pins.root().display(),
+            limiter.identity(Direction::Egress).id,
+            limiter.identity(Direction::Egress).tag,
+            limiter.identity(Direction::Ingress).id,
+            limiter.identity(Direction::Ingress).tag,
+        );
+        let kind = limiter.choose_kind(cfg.attach_mode, &cfg.interfaces[0]);
+        let mut agent = Agent {
+            cfg,
+            limiter,
+            state: AgentState::Starting,
+            gaps,
+            expected: BTreeMap::new(),
+            last_ok: BTreeMap::new(),
+            reported_ahead: BTreeMap::new(),
+            samples: VecDeque::new(),
+            refusal_present: false,
+            epoch: None,
+            reload_error: None,
+            guard: crate::guard::keeper::GuardKeeper::default(),
+        };
+        log::info!("attach mode: {kind:?}");
+        // An upgrade: this build's program takes over every hook before anything else runs.
+        if let Err(e) = agent.limiter.replace_attached(&agent.cfg.interfaces) {
+            log::error!(
+                "replacing the pinned policer failed: {e}; the hook checks restore what they can"
+            );
+        }
+        match &agent.limiter.version {
+            crate::limiter::loader::ProgramVersion::Upgraded { from } => log::warn!(
+                "upgraded the policer on every hook: {:?} -> {:?}",
+                from.iter().map(|p| p.tag.clone()).collect::<Vec<_>>(),
+                agent
+                    .limiter
+                    .identities()
+                    .iter()
+                    .map(|p| p.tag.clone())
+                    .collect::<Vec<_>>()
+            ),
+            crate::limiter::loader::ProgramVersion::UpgradeRefused { reason } => {
+                log::error!(
+                    "this build's policer was NOT loaded; the pinned one enforces: {reason}"
+                )
+            }
+            _ => {}
+        }
+        let (refusal, _) = crate::limiter::sockopt::ensure(
+            &pins,
+            crate::limiter::loader::OBJECT,
+            agent.cfg.refusal_cgroup.as_deref(),
+        );
+        if refusal.state == "present" {
+            log::info!("bypass refusal present: {}", refusal.detail);
+        } else {
+            log::warn!("bypass refusal ABSENT: {}", refusal.detail);
+        }
+        agent.refusal_present = refusal.state == "present";
+        agent.write_caps_from_config()?;
+        agent.check_hooks(true)?;
+        // The epoch loop starts only once every hook enforces: its first statement must
+        // describe a limiter that is in place. Its threads inherit our network namespace.
+        if let Some(ecfg) = agent.cfg.epoch.clone() {
+            agent.epoch = Some(crate::epoch::start(&agent.cfg, &ecfg, stop)?);
+            log::info!(
+                "epoch loop started: wipe every {}, verifier {}",
+                units::fmt_duration(ecfg.wipe_interval),
+                ecfg.verifier.url
+            );
+        }
+        Ok(agent)
+    }
+
+    /// SIGHUP: re-read the configuration file. A file that does not load leaves everything
+    /// as it was and says why; keys that need a restart (interfaces, pins, namespace) are
+    /// kept with a warning. Nothing is detached.
+    pub fn reload(&mut self) {
+        let new = match Config::load(&self.cfg.path) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("reload REFUSED, the running configuration stays: {e}");
+                self.reload_error = Some(e.to_string());
+                return;
+            }
+        };
+        for (key, same) in [
+            ("interfaces", new.interfaces == self.cfg.interfaces),
+            ("pin_root", new.pin_root == self.cfg.pin_root),
+            ("netns", new.netns == self.cfg.netns),
+            ("state_dir", new.state_dir == self.cfg.state_dir),
+            (
+                "control_socket",
+                new.control_socket == self.cfg.control_socket,
+            ),
+            ("attach_mode", new.attach_mode == self.cfg.attach_mode),
+            (
+                "refusal_cgroup",
+                new.refusal_cgroup == self.cfg.refusal_cgroup,
+            ),
+        ] {
+            if !same {
+                log::warn!("reload: `{key}` changed; it takes effect at the next restart");
+            }
+        }
+        let next = Config {
+            interfaces: self.cfg.interfaces.clone(),
+            interface_lines: self.cfg.interface_lines.clone(),
+            pin_root: self.cfg.pin_root.clone(),
+            netns: self.cfg.netns.clone(),
+            state_dir: self.cfg.state_dir.clone(),
+            control_socket: self.cfg.control_socket.clone(),
+            attach_mode: self.cfg.attach_mode,
+            refusal_cgroup: self.cfg.refusal_cgroup.clone(),
+            ..new
+        };
+        if next.epoch.is_some() && self.epoch.is_none() {
+            log::warn!(
+                "reload: an [epoch] section was added; the epoch loop starts at the next restart"
+            );
+        }
+        self.cfg = next;
+        if let Err(e) = self.write_caps_from_config() {
+            log::error!("reload: writing the caps failed: {e}");
+            self.reload_error = Some(e.to_string());
+            return;
+        }
+        if let Some(h) = &self.epoch {
+            let _ = h.commands.send(crate::epoch::EpochCommand::Reload(Box::new(
+                self.cfg.clone(),
+            )));
+        }
+        self.reload_error = None;
+        log::info!("reloaded {}", self.cfg.path.display());
+    }
+
+    /// Whether the epoch and delivery loops have shown signs of life within `limit`
+    /// (a wipe counts as alive while its progress counter moves).
+    fn loops_alive(&self, limit: Duration, last_progress: &mut (u64, Instant)) -> bool {
+        let Some(h) = &self.epoch else { return true };
+        let now = now_ms();
+        let lim = limit.as_millis() as u64;
+        let p = h.wipe_progress.load(Ordering::SeqCst);
+        if p != last_progress.0 {
+            *last_progress = (p, Instant::now());
+        }
+        let (challenge_ms, request_ms) = self.cfg.epoch.as_ref().map_or((0, 0), |e| {
+            (
+                e.challenge_timeout.as_millis() as u64,
+                e.verifier.request_timeout.as_millis() as u64,
+            )
+        });
+        let since_beat = now.saturating_sub(h.epoch_heartbeat_ms.load(Ordering::SeqCst));
+        let busy_ok = match h.snapshot().map(|s| s.state) {
+            Some(crate::epoch::EpochState::Wiping { .. }) => last_progress.1.elapsed() < limit,
+            // Waiting for the verifier's nonce is bounded by challenge_timeout.
+            Some(crate::epoch::EpochState::Challenging { .. }) => since_beat < challenge_ms + lim,
+            // Draining waits for `systemctl stop` (bounded by stop_timeout) and staging
+            // hashes the images: give them an hour before calling them stuck.
+            Some(crate::epoch::EpochState::Draining { .. })
+            | Some(crate::epoch::EpochState::Restarting { .. })
+            | Some(crate::epoch::EpochState::Staging { .. }) => since_beat < 3_600_000,
+            _ => false,
+        };
+        let epoch_ok = busy_ok || since_beat < lim;
+        // Delivery blocks at most one request timeout per attempt.
+        let delivery_ok =
+            now.saturating_sub(h.delivery_heartbeat_ms.load(Ordering::SeqCst)) < lim + request_ms;
+        epoch_ok && delivery_ok
+    }
+
+    pub fn state(&self) -> AgentState {
+        self.state
+    }
+
+    fn host_cap(&self, dir: Direction) -> u64 {
+        self.cfg.cap_spec(dir).rate_bytes_per_s
+    }
+
+    /// Puts the configured caps in force, keeping the bucket state and counters: a new
+    /// policer generation (its own frozen config map) replaces the running one where the caps
+    /// differ. Logs every change against what ran before (a restart with a new config file is
+    /// a cap change too).
+    fn write_caps_from_config(&mut self) -> Result<(), AgentError> {
+        let before = self.limiter.maps.configs()?;
+        self.limiter
+            .change_caps(&wanted_caps(&self.cfg), &self.cfg.interfaces)?;
+        let now = self.limiter.maps.configs()?;
+        for d in Direction::ALL {
+            let (was, is) = (before[d.index() as usize], now[d.index() as usize]);
+            if was != is {
+                log::info!(
+                    "cap {}: {} -> {} (burst {} B, small-packet reserve {} B, generation {})",
+                    d.name(),
+                    if was.magic == 0 {
+                        "unset".into()
+                    } else {
+                        units::fmt_rate(was.rate_bytes_per_s as f64)
+                    },
+                    units::fmt_rate(is.rate_bytes_per_s as f64),
+                    is.burst_bytes,
+                    is.small_reserve_bytes,
+                    is.generation
+                );
+            }
+            self.expected.insert(d, is);
+        }
+        Ok(())
+    }
+
+    /// Loads the tamper watch where the guard is not sealed (`self_protection` not `off`).
+    fn start_watch(
+        &self,
+        tx: mpsc::Sender<Wake>,
+    ) -> Option<crate::limiter::tamper_watch::TamperWatch> {
+        if self.guard.is_sealed() || self.cfg.self_protection == crate::config::GuardMode::Off {
+            return None;
+        }
+        match crate::limiter::tamper_watch::start(move |ev| {
+            let _ = tx.send(Wake::Tamper(ev));
+        }) {
+            Ok(w) => {
+                use crate::limiter::tamper_watch::WatchStart;
+                match w.start {
+                    WatchStart::Attached | WatchStart::Reused => log::info!(
+                        "tamper watch on bpf() ({:?}): detaches and attaches are checked as they return",
+                        w.start
+                    ),
+                    WatchStart::Waiting => log::warn!(
+                        "tamper watch: another daemon on this host reads it; this one checks at its poll until that one exits"
+                    ),
+                }
+                Some(w)
+            }
+            Err(e) => {
+                log::warn!("tamper watch not loaded ({e}); tampering is found at the next check");
+                None
+            }
+        }
+    }
+
+    /// Enforcing/Degraded: serve the control socket, sample counters every second and check
+    /// the hooks every `check_interval`, until `stop` is set.
+    pub fn run(mut self, stop: &AtomicBool) -> Result<(), AgentError> {
+        let (tx, rx) = mpsc::channel::<Wake>();
+        control::serve(&self.cfg.control_socket, tx.clone())?;
+        // Without the guard, the watch reports another process's attach/detach at once.
+        let _watch = self.start_watch(tx);
+        let mut next_sample = Instant::now();
+        let mut next_check = Instant::now() + self.cfg.check_interval;
+        let watchdog = crate::notify::watchdog_interval();
+        let mut last_progress = (0u64, Instant::now());
+        let mut next_ping = Instant::now();
+        let mut last_status = String::new();
+        // READY only once every hook enforces: a start that ends Degraded keeps checking,
+        // and systemd's TimeoutStartSec restarts a daemon that never gets there.
+        let mut ready = false;
+        while !stop.load(Ordering::SeqCst) {
+            if !ready && self.state == AgentState::Enforcing {
+                crate::notify::ready(&self.notify_status());
+                ready = true;
+            }
+            let now = Instant::now();
+            if super::signals::take_reload() {
+                crate::notify::reloading();
+                self.reload();
+                if ready {
+                    crate::notify::ready(&self.notify_status());
+                }
+            }
+            if now >= next_ping {
+                let st = self.notify_status();
+                if st != last_status {
+                    crate::notify::status(&st);
+                    last_status = st;
+                }
+                // The ping comes from this loop, and only while the epoch loops live too: a
+                // stuck loop stops the pings and systemd restarts us.
+                if let Some(w) = watchdog {
+                    if self.loops_alive(w, &mut last_progress) {
+                        crate::notify::watchdog_ping();
+                    } else {
+                        log::error!(
+                            "an epoch or delivery loop shows no sign of life: not pinging the watchdog"
+                        );
+                    }
+                }
+                next_ping = now
+                    + watchdog.map_or(Duration::from_secs(1), |w| {
+                        (w / 3).min(Duration::from_secs(1))
+                    });
+            }
+            if now >= next_sample {
+                self.sample()?;
+                next_sample = now + crate::limiter::protection::SAMPLE_INTERVAL;
+            }
+            if now >= next_check {
+                self.check_hooks(false)?;
+                next_check = now + self.cfg.check_interval;
+            }
+            let wait = next_sample
+                .min(next_check)
+                .saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait.min(Duration::from_millis(200))) {
+                Ok(Wake::Request((req, reply))) => {
+                    let _ = reply.send(self.handle(req));
+                }
+                Ok(Wake::Tamper(ev)) => {
+                    log::warn!(
+                        "tamper watch: pid {} bpf() command {} returned {}: checking the hooks now",
+                        ev.tgid,
+                        ev.cmd,
+                        ev.ret
+                    );
+                    // Several reports of one attack come in a burst: one check serves them.
+                    while let Ok(Wake::Tamper(_)) = rx.try_recv() {}
+                    self.check_hooks(false)?;
+                    next_check = Instant::now() + self.cfg.check_interval;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        self.state = AgentState::Stopping;
+        crate::notify::stopping();
+        let _ = std::fs::remove_file(&self.cfg.control_socket);
+        log::info!("stopping; the limiter stays pinned and enforcing");
+        Ok(())
+    }
+}
+
+/// Waits (bounded) for the configured interfaces: at boot the NIC may appear after us, and
+/// failing at once would spin systemd's restart limit. Says what it waits for.
+fn wait_for_interfaces(cfg: &Config, stop: &AtomicBool) -> Result<(), AgentError> {
+    let t0 = Instant::now();
+    let mut said = false;
+    loop {
+        match cfg.check_interfaces_exist() {
+            Ok(()) => return Ok(()),
+            Err(e) if t0.elapsed() >= INTERFACE_WAIT || stop.load(Ordering::SeqCst) => {
+                return Err(e.into());
+            }
+            Err(e) => {
+                if !said {
+                    log::warn!(
+                        "{e}; waiting up to {} for it to appear",
+                        units::fmt_duration(INTERFACE_WAIT)
+                    );
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    }
+}
+
+/// How long the daemon waits at start for a frontend interface that is not there yet.
+pub const INTERFACE_WAIT: Duration = Duration::from_secs(30);

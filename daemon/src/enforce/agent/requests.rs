@@ -1,0 +1,96 @@
+//! The control socket's requests, answered on the agent loop (which owns the limiter):
+//! `status`, `cap set` (through the config's own cap parse and checks: [`crate::config::Caps`])
+//! and `wipe-now` (forwarded to the epoch loop).
+
+use super::{Agent, AgentError};
+use crate::{
+    control::{CapSetOutcome, Request, Response},
+    limiter::Direction,
+};
+
+/// Why `cap set` changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum CapSetError {
+    #[error(transparent)]
+    Cap(#[from] crate::config::caps::CapError),
+    #[error(transparent)]
+    Write(#[from] AgentError),
+}
+
+impl Agent {
+    fn cap_set(
+        &mut self,
+        egress: Option<String>,
+        ingress: Option<String>,
+        persist: bool,
+    ) -> Result<CapSetOutcome, CapSetError> {
+        self.cfg.caps = self.cfg.caps.with_rack_rates(
+            egress.as_deref(),
+            ingress.as_deref(),
+            self.cfg.host_share,
+        )?;
+        self.write_caps_from_config()?;
+        let (persisted, persist_detail) = if persist {
+            match crate::config_edit::set_caps(
+                &self.cfg.path,
+                egress.as_deref(),
+                ingress.as_deref(),
+            ) {
+                Ok(()) => (true, format!("written to {}", self.cfg.path.display())),
+                Err(e) => (false, format!("NOT persisted: {e}")),
+            }
+        } else {
+            (
+                false,
+                format!(
+                    "not persisted: {} still holds the old cap; a daemon restart restores it (use --persist)",
+                    self.cfg.path.display()
+                ),
+            )
+        };
+        log::info!("cap set via control socket; {persist_detail}");
+        Ok(CapSetOutcome {
+            egress_host_bytes_per_s: self.host_cap(Direction::Egress),
+            ingress_host_bytes_per_s: self.host_cap(Direction::Ingress),
+            generation: self.expected[&Direction::Egress]
+                .generation
+                .max(self.expected[&Direction::Ingress].generation),
+            persisted,
+            persist_detail,
+        })
+    }
+
+    pub(super) fn handle(&mut self, req: Request) -> Response {
+        match req {
+            Request::Status => match self.status() {
+                Ok(s) => Response::Status(Box::new(s)),
+                Err(e) => Response::Error {
+                    message: e.to_string(),
+                },
+            },
+            Request::CapSet {
+                egress,
+                ingress,
+                persist,
+            } => match self.cap_set(egress, ingress, persist) {
+                Ok(o) => Response::CapSet(o),
+                Err(e) => Response::Error {
+                    message: e.to_string(),
+                },
+            },
+            Request::WipeNow => match &self.epoch {
+                None => Response::Error {
+                    message: "this daemon runs no epoch loop: add an [epoch] section to the configuration".into(),
+                },
+                Some(h) => match h.commands.send(crate::epoch::EpochCommand::WipeNow) {
+                    Ok(()) => Response::WipeNow {
+                        state: h.snapshot().map(|s| s.state),
+                    },
+                    Err(_) => Response::Error {
+                        message: "the epoch loop has stopped".into(),
+                    },
+                },
+            },
+        }
+    }
+}
