@@ -12,12 +12,7 @@
 // Handlers return a ready `Response` as their error (axum's idiom); boxing it buys nothing.
 #![allow(clippy::result_large_err)]
 
-use std::{
-    collections::HashMap,
-    net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     Json, Router,
@@ -27,94 +22,19 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use serde::Deserialize;
+use rackwarden_attest::api::{ChallengeRequest, ChallengeResponse, IngestItem, IngestResponse};
+use serde::{Deserialize, Serialize};
 
-use crate::service::{IngestOutcome, Verifier};
-
-pub struct AppState {
-    pub verifier: Mutex<Verifier>,
-    /// Challenges asked per source address (a token bucket each).
-    pub challenge_buckets: Mutex<HashMap<IpAddr, SourceBucket>>,
-}
-
-impl AppState {
-    pub fn new(verifier: Verifier) -> AppState {
-        AppState {
-            verifier: Mutex::new(verifier),
-            challenge_buckets: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-/// Challenges one source may ask for: `CHALLENGE_BURST` at once, then `CHALLENGE_RATE` per
-/// second (a rack host asks once per epoch; this only stops a flood).
-pub const CHALLENGE_RATE: f64 = 10.0;
-pub const CHALLENGE_BURST: f64 = 50.0;
-/// Sources remembered at most; idle ones are forgotten first.
-const MAX_SOURCES: usize = 100_000;
-
-pub struct SourceBucket {
-    tokens: f64,
-    at: std::time::Instant,
-}
-
-/// Takes one challenge token for `ip`; `Err(seconds)` until the next one.
-fn take_challenge_token(st: &AppState, ip: IpAddr) -> Result<(), u64> {
-    let Ok(mut map) = st.challenge_buckets.lock() else {
-        return Ok(());
-    };
-    let now = std::time::Instant::now();
-    if map.len() >= MAX_SOURCES {
-        map.retain(|_, b| {
-            now.duration_since(b.at).as_secs_f64() * CHALLENGE_RATE < CHALLENGE_BURST
-        });
-    }
-    let b = map.entry(ip).or_insert(SourceBucket {
-        tokens: CHALLENGE_BURST,
-        at: now,
-    });
-    b.tokens =
-        (b.tokens + now.duration_since(b.at).as_secs_f64() * CHALLENGE_RATE).min(CHALLENGE_BURST);
-    b.at = now;
-    if b.tokens >= 1.0 {
-        b.tokens -= 1.0;
-        Ok(())
-    } else {
-        Err(((1.0 - b.tokens) / CHALLENGE_RATE).ceil().max(1.0) as u64)
-    }
-}
-
-fn too_many(retry_after_s: u64, reason: String) -> Response {
-    (
-        StatusCode::TOO_MANY_REQUESTS,
-        [(header::RETRY_AFTER, retry_after_s.to_string())],
-        Json(serde_json::json!({ "error": reason })),
-    )
-        .into_response()
-}
+pub use crate::state::AppState;
+use crate::{
+    prepare::prepare_all,
+    respond::{error, json, require_json, too_many},
+    service::{AttestationResult, Status, VerifierError},
+    state::{CHALLENGE_BURST, CHALLENGE_RATE, with_verifier},
+    store::StoredStatement,
+};
 
 pub use rackwarden_attest::now_ms;
-
-fn error(code: StatusCode, reason: impl Into<String>) -> Response {
-    (code, Json(serde_json::json!({ "error": reason.into() }))).into_response()
-}
-
-/// Runs `f` on the verifier off the async workers (SQLite is blocking).
-pub(crate) async fn with_verifier<T: Send + 'static>(
-    st: &Arc<AppState>,
-    f: impl FnOnce(&mut Verifier) -> T + Send + 'static,
-) -> Result<T, Response> {
-    let st = st.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut v = st
-            .verifier
-            .lock()
-            .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "verifier state poisoned"))?;
-        Ok(f(&mut v))
-    })
-    .await
-    .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-}
 
 pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Router {
     Router::new()
@@ -134,27 +54,6 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
         .with_state(state)
 }
 
-fn require_json(headers: &HeaderMap) -> Result<(), Response> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if ct.split(';').next().map(str::trim) != Some("application/json") {
-        return Err(error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("Content-Type must be application/json (got `{ct}`)"),
-        ));
-    }
-    Ok(())
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ChallengeReq {
-    rack: String,
-    host: String,
-}
-
 async fn challenge(
     State(st): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -164,7 +63,7 @@ async fn challenge(
     if let Err(r) = require_json(&headers) {
         return r;
     }
-    if let Err(wait) = take_challenge_token(&st, peer.ip()) {
+    if let Err(wait) = st.take_challenge_token(peer.ip()) {
         return too_many(
             wait,
             format!(
@@ -173,22 +72,46 @@ async fn challenge(
             ),
         );
     }
-    let req: ChallengeReq = match serde_json::from_slice(&body) {
+    let req: ChallengeRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("body: {e}")),
     };
     match with_verifier(&st, move |v| v.issue_nonce(&req.rack, &req.host, now_ms())).await {
         Err(r) => r,
-        Ok(Ok((nonce, expires))) => {
-            Json(serde_json::json!({ "nonce": nonce, "expires_at_ms": expires })).into_response()
-        }
-        Ok(Err(e @ crate::service::VerifierError::NotEnrolled { .. })) => {
+        Ok(Ok(issued)) => json(&ChallengeResponse {
+            nonce: issued.nonce,
+            expires_at_ms: issued.expires_at_ms,
+        }),
+        Ok(Err(e @ VerifierError::NotEnrolled { .. })) => {
             error(StatusCode::NOT_FOUND, e.to_string())
         }
-        Ok(Err(e @ crate::service::VerifierError::TooManyNonces { retry_after_s, .. })) => {
+        Ok(Err(e @ VerifierError::TooManyNonces { retry_after_s, .. })) => {
             too_many(retry_after_s, e.to_string())
         }
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// The statements of a POST body, each as its verbatim bytes: one envelope object, or an
+/// array of them.
+fn split_batch(body: &Bytes) -> Result<Vec<Vec<u8>>, Response> {
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")))?;
+    match value {
+        // Each element re-serialized from the parsed body would not be verbatim: take the
+        // raw bytes of each element instead.
+        serde_json::Value::Array(a) => match raw_elements(body) {
+            Some(raw) if raw.len() == a.len() => Ok(raw),
+            _ => Err(error(
+                StatusCode::BAD_REQUEST,
+                "could not split the batch into its elements",
+            )),
+        },
+        serde_json::Value::Object(_) => Ok(vec![body.to_vec()]),
+        _ => Err(error(
+            StatusCode::BAD_REQUEST,
+            "body must be one envelope object or an array of them",
+        )),
     }
 }
 
@@ -196,83 +119,35 @@ async fn statements(State(st): State<Arc<AppState>>, headers: HeaderMap, body: B
     if let Err(r) = require_json(&headers) {
         return r;
     }
-    let value: serde_json::Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")),
+    let items = match split_batch(&body) {
+        Ok(items) => items,
+        Err(r) => return r,
     };
-    let items: Vec<Vec<u8>> = match value {
-        serde_json::Value::Array(a) => {
-            // Each element re-serialized from the parsed body would not be verbatim: take the
-            // raw bytes of each element instead.
-            match raw_elements(&body) {
-                Some(raw) if raw.len() == a.len() => raw,
-                _ => {
-                    return error(
-                        StatusCode::BAD_REQUEST,
-                        "could not split the batch into its elements",
-                    );
-                }
-            }
-        }
-        serde_json::Value::Object(_) => vec![body.to_vec()],
-        _ => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "body must be one envelope object or an array of them",
-            );
-        }
-    };
-    let n = items.len();
     // Signatures and parsing first, outside the lock (concurrent requests run in parallel).
     let keys = match with_verifier(&st, |v| v.keys()).await {
         Ok(k) => k,
         Err(r) => return r,
     };
-    let prepared = match tokio::task::spawn_blocking(move || {
-        let p: Vec<_> = items
-            .iter()
-            .map(|it| crate::service::prepare(&keys, it))
-            .collect();
-        (items, p)
-    })
-    .await
-    {
-        Ok(x) => x,
+    let prepared = match tokio::task::spawn_blocking(move || prepare_all(&keys, items)).await {
+        Ok(p) => p,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    match with_verifier(&st, move |v| {
-        let (items, prepared) = prepared;
-        let now = now_ms();
-        v.store
-            .conn
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| e.to_string())?;
-        let mut out: Vec<Result<IngestOutcome, String>> = Vec::with_capacity(n);
-        for (it, p) in items.iter().zip(prepared) {
-            out.push(v.commit(p, it, now).map_err(|e| e.to_string()));
-        }
-        // One durable commit per request: acknowledged only once it is on disk.
-        if let Err(e) = v.store.conn.execute_batch("COMMIT") {
-            let _ = v.store.conn.execute_batch("ROLLBACK");
-            return Err(e.to_string());
-        }
-        Ok(out)
-    })
-    .await
-    {
+    match with_verifier(&st, move |v| v.ingest_batch(prepared, now_ms())).await {
         Err(r) => r,
+        Ok(Err(VerifierError::Db(e))) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, format!("storage: {e}"))
+        }
         Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("storage: {e}")),
-        Ok(Ok(outcomes)) => {
-            let body: Vec<serde_json::Value> = outcomes
+        Ok(Ok(outcomes)) => json(&IngestResponse {
+            results: outcomes
                 .into_iter()
                 .enumerate()
                 .map(|(i, o)| match o {
-                    Ok(o) => serde_json::json!({ "index": i, "status": o.status, "result": o.result, "reason": o.reason }),
-                    Err(e) => serde_json::json!({ "index": i, "status": "error", "reason": e }),
+                    Ok(o) => IngestItem::judged(i, o),
+                    Err(e) => IngestItem::failed(i, e.to_string()),
                 })
-                .collect();
-            Json(serde_json::json!({ "results": body })).into_response()
-        }
+                .collect(),
+        }),
     }
 }
 
@@ -286,22 +161,36 @@ fn raw_elements(body: &[u8]) -> Option<Vec<Vec<u8>>> {
     )
 }
 
+/// One rack in `GET /v1/racks`.
+#[derive(Serialize)]
+struct RackSummary {
+    rack: String,
+    status: Status,
+    hosts: usize,
+    findings: Vec<String>,
+}
+
 async fn racks(State(st): State<Arc<AppState>>) -> Response {
     match with_verifier(&st, |v| {
         let now = now_ms();
         let mut list = Vec::new();
         for r in v.racks()? {
             let s = v.rack_standing(&r, now)?;
-            list.push(serde_json::json!({"rack": s.rack, "status": s.status, "hosts": s.hosts.len(), "findings": s.findings}));
+            list.push(RackSummary {
+                rack: s.rack,
+                status: s.status,
+                hosts: s.hosts.len(),
+                findings: s.findings,
+            });
         }
-        Ok::<_, crate::service::VerifierError>(list)
+        Ok::<_, VerifierError>(list)
     })
     .await
     {
         Err(r) => r,
         // A store that cannot be read is an error, never an empty (all clear) list.
         Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("storage: {e}")),
-        Ok(Ok(list)) => Json(list).into_response(),
+        Ok(Ok(list)) => json(&list),
     }
 }
 
@@ -331,36 +220,60 @@ struct HistoryQuery {
     limit: Option<u32>,
 }
 
+/// A stored statement as the history endpoints show it.
+#[derive(Serialize)]
+struct HistoryEntry {
+    seq: u64,
+    received_ms: u64,
+    epoch_end_ms: u64,
+    status: String,
+    result: Option<AttestationResult>,
+    envelope: String,
+}
+
+impl From<StoredStatement> for HistoryEntry {
+    fn from(s: StoredStatement) -> HistoryEntry {
+        HistoryEntry {
+            result: s.result(),
+            seq: s.seq,
+            received_ms: s.received_ms,
+            epoch_end_ms: s.epoch_end_ms,
+            status: s.status,
+            envelope: s.envelope,
+        }
+    }
+}
+
+fn history_json(rows: Vec<StoredStatement>) -> Response {
+    json(&rows.into_iter().map(HistoryEntry::from).collect::<Vec<_>>())
+}
+
 async fn history(
     State(st): State<Arc<AppState>>,
     Path((rack, host)): Path<(String, String)>,
     Query(q): Query<HistoryQuery>,
 ) -> Response {
     let limit = q.limit.unwrap_or(100).min(10_000);
-    match with_verifier(&st, move |v| v.store.history(&rack, &host, limit)).await {
+    match with_verifier(&st, move |v| v.history(&rack, &host, limit)).await {
         Err(r) => r,
+        Ok(Err(VerifierError::Db(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Ok(Ok(rows)) => Json(rows.into_iter().map(stored_json).collect::<Vec<_>>()).into_response(),
+        Ok(Ok(rows)) => history_json(rows),
     }
-}
-
-fn stored_json(s: crate::store::StoredStatement) -> serde_json::Value {
-    serde_json::json!({
-        "seq": s.seq, "received_ms": s.received_ms, "epoch_end_ms": s.epoch_end_ms, "status": s.status,
-        "result": serde_json::from_str::<serde_json::Value>(&s.result).unwrap_or_default(),
-        "envelope": s.envelope,
-    })
 }
 
 async fn at_seq(
     State(st): State<Arc<AppState>>,
     Path((rack, host, seq)): Path<(String, String, u64)>,
 ) -> Response {
-    match with_verifier(&st, move |v| v.store.by_seq(&rack, &host, seq)).await {
+    match with_verifier(&st, move |v| v.statements_at(&rack, &host, seq)).await {
         Err(r) => r,
+        Ok(Err(VerifierError::Db(e))) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, format!("storage: {e}"))
+        }
         Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("storage: {e}")),
         Ok(Ok(rows)) if rows.is_empty() => error(StatusCode::NOT_FOUND, "no statement at that seq"),
-        Ok(Ok(rows)) => Json(rows.into_iter().map(stored_json).collect::<Vec<_>>()).into_response(),
+        Ok(Ok(rows)) => history_json(rows),
     }
 }
 

@@ -1,10 +1,15 @@
 pub mod api;
 pub mod appraisal;
 pub mod config;
+pub mod context;
+pub mod metrics;
 pub mod page;
+pub mod prepare;
 pub mod recheck;
+pub mod respond;
 pub mod serve;
 pub mod service;
-pub mod status;
+pub mod standing;
+pub mod state;
 pub mod store;
 pub mod tls;

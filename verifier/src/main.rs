@@ -1,5 +1,9 @@
-//! rackwarden-verifier: the verifying party's service. All logic is in the library.
-use std::{path::PathBuf, sync::Arc};
+//! rackwarden-verifier: the verifying party's service. All logic is in the library; each
+//! command here calls it and prints what it returns.
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -7,7 +11,9 @@ use rackwarden_verifier::{
     api,
     config::{Transport, VerifierConfig},
     recheck,
+    serve::{self, ConnLimits},
     service::Verifier,
+    standing::EnrolledHost,
     store::Store,
     tls,
 };
@@ -102,162 +108,161 @@ fn open(cfg: &VerifierConfig) -> anyhow::Result<Verifier> {
 fn main() -> anyhow::Result<()> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
+    // tls-init makes what `serve` will need: it runs before a config exists.
     if let Cmd::TlsInit { names, out } = &cli.cmd {
         return tls_init(names, out);
     }
     let cfg = VerifierConfig::load(&cli.config)?;
     match cli.cmd {
-        Cmd::TlsInit { .. } => unreachable!("handled before the config is read"),
-        Cmd::Serve => {
-            let tls = match &cfg.transport {
-                Transport::Tls { cert, key } => Some(tls::server_config(cert, key)?),
-                Transport::InsecureHttp => {
-                    log::warn!(
-                        "plain HTTP on {} (insecure_http = true, loopback only)",
-                        cfg.listen
-                    );
-                    None
-                }
-            };
-            let v = open(&cfg)?;
-            let state = Arc::new(api::AppState::new(v));
-            let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind(cfg.listen)
-                    .await
-                    .with_context(|| format!("listen on {}", cfg.listen))?;
-                log::info!(
-                    "listening on {}://{} (policy {})",
-                    if tls.is_some() { "https" } else { "http" },
-                    listener.local_addr()?,
-                    cfg.policy.id
-                );
-                rackwarden_verifier::serve::serve(
-                    listener,
-                    api::router(state, cfg.max_body_bytes, cfg.request_timeout),
-                    rackwarden_verifier::serve::ConnLimits {
-                        max_connections: cfg.max_connections,
-                        header_timeout: cfg.header_timeout,
-                    },
-                    tls,
-                    async {
-                        let _ = tokio::signal::ctrl_c().await;
-                    },
-                )
-                .await?;
-                anyhow::Ok(())
-            })?;
-        }
-        Cmd::Enroll { rack, host, key } => {
-            let pem =
-                std::fs::read_to_string(&key).with_context(|| format!("{}", key.display()))?;
-            let mut v = open(&cfg)?;
-            let e = v.enroll(&rack, &host, &pem, api::now_ms())?;
-            for w in &e.warnings {
-                eprintln!("warning: {w}");
-            }
-            if e.already {
-                println!("{rack}/{host} is already enrolled with keyid {}", e.keyid);
-            } else {
-                println!("enrolled {rack}/{host} with keyid {}", e.keyid);
-            }
-        }
-        Cmd::Retire { rack, host } => {
-            let mut v = open(&cfg)?;
-            let keyid = v.retire(&rack, &host, api::now_ms())?;
-            println!(
-                "retired keyid {keyid} of {rack}/{host}: statements it signs from now on are retired_key"
+        Cmd::TlsInit { .. } => Ok(()),
+        Cmd::Serve => serve(cfg),
+        Cmd::Enroll { rack, host, key } => enroll(&cfg, &rack, &host, &key),
+        Cmd::Retire { rack, host } => retire(&cfg, &rack, &host),
+        Cmd::Hosts { json } => hosts(&cfg, json),
+        Cmd::Clear { rack, host, reason } => clear(&cfg, &rack, &host, &reason),
+        Cmd::Recheck { json } => recheck(&cfg, json),
+    }
+}
+
+fn serve(cfg: VerifierConfig) -> anyhow::Result<()> {
+    let tls = match &cfg.transport {
+        Transport::Tls { cert, key } => Some(tls::server_config(cert, key)?),
+        Transport::InsecureHttp => {
+            log::warn!(
+                "plain HTTP on {} (insecure_http = true, loopback only)",
+                cfg.listen
             );
+            None
         }
-        Cmd::Hosts { json } => {
-            let v = open(&cfg)?;
-            let mut rows = Vec::new();
-            for k in v.store.host_keys()? {
-                let last = v.store.history(&k.rack, &k.host, 1)?.into_iter().next();
-                rows.push(serde_json::json!({
-                    "rack": k.rack, "host": k.host, "keyid": k.keyid,
-                    "enrolled_ms": k.enrolled_ms, "retired_ms": k.retired_ms,
-                    "last_seq": last.as_ref().map(|s| s.seq),
-                    "last_status": last.as_ref().map(|s| s.status.clone()),
-                }));
-            }
-            if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                println!(
-                    "{:<16} {:<16} {:<18} {:<25} {:<25} {:>8} status",
-                    "rack", "host", "keyid", "enrolled", "retired", "last seq"
-                );
-                for r in &rows {
-                    let t = |k: &str| {
-                        r[k].as_u64()
-                            .map(rackwarden_attest::units::fmt_unix_ms)
-                            .unwrap_or_else(|| "-".into())
-                    };
-                    println!(
-                        "{:<16} {:<16} {:<18} {:<25} {:<25} {:>8} {}",
-                        r["rack"].as_str().unwrap_or(""),
-                        r["host"].as_str().unwrap_or(""),
-                        &r["keyid"].as_str().unwrap_or("")
-                            [..16.min(r["keyid"].as_str().unwrap_or("").len())],
-                        t("enrolled_ms"),
-                        t("retired_ms"),
-                        r["last_seq"]
-                            .as_u64()
-                            .map(|x| x.to_string())
-                            .unwrap_or_else(|| "-".into()),
-                        r["last_status"].as_str().unwrap_or("-")
-                    );
-                }
-            }
-        }
-        Cmd::Clear { rack, host, reason } => {
-            if reason.trim().is_empty() {
-                anyhow::bail!("--reason must say what was found and done");
-            }
-            let v = open(&cfg)?;
-            let pending = v.store.contraindicated_after(
-                &rack,
-                &host,
-                v.store
-                    .last_clearance(&rack, &host)?
-                    .map_or(0, |c| c.up_to_id),
-            )?;
-            let c = v.store.clear(&rack, &host, &reason, api::now_ms())?;
-            println!(
-                "cleared {} contraindicated statement(s) of {rack}/{host} (up to row {}): {}",
-                pending.len(),
-                c.up_to_id,
-                c.reason
-            );
-        }
-        Cmd::Recheck { json } => {
-            let v = open(&cfg)?;
-            let r = recheck::recheck(&v.store, &cfg.policy)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                println!(
-                    "{} statements re-derived, {} differences",
-                    r.statements,
-                    r.differences.len()
-                );
-                for d in &r.differences {
-                    println!(
-                        "  {}/{} seq {}: stored {} re-derived {}",
-                        d.rack, d.host, d.seq, d.stored_status, d.rederived_status
-                    );
-                }
-            }
-            if !r.differences.is_empty() {
-                std::process::exit(1);
-            }
-        }
+    };
+    let state = Arc::new(api::AppState::new(open(&cfg)?));
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .with_context(|| format!("listen on {}", cfg.listen))?;
+        log::info!(
+            "listening on {}://{} (policy {})",
+            if tls.is_some() { "https" } else { "http" },
+            listener.local_addr()?,
+            cfg.policy.id
+        );
+        serve::serve(
+            listener,
+            api::router(state, cfg.max_body_bytes, cfg.request_timeout),
+            ConnLimits {
+                max_connections: cfg.max_connections,
+                header_timeout: cfg.header_timeout,
+            },
+            tls,
+            async {
+                let _ = tokio::signal::ctrl_c().await;
+            },
+        )
+        .await?;
+        anyhow::Ok(())
+    })
+}
+
+fn enroll(cfg: &VerifierConfig, rack: &str, host: &str, key: &Path) -> anyhow::Result<()> {
+    let pem = std::fs::read_to_string(key).with_context(|| format!("{}", key.display()))?;
+    let e = open(cfg)?.enroll(rack, host, &pem, api::now_ms())?;
+    for w in &e.warnings {
+        eprintln!("warning: {w}");
+    }
+    if e.already {
+        println!("{rack}/{host} is already enrolled with keyid {}", e.keyid);
+    } else {
+        println!("enrolled {rack}/{host} with keyid {}", e.keyid);
     }
     Ok(())
 }
 
-fn tls_init(names: &[String], out: &std::path::Path) -> anyhow::Result<()> {
+fn retire(cfg: &VerifierConfig, rack: &str, host: &str) -> anyhow::Result<()> {
+    let keyid = open(cfg)?.retire(rack, host, api::now_ms())?;
+    println!(
+        "retired keyid {keyid} of {rack}/{host}: statements it signs from now on are retired_key"
+    );
+    Ok(())
+}
+
+fn hosts(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
+    let rows = open(cfg)?.hosts()?;
+    if json {
+        // Through `Value`: keys in order, as this listing has always printed them.
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::to_value(&rows)?)?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<16} {:<16} {:<18} {:<25} {:<25} {:>8} status",
+        "rack", "host", "keyid", "enrolled", "retired", "last seq"
+    );
+    for r in &rows {
+        println!("{}", host_line(r));
+    }
+    Ok(())
+}
+
+/// One row of the `hosts` table.
+fn host_line(r: &EnrolledHost) -> String {
+    let time = |t: Option<u64>| {
+        t.map(rackwarden_attest::units::fmt_unix_ms)
+            .unwrap_or_else(|| "-".into())
+    };
+    format!(
+        "{:<16} {:<16} {:<18} {:<25} {:<25} {:>8} {}",
+        r.rack,
+        r.host,
+        r.keyid.get(..16).unwrap_or(&r.keyid),
+        time(Some(r.enrolled_ms)),
+        time(r.retired_ms),
+        r.last_seq
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| "-".into()),
+        r.last_status.as_deref().unwrap_or("-")
+    )
+}
+
+fn clear(cfg: &VerifierConfig, rack: &str, host: &str, reason: &str) -> anyhow::Result<()> {
+    if reason.trim().is_empty() {
+        anyhow::bail!("--reason must say what was found and done");
+    }
+    let c = open(cfg)?.clear(rack, host, reason, api::now_ms())?;
+    println!(
+        "cleared {} contraindicated statement(s) of {rack}/{host} (up to row {}): {}",
+        c.statements, c.clearance.up_to_id, c.clearance.reason
+    );
+    Ok(())
+}
+
+fn recheck(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
+    let v = open(cfg)?;
+    let r = recheck::recheck(&v.store, &cfg.policy)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{} statements re-derived, {} differences",
+            r.statements,
+            r.differences.len()
+        );
+        for d in &r.differences {
+            println!(
+                "  {}/{} seq {}: stored {} re-derived {}",
+                d.rack, d.host, d.seq, d.stored_status, d.rederived_status
+            );
+        }
+    }
+    if !r.differences.is_empty() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn tls_init(names: &[String], out: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let g = tls::generate(names)?;
     std::fs::create_dir_all(out).with_context(|| format!("{}", out.display()))?;

@@ -28,10 +28,7 @@ pub struct RecheckReport {
 pub fn recheck(store: &Store, policy: &Policy) -> Result<RecheckReport, VerifierError> {
     let fresh = Store::in_memory()?;
     for k in store.host_keys()? {
-        fresh.conn.execute(
-            "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms, retired_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            rusqlite::params![k.rack, k.host, k.keyid, k.pubkey_pem, k.enrolled_ms as i64, k.retired_ms.map(|v| v as i64)],
-        )?;
+        fresh.insert_host_key(&k)?;
     }
     for n in store.all_nonces()? {
         fresh.insert_nonce(&n.nonce, &n.rack, &n.host, n.issued_ms, n.expires_ms)?;
@@ -42,18 +39,11 @@ pub fn recheck(store: &Store, policy: &Policy) -> Result<RecheckReport, Verifier
     for s in &all {
         let out = v.ingest(s.envelope.as_bytes(), s.received_ms)?;
         let re = match (out.status, &out.result) {
-            (IngestStatus::Accepted, Some(r)) => serde_json::to_value(r.status)
-                .ok()
-                .and_then(|x| x.as_str().map(String::from))
-                .unwrap_or_default(),
-            (st, _) => format!("{st:?}").to_lowercase(),
+            (IngestStatus::Accepted, Some(r)) => r.status.name().to_string(),
+            (st, _) => st.name().to_string(),
         };
-        let stored_result: serde_json::Value = serde_json::from_str(&s.result).unwrap_or_default();
-        let same_result = out
-            .result
-            .as_ref()
-            .map(|r| serde_json::to_value(r).unwrap_or_default())
-            == Some(stored_result);
+        // A rederived verdict equals the stored one only if both exist.
+        let same_result = out.result.is_some() && out.result == s.result();
         if re != s.status || !same_result {
             differences.push(RecheckDifference {
                 rack: s.rack.clone(),

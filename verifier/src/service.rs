@@ -1,52 +1,27 @@
-//! The verifier's service: where a statement's signature and attribution are checked
-//! ([`prepare`], outside the lock), where its stored context is loaded, and where the
-//! verdict's effects (nonce consumed, wipe clock, the statement itself) are applied in the
-//! ingest transaction. The judging itself is pure and lives in `appraisal`.
+//! The verifier's service: every operation the API, the pages and the CLI perform goes
+//! through [`Verifier`]. Ingest checks a statement's signature and attribution ([`prepare`],
+//! outside the lock), loads its stored context, has it judged (pure, in `appraisal`), and
+//! applies the verdict's effects (nonce consumed, wipe clock, the statement itself). A
+//! batch is one transaction, each statement a savepoint in it: a statement the store fails
+//! on leaves nothing behind but its refusal.
+//!
+//! [`prepare`]: crate::prepare::prepare
 
 use std::{collections::HashMap, sync::Arc};
 
-use ed25519_dalek::VerifyingKey;
-use rackwarden_attest::{
-    dsse::{self, Envelope, INTOTO_PAYLOAD_TYPE},
-    keys,
-    statement::{Challenge, Statement},
-};
-use serde::{Deserialize, Serialize};
+use rackwarden_attest::{keys, statement::Challenge};
 
 pub use crate::appraisal::{AttestationResult, Finding, Status};
+pub use crate::prepare::{KeyTable, PrepareError, Prepared, PreparedItem, prepare};
 use crate::{
-    appraisal::{self, Appraisal, Context, NonceLookup},
+    appraisal::{self, Appraisal},
     config::Policy,
-    store::{DbError, HostKey, Store, StoredStatement},
+    metrics::Metrics,
+    page::view::RackView,
+    standing::{self, EnrolledHost, RackStanding},
+    store::{Clearance, DbError, HostKey, Store, StoredStatement},
 };
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IngestStatus {
-    Accepted,
-    /// Already stored (the daemon retries): idempotent, with the stored result.
-    Duplicate,
-    /// Not attributable to an enrolled host, or not a valid statement: nothing stored.
-    Rejected,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct IngestOutcome {
-    pub status: IngestStatus,
-    pub result: Option<AttestationResult>,
-    /// Why a statement was rejected.
-    pub reason: Option<String>,
-}
-
-impl IngestOutcome {
-    fn rejected(reason: String) -> IngestOutcome {
-        IngestOutcome {
-            status: IngestStatus::Rejected,
-            result: None,
-            reason: Some(reason),
-        }
-    }
-}
+pub use rackwarden_attest::api::{IngestOutcome, IngestStatus};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VerifierError {
@@ -78,9 +53,20 @@ pub struct Enrolled {
     pub warnings: Vec<String>,
 }
 
-/// keyid -> enrolled key (current and retired). Shared as a snapshot so that signatures can
-/// be checked outside the verifier's lock, in parallel.
-pub type KeyTable = HashMap<String, (HostKey, VerifyingKey)>;
+/// A nonce issued to a host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedNonce {
+    pub nonce: String,
+    pub expires_at_ms: u64,
+}
+
+/// What `clear` did.
+#[derive(Debug, Clone)]
+pub struct Cleared {
+    /// Contraindicated statements the clearance covers that no earlier one did.
+    pub statements: usize,
+    pub clearance: Clearance,
+}
 
 pub struct Verifier {
     pub store: Store,
@@ -90,68 +76,8 @@ pub struct Verifier {
     pub metrics: Metrics,
 }
 
-/// A statement whose signature, type and attribution were checked: what remains needs the
-/// database (chain, nonce, policy) and runs under the lock.
-pub struct Prepared {
-    hk: HostKey,
-    raw: Vec<u8>,
-    statement: Statement,
-    pae: String,
-}
-
-/// Signature and attribution: no database, no lock.
-pub fn prepare(keys: &KeyTable, raw: &[u8]) -> Result<Prepared, String> {
-    let env: Envelope =
-        serde_json::from_slice(raw).map_err(|e| format!("not a DSSE envelope: {e}"))?;
-    // The keyid selects the candidate key; the signature decides.
-    let (hk, vk) = env
-        .signatures
-        .iter()
-        .find_map(|s| keys.get(&s.keyid))
-        .ok_or_else(|| UNKNOWN_KEY.to_string())?;
-    let verified = dsse::verify_envelope(&env, vk, INTOTO_PAYLOAD_TYPE)
-        .map_err(|e| format!("signature: {e}"))?;
-    let st = Statement::from_verified(&verified.payload).map_err(|e| format!("statement: {e}"))?;
-    let p = &st.predicate;
-    if p.rack_id != hk.rack || p.host_id != hk.host {
-        return Err(format!(
-            "statement claims {}/{} but the key is enrolled for {}/{}",
-            p.rack_id, p.host_id, hk.rack, hk.host
-        ));
-    }
-    Ok(Prepared {
-        hk: hk.clone(),
-        raw: raw.to_vec(),
-        pae: hex::encode(verified.pae_sha3),
-        statement: st,
-    })
-}
-
-const UNKNOWN_KEY: &str = "signed by no enrolled key";
-
 /// Unused, unexpired nonces one host may hold: a daemon asks once per epoch.
 pub const MAX_OUTSTANDING_NONCES: u64 = 16;
-
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct Metrics {
-    pub accepted: u64,
-    pub duplicate: u64,
-    pub rejected: u64,
-    pub affirming: u64,
-    pub warning: u64,
-    pub contraindicated: u64,
-    pub challenges: u64,
-}
-
-/// Parses a stored envelope (verified when it was accepted).
-pub fn stored_statement(s: &StoredStatement) -> Option<Statement> {
-    let env: Envelope = serde_json::from_str(&s.envelope).ok()?;
-    use base64::Engine as _;
-    let payload = base64::engine::general_purpose::STANDARD
-        .decode(env.payload)
-        .ok()?;
-    serde_json::from_slice(&payload).ok()
-}
 
 impl Verifier {
     pub fn new(store: Store, policy: Policy) -> Result<Verifier, VerifierError> {
@@ -265,7 +191,7 @@ impl Verifier {
         rack: &str,
         host: &str,
         now_ms: u64,
-    ) -> Result<(String, u64), VerifierError> {
+    ) -> Result<IssuedNonce, VerifierError> {
         // A host enrolled (with the local CLI) while we serve is seen without a restart:
         // on a miss, the key table is read again, at most once a second.
         if !self.enrolled(rack, host)
@@ -299,102 +225,97 @@ impl Verifier {
         self.store
             .insert_nonce(&nonce, rack, host, now_ms, expires)?;
         self.metrics.challenges += 1;
-        Ok((nonce, expires))
+        Ok(IssuedNonce {
+            nonce,
+            expires_at_ms: expires,
+        })
+    }
+
+    /// Runs `f` in one transaction: committed durably once if it returns `Ok` (an
+    /// acknowledgement is sent only once it is on disk), rolled back otherwise.
+    pub fn in_transaction<T>(
+        &mut self,
+        f: impl FnOnce(&mut Verifier) -> Result<T, VerifierError>,
+    ) -> Result<T, VerifierError> {
+        self.store.begin()?;
+        let out = f(self).and_then(|t| Ok(self.store.commit().map(|()| t)?));
+        if out.is_err() {
+            self.store.rollback();
+        }
+        out
+    }
+
+    /// Checks and stores a batch of [`prepare`]d statements in one transaction, each in a
+    /// savepoint of its own: an item the store fails on is rolled back alone (its refusal is
+    /// its outcome), the others are kept. `Err`: the transaction itself failed, nothing is
+    /// stored.
+    pub fn ingest_batch(
+        &mut self,
+        items: Vec<PreparedItem>,
+        now_ms: u64,
+    ) -> Result<Vec<Result<IngestOutcome, VerifierError>>, VerifierError> {
+        self.in_transaction(|v| {
+            Ok(items
+                .into_iter()
+                .map(|item| v.ingest_prepared(item, now_ms))
+                .collect())
+        })
     }
 
     /// Checks one envelope and stores it if it is attributable. `now_ms` is the receipt time.
     pub fn ingest(&mut self, raw: &[u8], now_ms: u64) -> Result<IngestOutcome, VerifierError> {
         let prepared = prepare(&self.keys, raw);
-        self.commit(prepared, raw, now_ms)
+        self.ingest_prepared(
+            PreparedItem {
+                raw: raw.to_vec(),
+                prepared,
+            },
+            now_ms,
+        )
     }
 
-    /// The database half of [`Verifier::ingest`], for a statement [`prepare`]d outside the
-    /// lock. A statement signed by an unknown key is retried once after reloading the key
-    /// table (keys enrolled while the service runs), at most once a second.
-    pub fn commit(
+    /// The database half of ingest, in a savepoint: everything the statement wrote is kept
+    /// or none of it.
+    fn ingest_prepared(
         &mut self,
-        prepared: Result<Prepared, String>,
-        raw: &[u8],
+        item: PreparedItem,
         now_ms: u64,
     ) -> Result<IngestOutcome, VerifierError> {
+        self.store.savepoint()?;
+        let judged = self
+            .judge(item, now_ms)
+            .and_then(|o| Ok(self.store.release_savepoint().map(|()| o)?));
+        match judged {
+            Ok(out) => {
+                self.metrics.count(&out);
+                Ok(out)
+            }
+            Err(e) => {
+                if let Err(rb) = self.store.rollback_to_savepoint() {
+                    log::error!("rolling back a failed statement: {rb}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A statement signed by an unknown key is prepared again after reloading the key table
+    /// (keys enrolled while the service runs), at most once a second.
+    fn judge(&mut self, item: PreparedItem, now_ms: u64) -> Result<IngestOutcome, VerifierError> {
+        let PreparedItem { raw, prepared } = item;
         let prepared = match prepared {
-            Err(reason)
-                if reason == UNKNOWN_KEY
-                    && self.keys_loaded.elapsed() > std::time::Duration::from_secs(1) =>
+            Err(PrepareError::UnknownKey)
+                if self.keys_loaded.elapsed() > std::time::Duration::from_secs(1) =>
             {
                 self.reload_keys()?;
-                prepare(&self.keys, raw)
+                prepare(&self.keys, &raw)
             }
             other => other,
         };
-        let out = match prepared {
-            Err(reason) => IngestOutcome::rejected(reason),
-            Ok(p) => self.judge_and_store(p, now_ms)?,
-        };
-        match out.status {
-            IngestStatus::Accepted => self.metrics.accepted += 1,
-            IngestStatus::Duplicate => self.metrics.duplicate += 1,
-            IngestStatus::Rejected => self.metrics.rejected += 1,
+        match prepared {
+            Err(reason) => Ok(IngestOutcome::rejected(reason.to_string())),
+            Ok(p) => self.judge_and_store(p, now_ms),
         }
-        if out.status == IngestStatus::Accepted
-            && let Some(r) = &out.result
-        {
-            match r.status {
-                Status::Affirming => self.metrics.affirming += 1,
-                Status::Warning => self.metrics.warning += 1,
-                Status::Contraindicated => self.metrics.contraindicated += 1,
-            }
-        }
-        Ok(out)
-    }
-
-    /// What the store knows that the statement is judged against (see [`Context`]).
-    fn context(&self, hk: &HostKey, st: &Statement, pae: &str) -> Result<Context, DbError> {
-        let p = &st.predicate;
-        let same_seq_others = self
-            .store
-            .by_seq(&hk.rack, &hk.host, p.seq)?
-            .iter()
-            .filter(|s| s.pae_sha3 != pae)
-            .count();
-        let preds = if p.seq > 0 {
-            self.store.by_seq(&hk.rack, &hk.host, p.seq - 1)?
-        } else {
-            Vec::new()
-        };
-        // The byte bound holds against the last statement before this one, over the whole
-        // elapsed time, across a gap too: a skipped seq must not skip the budget check.
-        let baseline = match preds.iter().find(|s| s.pae_sha3 == p.prev) {
-            Some(x) => stored_statement(x),
-            None if p.seq > 0 => self
-                .store
-                .before(&hk.rack, &hk.host, p.seq)?
-                .as_ref()
-                .and_then(stored_statement),
-            None => None,
-        };
-        let nonce = match &p.challenge {
-            Challenge::Unchallenged => NonceLookup::NotNamed,
-            Challenge::Nonce { nonce } => match self.store.nonce(nonce)? {
-                None => NonceLookup::Unknown,
-                Some(n) => NonceLookup::Found(n),
-            },
-        };
-        Ok(Context {
-            keyid: hk.keyid.clone(),
-            // Read from the store, not the cached key table: a key retired with the CLI
-            // while the service runs is retired at once.
-            retired_ms: self.store.key_retired_ms(&hk.keyid)?.or(hk.retired_ms),
-            enrolled_ms: hk.enrolled_ms,
-            same_seq_others,
-            predecessors: preds
-                .into_iter()
-                .map(|s| (s.pae_sha3, s.epoch_end_ms))
-                .collect(),
-            baseline,
-            nonce,
-            last_wipe_ms: self.store.last_wipe(&hk.rack, &hk.host)?,
-        })
     }
 
     fn judge_and_store(
@@ -412,11 +333,11 @@ impl Verifier {
         if let Some(prev) = self.store.by_pae(&hk.rack, &hk.host, &pae)? {
             return Ok(IngestOutcome {
                 status: IngestStatus::Duplicate,
-                result: serde_json::from_str(&prev.result).ok(),
+                result: prev.result(),
                 reason: None,
             });
         }
-        let ctx = self.context(&hk, &st, &pae)?;
+        let ctx = crate::context::load(&self.store, &hk, &st, &pae)?;
         // Whatever comes of it, a nonce a statement named is evidence from now on (never pruned).
         if let Challenge::Nonce { nonce } = &p.challenge {
             self.store.present_nonce(nonce, now_ms)?;
@@ -446,5 +367,88 @@ impl Verifier {
             result: Some(result),
             reason: None,
         })
+    }
+
+    /// Every rack with an agreement or an enrolled host.
+    pub fn racks(&self) -> Result<Vec<String>, VerifierError> {
+        Ok(standing::racks(&self.store, &self.policy)?)
+    }
+
+    /// The rack's standing now (see `standing`).
+    pub fn rack_standing(&self, rack: &str, now_ms: u64) -> Result<RackStanding, VerifierError> {
+        Ok(standing::rack(&self.store, &self.policy, rack, now_ms)?)
+    }
+
+    /// Everything the rack's page shows, over each host's last `window` epochs.
+    pub fn rack_view(
+        &self,
+        rack: &str,
+        now_ms: u64,
+        window: u32,
+    ) -> Result<RackView, VerifierError> {
+        Ok(crate::page::view::rack_view(
+            &self.store,
+            &self.policy,
+            rack,
+            now_ms,
+            window,
+        )?)
+    }
+
+    /// Every enrolled key (current and retired) with its host's last statement.
+    pub fn hosts(&self) -> Result<Vec<EnrolledHost>, VerifierError> {
+        Ok(standing::hosts(&self.store)?)
+    }
+
+    /// A host's statements, newest first.
+    pub fn history(
+        &self,
+        rack: &str,
+        host: &str,
+        limit: u32,
+    ) -> Result<Vec<StoredStatement>, VerifierError> {
+        Ok(self.store.history(rack, host, limit)?)
+    }
+
+    /// The statements stored at `seq` (two for a fork).
+    pub fn statements_at(
+        &self,
+        rack: &str,
+        host: &str,
+        seq: u64,
+    ) -> Result<Vec<StoredStatement>, VerifierError> {
+        Ok(self.store.by_seq(rack, host, seq)?)
+    }
+
+    /// Clears the host's contraindicated statements stored so far (the operator's
+    /// decision, recorded with its reason).
+    pub fn clear(
+        &self,
+        rack: &str,
+        host: &str,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<Cleared, VerifierError> {
+        let since = self
+            .store
+            .last_clearance(rack, host)?
+            .map_or(0, |c| c.up_to_id);
+        let statements = self.store.contraindicated_after(rack, host, since)?.len();
+        let clearance = self.store.clear(rack, host, reason, now_ms)?;
+        Ok(Cleared {
+            statements,
+            clearance,
+        })
+    }
+
+    /// Prometheus text exposition.
+    pub fn metrics_text(&self, now_ms: u64) -> String {
+        let racks = self.racks().map(|racks| {
+            racks
+                .into_iter()
+                .filter_map(|r| Some((r.clone(), self.rack_standing(&r, now_ms).ok()?.status)))
+                .collect::<Vec<_>>()
+        });
+        crate::metrics::text(&self.metrics, racks)
     }
 }

@@ -4,12 +4,15 @@
 
 use std::path::Path;
 
+use rackwarden_attest::{dsse::Envelope, result::AttestationResult, statement::Statement};
 use rusqlite::{Connection, OptionalExtension, params};
 
 pub use rusqlite::Error as DbError;
 
+/// The database. Its connection is the store's alone: callers ask for rows and
+/// transactions by name, never for SQL.
 pub struct Store {
-    pub conn: Connection,
+    conn: Connection,
 }
 
 #[derive(Debug, Clone)]
@@ -73,6 +76,24 @@ CREATE TABLE IF NOT EXISTS clearances (
   id INTEGER PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL,
   up_to_id INTEGER NOT NULL, cleared_ms INTEGER NOT NULL, reason TEXT NOT NULL);
 ";
+
+impl StoredStatement {
+    /// The verdict stored with the statement (`None` for a row whose result does not read
+    /// back as one).
+    pub fn result(&self) -> Option<AttestationResult> {
+        serde_json::from_str(&self.result).ok()
+    }
+
+    /// The statement inside the stored envelope (verified when it was accepted).
+    pub fn statement(&self) -> Option<Statement> {
+        let env: Envelope = serde_json::from_str(&self.envelope).ok()?;
+        use base64::Engine as _;
+        let payload = base64::engine::general_purpose::STANDARD
+            .decode(env.payload)
+            .ok()?;
+        serde_json::from_slice(&payload).ok()
+    }
+}
 
 /// An operator's clearing of a host's contraindicated statements (local CLI only), kept.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -141,6 +162,47 @@ impl Store {
             conn.execute_batch("ALTER TABLE nonces ADD COLUMN presented_ms INTEGER")?;
         }
         Ok(Store { conn })
+    }
+
+    /// Opens the transaction a batch of statements is stored in (taking the write lock now,
+    /// so that no item waits for it halfway).
+    pub fn begin(&self) -> Result<(), DbError> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")
+    }
+
+    /// Commits the open transaction durably (`synchronous=FULL`).
+    pub fn commit(&self) -> Result<(), DbError> {
+        self.conn.execute_batch("COMMIT")
+    }
+
+    /// Rolls the open transaction back (best effort: a failed rollback leaves SQLite to
+    /// roll back when the connection next writes).
+    pub fn rollback(&self) {
+        let _ = self.conn.execute_batch("ROLLBACK");
+    }
+
+    /// Marks where one item of a batch starts, inside the open transaction.
+    pub fn savepoint(&self) -> Result<(), DbError> {
+        self.conn.execute_batch("SAVEPOINT item")
+    }
+
+    /// Keeps what the item wrote since [`Store::savepoint`].
+    pub fn release_savepoint(&self) -> Result<(), DbError> {
+        self.conn.execute_batch("RELEASE item")
+    }
+
+    /// Undoes everything the item wrote since [`Store::savepoint`].
+    pub fn rollback_to_savepoint(&self) -> Result<(), DbError> {
+        self.conn.execute_batch("ROLLBACK TO item; RELEASE item")
+    }
+
+    /// Copies a key row as it is (recheck's fresh store takes the keys of the real one).
+    pub fn insert_host_key(&self, k: &HostKey) -> Result<(), DbError> {
+        self.conn.execute(
+            "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms, retired_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![k.rack, k.host, k.keyid, k.pubkey_pem, k.enrolled_ms as i64, k.retired_ms.map(|v| v as i64)],
+        )?;
+        Ok(())
     }
 
     /// Enrolls `pubkey_pem` for rack/host; an earlier key of the same host is retired, not

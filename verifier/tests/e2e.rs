@@ -932,7 +932,8 @@ fn an_expired_nonce_is_contraindicated() {
     v.enroll("rack-a", "h1", &keys::public_pem(&key.verifying_key()), 0)
         .unwrap();
     let t0 = now();
-    let (nonce, expires) = v.issue_nonce("rack-a", "h1", t0).unwrap();
+    let issued = v.issue_nonce("rack-a", "h1", t0).unwrap();
+    let (nonce, expires) = (issued.nonce, issued.expires_at_ms);
     assert_eq!(expires, t0 + 600_000);
     let mut h = Host::new(key, "rack-a", "h1");
     let out = v
@@ -1418,7 +1419,7 @@ fn a_policy_can_require_the_guard() {
         .unwrap();
     let mut h = Host::new(key, "rack-a", "h1");
     let judge = |v: &mut Verifier, h: &mut Host, sp: Option<SelfProtection>| {
-        let (nonce, _) = v.issue_nonce("rack-a", "h1", now()).unwrap();
+        let nonce = v.issue_nonce("rack-a", "h1", now()).unwrap().nonce;
         let out = v
             .ingest(
                 &h.next(Epoch {
@@ -1711,5 +1712,61 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
         String::from_utf8_lossy(&out.stderr)
     );
     println!("screenshot: {} ({size} B)", png.display());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failed_item_in_a_batch_leaves_no_trace_but_its_refusal() {
+    let (dir, config, port) = setup("txn", "1 h", None);
+    let k = enroll(&config, &dir, "rack-a", "h1");
+    let s = Server::start(&dir, &config, port);
+    let mut h = Host::new(k, "rack-a", "h1");
+    let n0 = challenge(&s, "rack-a", "h1");
+    let st0 = h.next(Epoch {
+        nonce: Some(n0),
+        ..Default::default()
+    });
+    let n1 = challenge(&s, "rack-a", "h1");
+    let st1 = h.next(Epoch {
+        nonce: Some(n1.clone()),
+        ..Default::default()
+    });
+    // The store fails to keep seq 1 (as a full disk would), after its nonce was looked at.
+    let db = rusqlite::Connection::open(dir.join("v.sqlite")).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER fail_seq1 BEFORE INSERT ON statements WHEN NEW.seq = 1
+         BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+    )
+    .unwrap();
+    let mut body = b"[".to_vec();
+    body.extend_from_slice(&st0);
+    body.push(b',');
+    body.extend_from_slice(&st1);
+    body.push(b']');
+    let (code, v) = post(&s, "/v1/statements", body);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["results"][0]["status"], "accepted", "{v}");
+    assert_eq!(v["results"][1]["status"], "error", "{v}");
+    // Nothing of the failed item stays: its nonce was neither presented nor used.
+    let (used, presented): (Option<i64>, Option<i64>) = db
+        .query_row(
+            "SELECT used_ms, presented_ms FROM nonces WHERE nonce = ?1",
+            [&n1],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (used, presented),
+        (None, None),
+        "the failed item left a trace"
+    );
+    // Sent again once the store works, it is judged as if the failure never happened.
+    db.execute_batch("DROP TRIGGER fail_seq1").unwrap();
+    let r = post_one(&s, st1);
+    assert_eq!(r["status"], "accepted", "{r}");
+    assert_eq!(
+        r["result"]["trustworthiness"]["freshness"], "affirming",
+        "{r}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -357,32 +357,34 @@ fn bench_page() {
         )
         .unwrap();
         let mut prev = GENESIS_PREV.to_string();
-        v.store.conn.execute_batch("BEGIN").unwrap();
-        for seq in 0..epochs {
-            let mut p = sample_predicate(seq, prev);
-            p.host_id = host.clone();
-            if let rackwarden_attest::evidence::LimiterReport::Present(e) = &mut p.limiter {
-                for c in &mut e.counters {
-                    c.counters.passed_bytes = seq * 1_000_000;
+        // One transaction per host, as a batch is stored.
+        v.in_transaction(|v| {
+            for seq in 0..epochs {
+                let mut p = sample_predicate(seq, prev);
+                p.host_id = host.clone();
+                if let rackwarden_attest::evidence::LimiterReport::Present(e) = &mut p.limiter {
+                    for c in &mut e.counters {
+                        c.counters.passed_bytes = seq * 1_000_000;
+                    }
                 }
+                p.epoch = Some(rackwarden_attest::evidence::EpochRun {
+                    trigger: rackwarden_attest::evidence::EpochTrigger::Interval,
+                    wipe_interval_ms: 900_000,
+                    phases: vec![],
+                    workloads: rackwarden_attest::evidence::WorkloadOutcome::Restarted,
+                    downtime_ms: 4_000 + seq % 7,
+                });
+                let body = Statement::new(vec![], p).to_json();
+                prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
+                    dsse::INTOTO_PAYLOAD_TYPE,
+                    &body,
+                )));
+                let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body).to_json();
+                v.ingest(&env, 1_796_000_000_000 + (seq + 1) * 900_000)?;
             }
-            p.epoch = Some(rackwarden_attest::evidence::EpochRun {
-                trigger: rackwarden_attest::evidence::EpochTrigger::Interval,
-                wipe_interval_ms: 900_000,
-                phases: vec![],
-                workloads: rackwarden_attest::evidence::WorkloadOutcome::Restarted,
-                downtime_ms: 4_000 + seq % 7,
-            });
-            let body = Statement::new(vec![], p).to_json();
-            prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
-                dsse::INTOTO_PAYLOAD_TYPE,
-                &body,
-            )));
-            let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body).to_json();
-            v.ingest(&env, 1_796_000_000_000 + (seq + 1) * 900_000)
-                .unwrap();
-        }
-        v.store.conn.execute_batch("COMMIT").unwrap();
+            Ok(())
+        })
+        .unwrap();
     }
     println!(
         "  ({} statements stored in {:.1} s)",
@@ -405,7 +407,7 @@ fn bench_page() {
                     .history("rack-a17", &format!("host-{h:03}"), window + 1)
                     .unwrap()
                 {
-                    n += rackwarden_verifier::service::stored_statement(&r).is_some() as usize;
+                    n += r.statement().is_some() as usize;
                 }
             }
             assert_eq!(n, hosts * (window as usize + 1).min(epochs as usize));

@@ -3,8 +3,9 @@
 //! come out. Nothing here reads or writes the database (`service.rs` loads the context
 //! and applies the effects in the ingest transaction).
 //!
-//! The result follows the shape of an IETF EAR attestation result: an overall status, a
-//! per-aspect trustworthiness vector, the policy id, and the findings. One module per aspect:
+//! The result (`rackwarden_attest::result`, shared with the daemon) follows the shape of an
+//! IETF EAR attestation result: an overall status, a per-aspect trustworthiness vector, the
+//! policy id, and the findings. One module per aspect:
 //!
 //! | aspect | module | what it asks |
 //! |---|---|---|
@@ -18,7 +19,6 @@
 
 pub(crate) mod budget;
 mod chain;
-mod codes;
 mod freshness;
 mod identity;
 mod images;
@@ -27,51 +27,10 @@ mod wipe;
 
 use std::collections::BTreeMap;
 
+pub use rackwarden_attest::result::{Aspect, AttestationResult, Finding, FindingCode, Status};
 use rackwarden_attest::statement::Statement;
-use serde::{Deserialize, Serialize};
-
-pub use codes::{Aspect, FindingCode};
 
 use crate::{config::Policy, store::NonceRecord};
-
-/// Overall and per-aspect status, ordered from best to worst.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Affirming,
-    Warning,
-    Contraindicated,
-}
-
-impl Status {
-    pub fn name(self) -> &'static str {
-        match self {
-            Status::Affirming => "affirming",
-            Status::Warning => "warning",
-            Status::Contraindicated => "contraindicated",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Finding {
-    pub aspect: Aspect,
-    pub code: FindingCode,
-    pub severity: Status,
-    pub detail: String,
-}
-
-/// The verdict on one statement.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AttestationResult {
-    pub status: Status,
-    pub policy_id: String,
-    pub rack: String,
-    pub host: String,
-    pub seq: u64,
-    pub trustworthiness: BTreeMap<Aspect, Status>,
-    pub findings: Vec<Finding>,
-}
 
 /// What the store knows that a statement is judged against, loaded by the service before
 /// appraisal.

@@ -1,9 +1,10 @@
 //! The auditor's pages: `/` lists racks with their verdict; `/racks/{rack}` shows the
 //! rack's hosts, findings with their explanation and statement, timelines, and the
-//! scorecard. `view` gathers from the store, `scorecard` and `inventory` compute, `render`
-//! draws.
+//! scorecard. `view` gathers from the store into `model`, `scorecard` and `inventory`
+//! compute, `render` draws.
 
 pub mod inventory;
+pub mod model;
 pub mod render;
 pub mod scorecard;
 pub mod view;
@@ -20,8 +21,9 @@ use axum::{
 use serde::Deserialize;
 
 use crate::{
-    api::{AppState, now_ms, with_verifier},
+    api::now_ms,
     service::VerifierError,
+    state::{AppState, with_verifier},
 };
 
 pub fn routes() -> Router<Arc<AppState>> {

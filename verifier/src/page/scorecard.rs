@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::view::HostView;
+use super::model::{HostCaps, HostView};
 use crate::config::Policy;
 
 /// The note's target: training at least this many times slower than with free syncing.
@@ -70,7 +70,7 @@ fn training(policy: &Policy, hosts: &[HostView]) -> Option<TrainingBound> {
     if reporting.is_empty() {
         return None;
     }
-    let sum = |f: fn(&super::view::HostCaps) -> u64| -> u64 {
+    let sum = |f: fn(&HostCaps) -> u64| -> u64 {
         reporting
             .iter()
             .filter_map(|h| h.caps.as_ref().map(f))

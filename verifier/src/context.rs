@@ -1,0 +1,56 @@
+//! What the store knows that a statement is judged against, loaded before appraisal (see
+//! `appraisal::Context`).
+
+use rackwarden_attest::statement::{Challenge, Statement};
+
+use crate::{
+    appraisal::{Context, NonceLookup},
+    store::{DbError, HostKey, Store},
+};
+
+/// Loads the context of `st`, signed by `hk`, whose PAE digest is `pae`.
+pub fn load(store: &Store, hk: &HostKey, st: &Statement, pae: &str) -> Result<Context, DbError> {
+    let p = &st.predicate;
+    let same_seq_others = store
+        .by_seq(&hk.rack, &hk.host, p.seq)?
+        .iter()
+        .filter(|s| s.pae_sha3 != pae)
+        .count();
+    let preds = if p.seq > 0 {
+        store.by_seq(&hk.rack, &hk.host, p.seq - 1)?
+    } else {
+        Vec::new()
+    };
+    // The byte bound holds against the last statement before this one, over the whole
+    // elapsed time, across a gap too: a skipped seq must not skip the budget check.
+    let baseline = match preds.iter().find(|s| s.pae_sha3 == p.prev) {
+        Some(x) => x.statement(),
+        None if p.seq > 0 => store
+            .before(&hk.rack, &hk.host, p.seq)?
+            .as_ref()
+            .and_then(|s| s.statement()),
+        None => None,
+    };
+    let nonce = match &p.challenge {
+        Challenge::Unchallenged => NonceLookup::NotNamed,
+        Challenge::Nonce { nonce } => match store.nonce(nonce)? {
+            None => NonceLookup::Unknown,
+            Some(n) => NonceLookup::Found(n),
+        },
+    };
+    Ok(Context {
+        keyid: hk.keyid.clone(),
+        // Read from the store, not the cached key table: a key retired with the CLI
+        // while the service runs is retired at once.
+        retired_ms: store.key_retired_ms(&hk.keyid)?.or(hk.retired_ms),
+        enrolled_ms: hk.enrolled_ms,
+        same_seq_others,
+        predecessors: preds
+            .into_iter()
+            .map(|s| (s.pae_sha3, s.epoch_end_ms))
+            .collect(),
+        baseline,
+        nonce,
+        last_wipe_ms: store.last_wipe(&hk.rack, &hk.host)?,
+    })
+}

@@ -1,0 +1,61 @@
+//! The data a rack page is drawn from, per host: its standing, the caps it reports, its
+//! epochs on the timeline and the findings to explain. `view` fills it from the store,
+//! `scorecard` computes from it, `render` draws it.
+
+use crate::{appraisal::Finding, service::Status, standing::HostStanding};
+
+/// The caps a host's last statement reports enforcing.
+#[derive(Debug, Clone)]
+pub struct HostCaps {
+    pub egress_bytes_per_s: u64,
+    pub ingress_bytes_per_s: u64,
+    pub egress_burst_bytes: u64,
+    pub ingress_burst_bytes: u64,
+}
+
+/// One stored epoch on the timeline.
+#[derive(Debug, Clone)]
+pub struct EpochPoint {
+    pub seq: u64,
+    pub end_ms: u64,
+    /// epoch end - epoch start, as the statement says.
+    pub duration_ms: u64,
+    /// Since the previous stored statement's end (`None` for the first in the window).
+    pub elapsed_ms: Option<u64>,
+    pub status: Status,
+    /// Bytes passed since the previous stored statement, per direction.
+    pub egress_bytes: Option<u64>,
+    pub ingress_bytes: Option<u64>,
+    /// The agreement's bound over `elapsed_ms`: agreed cap x elapsed + agreed burst.
+    pub agreed_egress_bound: Option<f64>,
+    pub agreed_ingress_bound: Option<f64>,
+    /// The host's own bound over `elapsed_ms` (its caps), for the tooltip.
+    pub host_egress_bound: Option<f64>,
+    pub downtime_ms: Option<u64>,
+    /// Seqs missing between the previous stored statement and this one.
+    pub missing_before: u64,
+    /// Another statement with the same seq is stored.
+    pub forked: bool,
+}
+
+impl EpochPoint {
+    pub fn measured_rate_bytes_per_s(&self) -> Option<f64> {
+        let e = self.elapsed_ms.filter(|e| *e > 0)? as f64 / 1000.0;
+        Some(self.egress_bytes.max(self.ingress_bytes)? as f64 / e)
+    }
+}
+
+/// A finding on the page, with the statement it comes from.
+#[derive(Debug, Clone)]
+pub struct ShownFinding {
+    pub seq: u64,
+    pub finding: Finding,
+}
+
+#[derive(Debug, Clone)]
+pub struct HostView {
+    pub standing: HostStanding,
+    pub caps: Option<HostCaps>,
+    pub epochs: Vec<EpochPoint>,
+    pub findings: Vec<ShownFinding>,
+}

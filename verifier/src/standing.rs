@@ -1,0 +1,303 @@
+//! The read model: per-rack and per-host standing, read from the store. The API's rack
+//! endpoints, the index page and the rack page all read through here. A host that has not
+//! reported within the maximum wipe interval is contraindicated with no statement arriving:
+//! a missing epoch is evidence.
+
+use rackwarden_attest::evidence::LimiterReport;
+use serde::Serialize;
+
+use crate::{
+    config::{Policy, RackAgreement},
+    service::{AttestationResult, Status},
+    store::{Clearance, DbError, Store, StoredStatement},
+};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HostStanding {
+    pub host: String,
+    pub status: Status,
+    pub last_seq: Option<u64>,
+    pub last_epoch_end_ms: Option<u64>,
+    pub last_result: Option<AttestationResult>,
+    pub findings: Vec<String>,
+    /// Current egress cap reported by the host (for the rack sum).
+    pub egress_cap_bytes_per_s: Option<u64>,
+    pub ingress_cap_bytes_per_s: Option<u64>,
+    /// The operator's latest clearing of contraindicated statements, if any.
+    pub clearance: Option<Clearance>,
+    /// The first contraindicated statement not cleared, which holds the host (the page
+    /// explains its findings); the JSON carries it as a line in `findings`.
+    #[serde(skip)]
+    pub first_uncleared: Option<UnclearedStatement>,
+}
+
+/// A stored contraindicated statement no operator has cleared.
+#[derive(Debug, Clone)]
+pub struct UnclearedStatement {
+    pub id: i64,
+    pub seq: u64,
+    pub result: Option<AttestationResult>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RackStanding {
+    pub rack: String,
+    pub status: Status,
+    pub policy_id: String,
+    pub hosts: Vec<HostStanding>,
+    pub findings: Vec<String>,
+}
+
+/// An enrolled key (current or retired) with its host's last statement (`hosts` command).
+#[derive(Debug, Clone, Serialize)]
+pub struct EnrolledHost {
+    pub rack: String,
+    pub host: String,
+    pub keyid: String,
+    pub enrolled_ms: u64,
+    pub retired_ms: Option<u64>,
+    pub last_seq: Option<u64>,
+    pub last_status: Option<String>,
+}
+
+/// Every rack with an agreement or an enrolled host. A store that cannot be read is an
+/// error, never an empty list (which would read as racks with nothing wrong).
+pub fn racks(store: &Store, policy: &Policy) -> Result<Vec<String>, DbError> {
+    let mut r: Vec<String> = host_list(store)?.into_iter().map(|(r, _, _)| r).collect();
+    r.extend(policy.racks.keys().cloned());
+    r.sort();
+    r.dedup();
+    Ok(r)
+}
+
+/// Every enrolled key, in enrollment order, with its host's last statement.
+pub fn hosts(store: &Store) -> Result<Vec<EnrolledHost>, DbError> {
+    let mut rows = Vec::new();
+    for k in store.host_keys()? {
+        let last = store.history(&k.rack, &k.host, 1)?.into_iter().next();
+        rows.push(EnrolledHost {
+            last_seq: last.as_ref().map(|s| s.seq),
+            last_status: last.map(|s| s.status),
+            rack: k.rack,
+            host: k.host,
+            keyid: k.keyid,
+            enrolled_ms: k.enrolled_ms,
+            retired_ms: k.retired_ms,
+        });
+    }
+    Ok(rows)
+}
+
+/// (rack, host, enrolled_ms) of current (non-retired) keys.
+fn host_list(store: &Store) -> Result<Vec<(String, String, u64)>, DbError> {
+    let mut v: Vec<(String, String, u64)> = store
+        .host_keys()?
+        .into_iter()
+        .filter(|k| k.retired_ms.is_none())
+        .map(|k| (k.rack, k.host, k.enrolled_ms))
+        .collect();
+    v.sort();
+    v.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    Ok(v)
+}
+
+/// The rack's standing: each enrolled host's, then the rack's own findings (no agreement,
+/// or the hosts' caps summing above it).
+pub fn rack(
+    store: &Store,
+    policy: &Policy,
+    rack: &str,
+    now_ms: u64,
+) -> Result<RackStanding, DbError> {
+    let mut hosts = Vec::new();
+    for (_, host, enrolled) in host_list(store)?.into_iter().filter(|(r, _, _)| r == rack) {
+        hosts.push(host_standing(store, policy, rack, host, enrolled, now_ms)?);
+    }
+    let mut findings = Vec::new();
+    let mut status = hosts
+        .iter()
+        .map(|h| h.status)
+        .max()
+        .unwrap_or(Status::Warning);
+    if hosts.is_empty() {
+        findings.push("no enrolled hosts".into());
+    }
+    match policy.racks.get(rack) {
+        None => {
+            status = Status::Contraindicated;
+            findings.push("no agreed cap for this rack in the policy".into());
+        }
+        Some(a) => {
+            let over = caps_above_agreement(a, &hosts);
+            if !over.is_empty() {
+                status = Status::Contraindicated;
+                findings.extend(over);
+            }
+        }
+    }
+    Ok(RackStanding {
+        rack: rack.into(),
+        status,
+        policy_id: policy.id.clone(),
+        hosts,
+        findings,
+    })
+}
+
+/// Both directions: the rack's agreement bounds what all its hosts enforce together.
+fn caps_above_agreement(a: &RackAgreement, hosts: &[HostStanding]) -> Vec<String> {
+    let sum = |cap: fn(&HostStanding) -> Option<u64>| hosts.iter().filter_map(cap).sum::<u64>();
+    [
+        (
+            "egress",
+            a.egress_bytes_per_s,
+            sum(|h| h.egress_cap_bytes_per_s),
+        ),
+        (
+            "ingress",
+            a.ingress_bytes_per_s,
+            sum(|h| h.ingress_cap_bytes_per_s),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, agreed, sum)| sum > agreed)
+    .map(|(dir, agreed, sum)| {
+        format!("hosts' {dir} caps sum to {sum} B/s, above the agreed {agreed} B/s")
+    })
+    .collect()
+}
+
+/// One host's standing: its last statement, silence, gaps, and contraindicated statements
+/// no operator has cleared.
+fn host_standing(
+    store: &Store,
+    policy: &Policy,
+    rack: &str,
+    host: String,
+    enrolled_ms: u64,
+    now_ms: u64,
+) -> Result<HostStanding, DbError> {
+    let max = policy.max_wipe_interval.as_millis() as u64;
+    let mut findings = Vec::new();
+    let last = store.history(rack, &host, 1)?.into_iter().next();
+    let last_result = last.as_ref().and_then(StoredStatement::result);
+    let mut status = last_result
+        .as_ref()
+        .map(|r| r.status)
+        .unwrap_or(Status::Warning);
+    let since = last.as_ref().map(|s| s.epoch_end_ms).unwrap_or(enrolled_ms);
+    if now_ms.saturating_sub(since) > max {
+        status = Status::Contraindicated;
+        findings.push(format!(
+            "silent: no epoch since {since} ms (more than {} s)",
+            max / 1000
+        ));
+    } else if last.is_none() {
+        findings.push("no statement yet".into());
+    }
+    let seqs = store.seqs(rack, &host)?;
+    if let Some(&top) = seqs.last()
+        && seqs.len() as u64 != top + 1
+    {
+        status = status.max(Status::Warning);
+        findings.push(format!("gap: {} of seqs 0..={top} stored", seqs.len()));
+    }
+    let clearance = store.last_clearance(rack, &host)?;
+    let (first_uncleared, uncleared_finding) = uncleared(store, rack, &host, clearance.as_ref())?;
+    if let Some(f) = uncleared_finding {
+        status = Status::Contraindicated;
+        findings.push(f);
+    }
+    let (egress_cap, ingress_cap) =
+        last.as_ref()
+            .and_then(StoredStatement::statement)
+            .map_or((None, None), |st| match &st.predicate.limiter {
+                LimiterReport::Present(e) => {
+                    let cap = |dir: &str| {
+                        e.caps
+                            .iter()
+                            .find(|c| c.direction.name() == dir)
+                            .map(|c| c.rate_bytes_per_s)
+                    };
+                    (cap("egress"), cap("ingress"))
+                }
+                _ => (None, None),
+            });
+    Ok(HostStanding {
+        host,
+        status,
+        last_seq: last.as_ref().map(|s| s.seq),
+        last_epoch_end_ms: last.as_ref().map(|s| s.epoch_end_ms),
+        last_result,
+        findings,
+        egress_cap_bytes_per_s: egress_cap,
+        ingress_cap_bytes_per_s: ingress_cap,
+        clearance,
+        first_uncleared,
+    })
+}
+
+/// Standing is the whole history, not the latest statement: a contraindicated statement
+/// anywhere (a fork at an old seq, or one with more built on it) holds the host
+/// contraindicated until an operator clears it (`rackwarden-verifier clear`, recorded).
+/// The first such statement, and the finding line that says so.
+fn uncleared(
+    store: &Store,
+    rack: &str,
+    host: &str,
+    clearance: Option<&Clearance>,
+) -> Result<(Option<UnclearedStatement>, Option<String>), DbError> {
+    let bad = store.contraindicated_after(rack, host, clearance.map_or(0, |c| c.up_to_id))?;
+    let Some(first) = bad.first() else {
+        return Ok((None, None));
+    };
+    let first = UnclearedStatement {
+        id: first.id,
+        seq: first.seq,
+        result: first.result(),
+    };
+    let codes: Vec<&str> = first
+        .result
+        .iter()
+        .flat_map(|r| &r.findings)
+        .filter(|f| f.severity == Status::Contraindicated)
+        .map(|f| f.code.name())
+        .collect();
+    let line = format!(
+        "{} contraindicated statement(s) not cleared, the first at seq {} ({}); an operator clears them with `rackwarden-verifier clear`",
+        bad.len(),
+        first.seq,
+        codes.join(", ")
+    );
+    Ok((Some(first), Some(line)))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{service::Verifier, store::Store};
+
+    #[test]
+    fn a_store_error_is_an_error_never_an_empty_list() {
+        let cfg = crate::config::VerifierConfig::parse(
+            std::path::Path::new("v.toml"),
+            "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n",
+        )
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("rwv-standing-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = dir.join("v.sqlite");
+        let v = Verifier::new(Store::open(&db).unwrap(), cfg.policy).unwrap();
+        assert!(v.racks().unwrap().contains(&"r1".to_string()));
+        // Broken behind the store's back: its connection is its own.
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute_batch("DROP TABLE host_keys")
+            .unwrap();
+        assert!(
+            v.racks().is_err(),
+            "a failed host_keys() must not read as `no hosts`"
+        );
+        assert!(v.rack_standing("r1", 0).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
