@@ -74,6 +74,24 @@ pub struct StatusReport {
 impl StatusReport {
     pub fn render(&self) -> String {
         let mut s = String::new();
+        self.write_header(&mut s);
+        self.write_directions(&mut s);
+        self.write_hooks(&mut s);
+        self.write_programs(&mut s);
+        self.write_self_protection(&mut s);
+        self.write_bypass(&mut s);
+        self.write_gaps(&mut s);
+        if let Some(e) = &self.epoch {
+            render_epoch(&mut s, e);
+        }
+        if let Some(r) = &self.reload_error {
+            let _ = writeln!(s, "\nlast reload REFUSED (running configuration kept): {r}");
+        }
+        s
+    }
+
+    /// Who, where, and the enforcement state.
+    fn write_header(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "rack {}  host {}  share {}  state {}  attach {}",
@@ -85,6 +103,10 @@ impl StatusReport {
                 .map(|k| format!("{k:?}").to_lowercase())
                 .unwrap_or_else(|| "-".into())
         );
+    }
+
+    /// Caps, counters and recent rate per direction.
+    fn write_directions(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\n{:<8} {:>14} {:>14} {:>12} {:>4} {:>16} {:>12} {:>16} {:>12} {:>14}",
@@ -117,6 +139,10 @@ impl StatusReport {
                     .unwrap_or_else(|| "-".into()),
             );
         }
+    }
+
+    /// Each hook and the programs on it.
+    fn write_hooks(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\n{:<16} {:<8} {:<10} {:<24} programs on hook (run order)",
@@ -147,6 +173,10 @@ impl StatusReport {
                 all.join(",")
             );
         }
+    }
+
+    /// Our programs and maps.
+    fn write_programs(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\nprograms ({}):",
@@ -175,6 +205,10 @@ impl StatusReport {
             "maps: config #{} state #{} counters #{} under {}",
             self.map_ids.config, self.map_ids.state, self.map_ids.counters, self.pin_root
         );
+    }
+
+    /// What stops another root process from switching the limiter off.
+    fn write_self_protection(&self, s: &mut String) {
         if let Some(p) = &self.self_protection {
             let level = |l: &rackwarden_attest::evidence::ProtectionLevel| {
                 serde_json::to_value(l)
@@ -213,6 +247,10 @@ impl StatusReport {
                 LsmGuard::NotReported => writeln!(s, "guard: not reported"),
             };
         }
+    }
+
+    /// The bypass refusal and the surface it cannot block.
+    fn write_bypass(&self, s: &mut String) {
         let b = &self.bypass;
         let _ = writeln!(
             s,
@@ -249,6 +287,10 @@ impl StatusReport {
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| "unknown".into())
         );
+    }
+
+    /// Enforcement gaps, the most recent listed.
+    fn write_gaps(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\nenforcement gaps: {} in total{}",
@@ -277,13 +319,6 @@ impl StatusReport {
                 g.detail
             );
         }
-        if let Some(e) = &self.epoch {
-            render_epoch(&mut s, e);
-        }
-        if let Some(r) = &self.reload_error {
-            let _ = writeln!(s, "\nlast reload REFUSED (running configuration kept): {r}");
-        }
-        s
     }
 }
 

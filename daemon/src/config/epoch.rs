@@ -222,22 +222,7 @@ fn path(err: Err, key: &str, s: &Spanned<String>) -> Result<PathBuf, ConfigError
 
 pub(super) fn validate(err: Err, raw: RawSections) -> Result<Option<EpochConfig>, ConfigError> {
     let Some(epoch) = raw.epoch else {
-        // The loop's other sections mean nothing without it: say so rather than ignore them.
-        for (name, span) in [
-            ("verifier", raw.verifier.as_ref().map(|s| s.span())),
-            ("wipe", raw.wipe.as_ref().map(|s| s.span())),
-            ("images", raw.images.as_ref().map(|s| s.span())),
-            ("workloads", raw.workloads.as_ref().map(|s| s.span())),
-        ] {
-            if let Some(span) = span {
-                return Err(err(
-                    Some(span),
-                    format!(
-                        "`[{name}]` is used only by the epoch loop: add an `[epoch]` section (wipe_interval, signing_key)"
-                    ),
-                ));
-            }
-        }
+        no_epoch_sections(err, &raw)?;
         return Ok(None);
     };
     let epoch_span = epoch.span();
@@ -259,14 +244,45 @@ pub(super) fn validate(err: Err, raw: RawSections) -> Result<Option<EpochConfig>
         Duration::from_secs(600),
     )?;
     let signing_key = path(err, "epoch.signing_key", &e.signing_key)?;
-
     let Some(v) = raw.verifier else {
         return Err(err(
             Some(epoch_span),
             "`[epoch]` needs a `[verifier]` section with `url` (where challenges come from and statements go)".into(),
         ));
     };
-    let v = v.into_inner();
+    Ok(Some(EpochConfig {
+        wipe_interval,
+        challenge_timeout,
+        signing_key,
+        verifier: verifier(err, v.into_inner())?,
+        wipe: wipe_plan(err, raw.wipe.map(Spanned::into_inner))?,
+        images: image_plan(err, raw.images.map(Spanned::into_inner))?,
+        workloads: workloads(err, raw.workloads)?,
+    }))
+}
+
+/// Without `[epoch]`, the loop's other sections mean nothing: say so rather than ignore them.
+fn no_epoch_sections(err: Err, raw: &RawSections) -> Result<(), ConfigError> {
+    for (name, span) in [
+        ("verifier", raw.verifier.as_ref().map(|s| s.span())),
+        ("wipe", raw.wipe.as_ref().map(|s| s.span())),
+        ("images", raw.images.as_ref().map(|s| s.span())),
+        ("workloads", raw.workloads.as_ref().map(|s| s.span())),
+    ] {
+        if let Some(span) = span {
+            return Err(err(
+                Some(span),
+                format!(
+                    "`[{name}]` is used only by the epoch loop: add an `[epoch]` section (wipe_interval, signing_key)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `[verifier]`: a URL with no path, how its certificate is trusted, and the timeouts.
+fn verifier(err: Err, v: RawVerifier) -> Result<VerifierEndpoint, ConfigError> {
     let url = v.url.get_ref().trim().trim_end_matches('/').to_string();
     let parsed = reqwest::Url::parse(&url)
         .map_err(|x| err(Some(v.url.span()), format!("`verifier.url`: `{url}`: {x}")))?;
@@ -279,7 +295,37 @@ pub(super) fn validate(err: Err, raw: RawSections) -> Result<Option<EpochConfig>
             ),
         ));
     }
-    let trust = match (parsed.scheme(), &v.ca, &v.pinned_cert) {
+    let trust = verifier_trust(err, &v, &parsed, &url)?;
+    Ok(VerifierEndpoint {
+        url,
+        trust,
+        request_timeout: duration(
+            err,
+            "verifier.request_timeout",
+            &v.request_timeout,
+            Duration::from_secs(10),
+            Duration::from_millis(100),
+            Duration::from_secs(600),
+        )?,
+        retry_max: duration(
+            err,
+            "verifier.retry_max",
+            &v.retry_max,
+            Duration::from_secs(300),
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        )?,
+    })
+}
+
+/// https with exactly one of `ca` and `pinned_cert`, or plain http to a loopback address.
+fn verifier_trust(
+    err: Err,
+    v: &RawVerifier,
+    parsed: &reqwest::Url,
+    url: &str,
+) -> Result<VerifierTrust, ConfigError> {
+    Ok(match (parsed.scheme(), &v.ca, &v.pinned_cert) {
         ("https", Some(c), None) => VerifierTrust::Ca {
             path: path(err, "verifier.ca", c)?,
             certs: certificates(err, "verifier.ca", c)?,
@@ -341,198 +387,171 @@ pub(super) fn validate(err: Err, raw: RawSections) -> Result<Option<EpochConfig>
                 format!("`verifier.url`: scheme `{other}` is not supported (use https://)"),
             ));
         }
-    };
-    let verifier = VerifierEndpoint {
-        url,
-        trust,
-        request_timeout: duration(
-            err,
-            "verifier.request_timeout",
-            &v.request_timeout,
-            Duration::from_secs(10),
-            Duration::from_millis(100),
-            Duration::from_secs(600),
-        )?,
-        retry_max: duration(
-            err,
-            "verifier.retry_max",
-            &v.retry_max,
-            Duration::from_secs(300),
-            Duration::from_millis(100),
-            Duration::from_secs(3600),
-        )?,
-    };
+    })
+}
 
-    let wipe = match raw.wipe.map(Spanned::into_inner) {
-        None => WipePlan {
+/// `[wipe]`, or host and GPU with a 1 GiB reserve when it is absent.
+fn wipe_plan(err: Err, w: Option<RawWipe>) -> Result<WipePlan, ConfigError> {
+    let Some(w) = w else {
+        return Ok(WipePlan {
             backends: vec![Backend::Host, Backend::Gpu],
             max_bytes: None,
             reserve_bytes: 1 << 30,
             scratch: vec![],
-        },
-        Some(w) => {
-            let mut backends = Vec::new();
-            match &w.backends {
-                None => backends = vec![Backend::Host, Backend::Gpu],
-                Some(list) => {
-                    for b in list.get_ref() {
-                        let parsed = match b.get_ref().as_str() {
-                            "host" => Backend::Host,
-                            "gpu" => Backend::Gpu,
-                            "scratch" => Backend::Scratch,
-                            other => {
-                                return Err(err(
-                                    Some(b.span()),
-                                    format!(
-                                        "`wipe.backends`: unknown backend `{other}` (use host, gpu, scratch)"
-                                    ),
-                                ));
-                            }
-                        };
-                        if backends.contains(&parsed) {
-                            return Err(err(
-                                Some(b.span()),
-                                format!("`wipe.backends`: `{}` is listed twice", b.get_ref()),
-                            ));
-                        }
-                        backends.push(parsed);
-                    }
-                    if backends.is_empty() {
-                        return Err(err(
-                            Some(list.span()),
-                            "`wipe.backends` must name at least one backend: an epoch without a wipe proves nothing".into(),
-                        ));
-                    }
-                }
-            }
-            let size = |key: &str, v: &Spanned<String>| {
-                units::parse_size(v.get_ref())
-                    .map_err(|x| err(Some(v.span()), format!("`{key}`: {x}")))
-            };
-            let max_bytes = w
-                .max_bytes
-                .as_ref()
-                .map(|v| size("wipe.max_bytes", v))
-                .transpose()?;
-            if let (Some(0), Some(v)) = (max_bytes, &w.max_bytes) {
+        });
+    };
+    let backends = match &w.backends {
+        None => vec![Backend::Host, Backend::Gpu],
+        Some(list) => wipe_backends(err, list)?,
+    };
+    let size = |key: &str, v: &Spanned<String>| {
+        units::parse_size(v.get_ref()).map_err(|x| err(Some(v.span()), format!("`{key}`: {x}")))
+    };
+    let max_bytes = w
+        .max_bytes
+        .as_ref()
+        .map(|v| size("wipe.max_bytes", v))
+        .transpose()?;
+    if let (Some(0), Some(v)) = (max_bytes, &w.max_bytes) {
+        return Err(err(
+            Some(v.span()),
+            "`wipe.max_bytes` must be above zero".into(),
+        ));
+    }
+    let reserve_bytes = match &w.reserve {
+        None => 1 << 30,
+        Some(v) => size("wipe.reserve", v)?,
+    };
+    let mut scratch = Vec::new();
+    for s in w.scratch.iter().flatten() {
+        scratch.push(path(err, "wipe.scratch", s)?);
+    }
+    if backends.contains(&Backend::Scratch) && scratch.is_empty() {
+        let span = w.backends.as_ref().map(|b| b.span());
+        return Err(err(
+            span,
+            "`wipe.backends` names `scratch` but `wipe.scratch` lists no directory".into(),
+        ));
+    }
+    Ok(WipePlan {
+        backends,
+        max_bytes,
+        reserve_bytes,
+        scratch,
+    })
+}
+
+/// `wipe.backends`: at least one, each known and listed once.
+fn wipe_backends(
+    err: Err,
+    list: &Spanned<Vec<Spanned<String>>>,
+) -> Result<Vec<Backend>, ConfigError> {
+    let mut backends = Vec::new();
+    for b in list.get_ref() {
+        let parsed = match b.get_ref().as_str() {
+            "host" => Backend::Host,
+            "gpu" => Backend::Gpu,
+            "scratch" => Backend::Scratch,
+            other => {
                 return Err(err(
-                    Some(v.span()),
-                    "`wipe.max_bytes` must be above zero".into(),
+                    Some(b.span()),
+                    format!("`wipe.backends`: unknown backend `{other}` (use host, gpu, scratch)"),
                 ));
             }
-            let reserve_bytes = match &w.reserve {
-                None => 1 << 30,
-                Some(v) => size("wipe.reserve", v)?,
-            };
-            let mut scratch = Vec::new();
-            for s in w.scratch.iter().flatten() {
-                scratch.push(path(err, "wipe.scratch", s)?);
-            }
-            if backends.contains(&Backend::Scratch) && scratch.is_empty() {
-                let span = w.backends.as_ref().map(|b| b.span());
-                return Err(err(
-                    span,
-                    "`wipe.backends` names `scratch` but `wipe.scratch` lists no directory".into(),
-                ));
-            }
-            WipePlan {
-                backends,
-                max_bytes,
-                reserve_bytes,
-                scratch,
-            }
+        };
+        if backends.contains(&parsed) {
+            return Err(err(
+                Some(b.span()),
+                format!("`wipe.backends`: `{}` is listed twice", b.get_ref()),
+            ));
         }
-    };
+        backends.push(parsed);
+    }
+    if backends.is_empty() {
+        return Err(err(
+            Some(list.span()),
+            "`wipe.backends` must name at least one backend: an epoch without a wipe proves nothing".into(),
+        ));
+    }
+    Ok(backends)
+}
 
-    let images = match raw.images.map(Spanned::into_inner) {
-        None => None,
-        Some(i) => Some(ImagePlan {
-            manifest: path(err, "images.manifest", &i.manifest)?,
-            manifest_key: path(err, "images.manifest_key", &i.manifest_key)?,
-            source: path(err, "images.source", &i.source)?,
-            staging: path(err, "images.staging", &i.staging)?,
+fn image_plan(err: Err, i: Option<RawImages>) -> Result<Option<ImagePlan>, ConfigError> {
+    let Some(i) = i else { return Ok(None) };
+    Ok(Some(ImagePlan {
+        manifest: path(err, "images.manifest", &i.manifest)?,
+        manifest_key: path(err, "images.manifest_key", &i.manifest_key)?,
+        source: path(err, "images.source", &i.source)?,
+        staging: path(err, "images.staging", &i.staging)?,
+    }))
+}
+
+/// `[workloads]`: systemd units, or a stop and a start command; nothing when absent.
+fn workloads(err: Err, w: Option<Spanned<RawWorkloads>>) -> Result<Workloads, ConfigError> {
+    let Some(w) = w else {
+        return Ok(Workloads::NoneConfigured);
+    };
+    let span = w.span();
+    let w = w.into_inner();
+    let stop_timeout = duration(
+        err,
+        "workloads.stop_timeout",
+        &w.stop_timeout,
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        Duration::from_secs(3600),
+    )?;
+    match (w.units, w.stop_command, w.start_command) {
+        (Some(u), None, None) => Ok(Workloads::Units {
+            units: unit_names(err, &u)?,
+            stop_timeout,
         }),
-    };
-
-    let workloads = match raw.workloads {
-        None => Workloads::NoneConfigured,
-        Some(w) => {
-            let span = w.span();
-            let w = w.into_inner();
-            let stop_timeout = duration(
-                err,
-                "workloads.stop_timeout",
-                &w.stop_timeout,
-                Duration::from_secs(120),
-                Duration::from_secs(1),
-                Duration::from_secs(3600),
-            )?;
-            match (w.units, w.stop_command, w.start_command) {
-                (Some(u), None, None) => {
-                    let mut units = Vec::new();
-                    for n in u.get_ref() {
-                        let name = n.get_ref();
-                        if name.is_empty()
-                            || name.starts_with('-')
-                            || name.contains(char::is_whitespace)
-                        {
-                            return Err(err(
-                                Some(n.span()),
-                                format!("`workloads.units`: `{name}` is not a unit name"),
-                            ));
-                        }
-                        units.push(name.clone());
-                    }
-                    if units.is_empty() {
-                        return Err(err(
-                            Some(u.span()),
-                            "`workloads.units` is empty: leave out `[workloads]` when nothing is to be drained".into(),
-                        ));
-                    }
-                    Workloads::Units {
-                        units,
-                        stop_timeout,
-                    }
-                }
-                (None, Some(stop), Some(start)) => {
-                    for (key, c) in [
-                        ("workloads.stop_command", &stop),
-                        ("workloads.start_command", &start),
-                    ] {
-                        if c.get_ref().is_empty() || !c.get_ref()[0].starts_with('/') {
-                            return Err(err(
-                                Some(c.span()),
-                                format!(
-                                    "`{key}` must be an argv list starting with an absolute path"
-                                ),
-                            ));
-                        }
-                    }
-                    Workloads::Commands {
-                        stop: stop.into_inner(),
-                        start: start.into_inner(),
-                        stop_timeout,
-                    }
-                }
-                _ => {
+        (None, Some(stop), Some(start)) => {
+            for (key, c) in [
+                ("workloads.stop_command", &stop),
+                ("workloads.start_command", &start),
+            ] {
+                if c.get_ref().is_empty() || !c.get_ref()[0].starts_with('/') {
                     return Err(err(
-                        Some(span),
-                        "`[workloads]` takes either `units` or both `stop_command` and `start_command`".into(),
+                        Some(c.span()),
+                        format!("`{key}` must be an argv list starting with an absolute path"),
                     ));
                 }
             }
+            Ok(Workloads::Commands {
+                stop: stop.into_inner(),
+                start: start.into_inner(),
+                stop_timeout,
+            })
         }
-    };
+        _ => Err(err(
+            Some(span),
+            "`[workloads]` takes either `units` or both `stop_command` and `start_command`".into(),
+        )),
+    }
+}
 
-    Ok(Some(EpochConfig {
-        wipe_interval,
-        challenge_timeout,
-        signing_key,
-        verifier,
-        wipe,
-        images,
-        workloads,
-    }))
+/// `workloads.units`: at least one, each a plausible unit name.
+fn unit_names(err: Err, u: &Spanned<Vec<Spanned<String>>>) -> Result<Vec<String>, ConfigError> {
+    let mut units = Vec::new();
+    for n in u.get_ref() {
+        let name = n.get_ref();
+        if name.is_empty() || name.starts_with('-') || name.contains(char::is_whitespace) {
+            return Err(err(
+                Some(n.span()),
+                format!("`workloads.units`: `{name}` is not a unit name"),
+            ));
+        }
+        units.push(name.clone());
+    }
+    if units.is_empty() {
+        return Err(err(
+            Some(u.span()),
+            "`workloads.units` is empty: leave out `[workloads]` when nothing is to be drained"
+                .into(),
+        ));
+    }
+    Ok(units)
 }
 
 #[cfg(test)]

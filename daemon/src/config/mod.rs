@@ -135,96 +135,13 @@ impl Config {
             line: span.map(|s| line_of(text, s.start)).unwrap_or(1),
             message,
         };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let msg = e.message().trim().to_string();
-            // A missing key or table has no place in the file: blame the file, not line 1's key.
-            if msg.starts_with("missing field") {
-                return ConfigError::Missing {
-                    path: path.to_path_buf(),
-                    message: msg,
-                };
-            }
-            // serde's type errors do not say which key; the span does.
-            let key = e.span().and_then(|s| key_at(text, s.start));
-            let mut msg = match &key {
-                Some(key) if !msg.contains(key) => format!("`{key}`: {msg}"),
-                _ => msg,
-            };
-            // `pin_root = ...` written below `[cap]` lands in `cap`: say why.
-            if let Some((table, bare)) = key.as_deref().and_then(|k| k.split_once('.'))
-                && msg.contains("unknown field")
-                && TOP_LEVEL_KEYS.contains(&bare)
-            {
-                msg += &format!(
-                    " (`{bare}` is a top-level key: move it above the first table; here it is read as part of `[{table}]`)"
-                );
-            }
-            err(e.span(), msg)
-        })?;
-        let unit_err = |key: &str, s: &Spanned<String>, e: units::UnitError| {
-            err(Some(s.span()), format!("`{key}`: {e}"))
-        };
-
-        let nonempty = |key: &str, s: &Spanned<String>| {
-            if s.get_ref().trim().is_empty() {
-                Err(err(Some(s.span()), format!("`{key}` must not be empty")))
-            } else {
-                Ok(s.get_ref().clone())
-            }
-        };
-        let rack_id = nonempty("rack_id", &raw.rack_id)?;
-        let host_id = nonempty("host_id", &raw.host_id)?;
-
-        let share = *raw.host_share.get_ref();
-        if !(share > 0.0 && share <= 1.0) {
-            return Err(err(
-                Some(raw.host_share.span()),
-                format!("`host_share` must be > 0 and <= 1 (it is {share})"),
-            ));
-        }
-
-        if raw.interfaces.get_ref().is_empty() {
-            return Err(err(
-                Some(raw.interfaces.span()),
-                "`interfaces` must name at least one frontend interface".into(),
-            ));
-        }
-        let mut interfaces = Vec::new();
-        let mut interface_lines = Vec::new();
-        for i in raw.interfaces.get_ref() {
-            let name = i.get_ref();
-            if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(' ') {
-                return Err(err(
-                    Some(i.span()),
-                    format!("`interfaces`: `{name}` is not a valid interface name"),
-                ));
-            }
-            if interfaces.contains(name) {
-                return Err(err(
-                    Some(i.span()),
-                    format!("`interfaces`: `{name}` is listed twice"),
-                ));
-            }
-            interfaces.push(name.clone());
-            interface_lines.push(line_of(text, i.span().start));
-        }
-
+        let raw = read_raw(path, text, &err)?;
+        let rack_id = nonempty(&err, "rack_id", &raw.rack_id)?;
+        let host_id = nonempty(&err, "host_id", &raw.host_id)?;
+        let share = host_share(&err, &raw.host_share)?;
+        let (interfaces, interface_lines) = interfaces(&err, text, &raw.interfaces)?;
         let caps = caps::parse_table(&err, raw.cap.get_ref(), share)?;
-
-        let check_interval = match &raw.check_interval {
-            None => Duration::from_secs(2),
-            Some(s) => {
-                let d = units::parse_duration(s.get_ref())
-                    .map_err(|e| unit_err("check_interval", s, e))?;
-                if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
-                    return Err(err(
-                        Some(s.span()),
-                        "`check_interval` must be between 100 ms and 60 s".into(),
-                    ));
-                }
-                d
-            }
-        };
+        let check_interval = check_interval(&err, &raw.check_interval)?;
         let attach_mode = one_of(
             "attach_mode",
             &raw.attach_mode,
@@ -246,32 +163,8 @@ impl Config {
             ],
         )
         .map_err(|(span, m)| err(Some(span), m))?;
-        let path_or = |v: &Option<Spanned<String>>, default: &str| {
-            PathBuf::from(v.as_ref().map(|s| s.get_ref().as_str()).unwrap_or(default))
-        };
-        let pin_root = path_or(&raw.pin_root, crate::pins::DEFAULT_ROOT);
-        if let Some(s) = &raw.pin_root
-            && !pin_root.starts_with("/sys/fs/bpf/")
-        {
-            return Err(err(
-                Some(s.span()),
-                "`pin_root` must be a directory under /sys/fs/bpf/".into(),
-            ));
-        }
-        let refusal_cgroup = match &raw.refusal_cgroup {
-            None => None,
-            Some(s) => {
-                let p = PathBuf::from(s.get_ref());
-                if !p.starts_with("/sys/fs/cgroup") {
-                    return Err(err(
-                        Some(s.span()),
-                        "`refusal_cgroup` must be a cgroup v2 directory under /sys/fs/cgroup"
-                            .into(),
-                    ));
-                }
-                Some(p)
-            }
-        };
+        let pin_root = pin_root(&err, &raw.pin_root)?;
+        let refusal_cgroup = refusal_cgroup(&err, &raw.refusal_cgroup)?;
         let epoch = epoch::validate(
             &err,
             epoch::RawSections {
@@ -321,6 +214,139 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The file as TOML, each error naming its key and line (or the file, for a missing key).
+fn read_raw(path: &Path, text: &str, err: epoch::Err) -> Result<RawConfig, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let msg = e.message().trim().to_string();
+        // A missing key or table has no place in the file: blame the file, not line 1's key.
+        if msg.starts_with("missing field") {
+            return ConfigError::Missing {
+                path: path.to_path_buf(),
+                message: msg,
+            };
+        }
+        // serde's type errors do not say which key; the span does.
+        let key = e.span().and_then(|s| key_at(text, s.start));
+        let mut msg = match &key {
+            Some(key) if !msg.contains(key) => format!("`{key}`: {msg}"),
+            _ => msg,
+        };
+        // `pin_root = ...` written below `[cap]` lands in `cap`: say why.
+        if let Some((table, bare)) = key.as_deref().and_then(|k| k.split_once('.'))
+            && msg.contains("unknown field")
+            && TOP_LEVEL_KEYS.contains(&bare)
+        {
+            msg += &format!(
+                " (`{bare}` is a top-level key: move it above the first table; here it is read as part of `[{table}]`)"
+            );
+        }
+        err(e.span(), msg)
+    })
+}
+
+fn nonempty(err: epoch::Err, key: &str, s: &Spanned<String>) -> Result<String, ConfigError> {
+    if s.get_ref().trim().is_empty() {
+        Err(err(Some(s.span()), format!("`{key}` must not be empty")))
+    } else {
+        Ok(s.get_ref().clone())
+    }
+}
+
+fn host_share(err: epoch::Err, s: &Spanned<f64>) -> Result<f64, ConfigError> {
+    let share = *s.get_ref();
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(err(
+            Some(s.span()),
+            format!("`host_share` must be > 0 and <= 1 (it is {share})"),
+        ));
+    }
+    Ok(share)
+}
+
+/// The frontend interfaces (at least one, each valid and listed once) and the line of each.
+fn interfaces(
+    err: epoch::Err,
+    text: &str,
+    list: &Spanned<Vec<Spanned<String>>>,
+) -> Result<(Vec<String>, Vec<usize>), ConfigError> {
+    if list.get_ref().is_empty() {
+        return Err(err(
+            Some(list.span()),
+            "`interfaces` must name at least one frontend interface".into(),
+        ));
+    }
+    let mut interfaces = Vec::new();
+    let mut interface_lines = Vec::new();
+    for i in list.get_ref() {
+        let name = i.get_ref();
+        if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(' ') {
+            return Err(err(
+                Some(i.span()),
+                format!("`interfaces`: `{name}` is not a valid interface name"),
+            ));
+        }
+        if interfaces.contains(name) {
+            return Err(err(
+                Some(i.span()),
+                format!("`interfaces`: `{name}` is listed twice"),
+            ));
+        }
+        interfaces.push(name.clone());
+        interface_lines.push(line_of(text, i.span().start));
+    }
+    Ok((interfaces, interface_lines))
+}
+
+/// `check_interval`: 2 s unless set, 100 ms to 60 s.
+fn check_interval(err: epoch::Err, v: &Option<Spanned<String>>) -> Result<Duration, ConfigError> {
+    let Some(s) = v else {
+        return Ok(Duration::from_secs(2));
+    };
+    let d = units::parse_duration(s.get_ref())
+        .map_err(|e| err(Some(s.span()), format!("`check_interval`: {e}")))?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
+        return Err(err(
+            Some(s.span()),
+            "`check_interval` must be between 100 ms and 60 s".into(),
+        ));
+    }
+    Ok(d)
+}
+
+fn path_or(v: &Option<Spanned<String>>, default: &str) -> PathBuf {
+    PathBuf::from(v.as_ref().map(|s| s.get_ref().as_str()).unwrap_or(default))
+}
+
+/// `pin_root`: under /sys/fs/bpf/, [`crate::pins::DEFAULT_ROOT`] unless set.
+fn pin_root(err: epoch::Err, v: &Option<Spanned<String>>) -> Result<PathBuf, ConfigError> {
+    let pin_root = path_or(v, crate::pins::DEFAULT_ROOT);
+    if let Some(s) = v
+        && !pin_root.starts_with("/sys/fs/bpf/")
+    {
+        return Err(err(
+            Some(s.span()),
+            "`pin_root` must be a directory under /sys/fs/bpf/".into(),
+        ));
+    }
+    Ok(pin_root)
+}
+
+/// `refusal_cgroup`: a cgroup v2 directory, or `None` for the root.
+fn refusal_cgroup(
+    err: epoch::Err,
+    v: &Option<Spanned<String>>,
+) -> Result<Option<PathBuf>, ConfigError> {
+    let Some(s) = v else { return Ok(None) };
+    let p = PathBuf::from(s.get_ref());
+    if !p.starts_with("/sys/fs/cgroup") {
+        return Err(err(
+            Some(s.span()),
+            "`refusal_cgroup` must be a cgroup v2 directory under /sys/fs/cgroup".into(),
+        ));
+    }
+    Ok(Some(p))
 }
 
 /// The dotted key (`cap.burst`) written on the line holding `offset`, if the line is a
