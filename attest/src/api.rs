@@ -13,12 +13,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::result::AttestationResult;
 
-/// `POST /v1/challenges`: a nonce for this host, please.
+/// `POST /v1/challenges`: a nonce for this host, please. (Fields in key order: serialised
+/// directly, as the daemon does, the body is the bytes it always sent.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChallengeRequest {
-    pub rack: String,
     pub host: String,
+    pub rack: String,
 }
 
 /// The answer to a [`ChallengeRequest`]: a single-use nonce (hex) and when it expires.
@@ -183,6 +184,8 @@ mod tests {
     fn challenge_bodies_round_trip() {
         let req: ChallengeRequest = round_trip(CHALLENGE_REQUEST);
         assert_eq!(req.rack, "rack-a");
+        // The daemon serialises the request directly (not through `to_wire`).
+        assert_eq!(serde_json::to_string(&req).unwrap(), CHALLENGE_REQUEST);
         let resp: ChallengeResponse = round_trip(CHALLENGE_RESPONSE);
         assert_eq!(resp.expires_at_ms, 1_796_000_600_000);
         let err: ErrorBody = round_trip(ERROR_BODY);

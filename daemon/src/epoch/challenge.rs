@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use rackwarden_attest::nonce::Nonce;
+use rackwarden_attest::{
+    api::{ChallengeRequest, ChallengeResponse},
+    nonce::Nonce,
+};
 
 use crate::config::epoch::VerifierEndpoint;
 
@@ -40,9 +43,37 @@ impl EpochChallenge {
     }
 }
 
-#[derive(serde::Deserialize)]
-struct ChallengeResponse {
-    nonce: String,
+/// Why the verifier's nonce could not be had (the statement then says `unchallenged`).
+#[derive(Debug, thiserror::Error)]
+enum AskError {
+    #[error("{0}")]
+    Client(String),
+    #[error("{url}: {cause}")]
+    Unreachable { url: String, cause: String },
+    #[error("{url}: reading the answer: {source}")]
+    Read {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url}: {status}: {body}")]
+    Refused {
+        url: String,
+        status: reqwest::StatusCode,
+        body: String,
+    },
+    #[error("{url}: answer is not a challenge: {source}")]
+    NotAChallenge {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{url}: the verifier's nonce: {source}")]
+    BadNonce {
+        url: String,
+        #[source]
+        source: rackwarden_attest::nonce::NonceError,
+    },
 }
 
 /// Requests a nonce for `rack`/`host`; never fails: a verifier that cannot be reached, or
@@ -57,7 +88,7 @@ pub fn request(
         Ok(nonce) => Ok(EpochChallenge::Verifier { nonce }),
         Err(reason) => Ok(EpochChallenge::Unchallenged {
             local: Nonce::random()?,
-            reason,
+            reason: reason.to_string(),
         }),
     }
 }
@@ -67,24 +98,38 @@ fn ask(
     rack: &str,
     host: &str,
     timeout: Duration,
-) -> Result<Nonce, String> {
-    let client = super::transport::client(verifier, timeout)?;
+) -> Result<Nonce, AskError> {
+    let client = super::transport::client(verifier, timeout).map_err(AskError::Client)?;
     let url = format!("{}/v1/challenges", verifier.url);
     let resp = client
         .post(&url)
-        .json(&serde_json::json!({"rack": rack, "host": host}))
+        .json(&ChallengeRequest {
+            rack: rack.into(),
+            host: host.into(),
+        })
         .send()
-        .map_err(|e| format!("{url}: {}", super::transport::describe(&e)))?;
+        .map_err(|e| AskError::Unreachable {
+            url: url.clone(),
+            cause: super::transport::describe(&e),
+        })?;
     let status = resp.status();
-    let body = resp
-        .text()
-        .map_err(|e| format!("{url}: reading the answer: {e}"))?;
+    let body = resp.text().map_err(|source| AskError::Read {
+        url: url.clone(),
+        source,
+    })?;
     if !status.is_success() {
-        return Err(format!("{url}: {status}: {}", body.trim()));
+        return Err(AskError::Refused {
+            url,
+            status,
+            body: body.trim().into(),
+        });
     }
-    let r: ChallengeResponse = serde_json::from_str(&body)
-        .map_err(|e| format!("{url}: answer is not a challenge: {e}"))?;
+    let r: ChallengeResponse =
+        serde_json::from_str(&body).map_err(|source| AskError::NotAChallenge {
+            url: url.clone(),
+            source,
+        })?;
     r.nonce
         .parse()
-        .map_err(|e| format!("{url}: the verifier's nonce: {e}"))
+        .map_err(|source| AskError::BadNonce { url, source })
 }

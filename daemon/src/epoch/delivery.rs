@@ -22,6 +22,7 @@ use std::{
     time::Duration,
 };
 
+use rackwarden_attest::api::{IngestItem, IngestResponse, IngestStatus};
 use serde::{Deserialize, Serialize};
 
 use super::spool::{Cursor, Spool, SpoolLine};
@@ -245,77 +246,21 @@ impl Delivery {
         };
         at = first.0;
         self.set_state(DeliveryState::Delivering { seq: at });
-        let mut body = b"[".to_vec();
-        for (i, l) in batch.iter().enumerate() {
-            if i > 0 {
-                body.push(b',');
-            }
-            if let Some((_, b)) = &l.statement {
-                body.extend_from_slice(b);
-            }
-        }
-        body.push(b']');
-        let url = format!("{}/v1/statements", ep.url);
-        let resp = match client
-            .post(&url)
-            .header("Content-Type", "application/json")
-            .body(body)
-            .send()
-        {
-            Ok(r) => r,
-            Err(e) => return fail(at, format!("{url}: {}", super::transport::describe(&e))),
+        let answer = match post_batch(client, ep, &batch) {
+            Ok(a) => a,
+            Err(failed) => return failed.at(at),
         };
-        let status = resp.status();
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let text = resp.text().unwrap_or_default();
-        if !status.is_success() {
-            return Attempt::Failed {
-                seq: at,
-                error: format!("{url}: {status}: {}", text.trim()),
-                retry_after,
-            };
-        }
-        let v: serde_json::Value = match serde_json::from_str(&text) {
-            Ok(v) => v,
-            Err(e) => return fail(at, format!("{url}: answer is not JSON: {e}")),
-        };
-        let results = v["results"].as_array().cloned().unwrap_or_default();
         let mut acked = 0usize;
         let mut refusal = None;
         for (i, l) in batch.iter().enumerate() {
             let Some((seq, _)) = &l.statement else { break };
             at = *seq;
-            let r = results
-                .iter()
-                .find(|r| r["index"].as_u64() == Some(i as u64));
-            let ingest = r.and_then(|r| r["status"].as_str()).unwrap_or("missing");
-            if ingest != "accepted" && ingest != "duplicate" {
-                refusal = Some(format!(
-                    "the verifier answered `{ingest}` for seq {seq}: {}",
-                    r.and_then(|r| r["reason"].as_str())
-                        .unwrap_or("no reason given")
-                ));
-                break;
-            }
-            let verdict = Verdict {
-                seq: *seq,
-                ingest: ingest.into(),
-                status: r
-                    .and_then(|r| r["result"]["status"].as_str())
-                    .map(String::from),
-                findings: r
-                    .and_then(|r| r["result"]["findings"].as_array())
-                    .map(|f| {
-                        f.iter()
-                            .filter_map(|x| x["code"].as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+            let verdict = match verdict_of(answer.item(i), *seq) {
+                Ok(v) => v,
+                Err(refused) => {
+                    refusal = Some(refused.to_string());
+                    break;
+                }
             };
             if let Some(st) = &verdict.status
                 && st != "affirming"
@@ -352,6 +297,107 @@ impl Delivery {
     }
 }
 
+/// Why a POST of a batch got no answer to read.
+struct PostFailed {
+    error: String,
+    retry_after: Option<Duration>,
+}
+
+impl PostFailed {
+    fn at(self, seq: u64) -> Attempt {
+        Attempt::Failed {
+            seq,
+            error: self.error,
+            retry_after: self.retry_after,
+        }
+    }
+}
+
+/// POSTs the batch's envelopes, verbatim, as one JSON array (the verifier stores the
+/// exact bytes it receives), and parses the answer.
+fn post_batch(
+    client: &reqwest::blocking::Client,
+    ep: &VerifierEndpoint,
+    batch: &[&SpoolLine],
+) -> Result<IngestResponse, PostFailed> {
+    let failed = |error: String| PostFailed {
+        error,
+        retry_after: None,
+    };
+    let mut body = b"[".to_vec();
+    for (i, l) in batch.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        if let Some((_, b)) = &l.statement {
+            body.extend_from_slice(b);
+        }
+    }
+    body.push(b']');
+    let url = format!("{}/v1/statements", ep.url);
+    let resp = client
+        .post(&url)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .map_err(|e| failed(format!("{url}: {}", super::transport::describe(&e))))?;
+    let status = resp.status();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let text = resp.text().unwrap_or_default();
+    if !status.is_success() {
+        return Err(PostFailed {
+            error: format!("{url}: {status}: {}", text.trim()),
+            retry_after,
+        });
+    }
+    serde_json::from_str(&text)
+        .map_err(|e| failed(format!("{url}: answer is not an ingest response: {e}")))
+}
+
+/// The verifier did not acknowledge a statement: what it answered instead.
+#[derive(Debug, thiserror::Error)]
+#[error("the verifier answered `{answered}` for seq {seq}: {}", reason.as_deref().unwrap_or("no reason given"))]
+struct Refused {
+    seq: u64,
+    /// `rejected`, `error`, or `missing` (no item for the statement).
+    answered: &'static str,
+    reason: Option<String>,
+}
+
+/// The verdict for the statement at `seq` if the verifier acknowledged it (`accepted` or
+/// `duplicate`).
+fn verdict_of(item: Option<&IngestItem>, seq: u64) -> Result<Verdict, Refused> {
+    let refused = |answered, reason: Option<&String>| Refused {
+        seq,
+        answered,
+        reason: reason.cloned(),
+    };
+    match item {
+        None => Err(refused("missing", None)),
+        Some(IngestItem::Failed { reason, .. }) => Err(refused("error", Some(reason))),
+        Some(IngestItem::Judged {
+            status: IngestStatus::Rejected,
+            reason,
+            ..
+        }) => Err(refused("rejected", reason.as_ref())),
+        Some(IngestItem::Judged { status, result, .. }) => Ok(Verdict {
+            seq,
+            ingest: status.name().into(),
+            status: result.as_ref().map(|r| r.status.name().into()),
+            findings: result
+                .iter()
+                .flat_map(|r| &r.findings)
+                .map(|f| f.code.name().into())
+                .collect(),
+        }),
+    }
+}
+
 /// 1 s, 2 s, 4 s, ... up to `max`.
 pub fn backoff(attempt: u32, max: Duration) -> Duration {
     let exp = attempt.saturating_sub(1).min(20);
@@ -361,6 +407,42 @@ pub fn backoff(attempt: u32, max: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_are_read_from_the_typed_ingest_response() {
+        // As the verifier writes it: an accepted verdict, a duplicate, a rejection, an error.
+        let body = concat!(
+            r#"{"results":["#,
+            r#"{"index":0,"reason":null,"result":{"findings":[{"aspect":"freshness","code":"unchallenged","detail":"d","severity":"warning"}],"host":"h1","policy_id":"p","rack":"r","seq":4,"status":"warning","trustworthiness":{"freshness":"warning"}},"status":"accepted"},"#,
+            r#"{"index":1,"reason":null,"result":null,"status":"duplicate"},"#,
+            r#"{"index":2,"reason":"signature: bad","result":null,"status":"rejected"},"#,
+            r#"{"index":3,"reason":"database: full","status":"error"}]}"#
+        );
+        let answer: IngestResponse = serde_json::from_str(body).unwrap();
+        let v = verdict_of(answer.item(0), 4).unwrap();
+        assert_eq!(
+            (v.ingest.as_str(), v.status.as_deref(), v.findings),
+            (
+                "accepted",
+                Some("warning"),
+                vec!["unchallenged".to_string()]
+            )
+        );
+        let v = verdict_of(answer.item(1), 5).unwrap();
+        assert_eq!((v.ingest.as_str(), v.status), ("duplicate", None));
+        assert_eq!(
+            verdict_of(answer.item(2), 6).unwrap_err().to_string(),
+            "the verifier answered `rejected` for seq 6: signature: bad"
+        );
+        assert_eq!(
+            verdict_of(answer.item(3), 7).unwrap_err().to_string(),
+            "the verifier answered `error` for seq 7: database: full"
+        );
+        assert_eq!(
+            verdict_of(answer.item(9), 8).unwrap_err().to_string(),
+            "the verifier answered `missing` for seq 8: no reason given"
+        );
+    }
 
     #[test]
     fn backoff_doubles_to_its_ceiling() {
