@@ -159,228 +159,285 @@ impl VerifierConfig {
     }
 
     pub fn parse(path: &Path, text: &str) -> Result<VerifierConfig, ConfigError> {
-        let err = |span: Option<std::ops::Range<usize>>, message: String| ConfigError::Invalid {
-            path: path.into(),
-            line: span.map(|s| line_of(text, s.start)).unwrap_or(1),
-            message,
-        };
+        let src = Source { path, text };
         let raw: Raw =
-            toml::from_str(text).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
-        let size = |key: &str, s: &Spanned<String>| {
-            units::parse_size(s.get_ref()).map_err(|e| err(Some(s.span()), format!("`{key}`: {e}")))
-        };
-        let dur = |key: &str, s: &Spanned<String>| {
-            units::parse_duration(s.get_ref())
-                .map_err(|e| err(Some(s.span()), format!("`{key}`: {e}")))
-        };
-        let rate = |key: &str, s: &Spanned<String>| -> Result<u64, ConfigError> {
-            let r = units::parse_rate(s.get_ref())
-                .and_then(|r| r.bytes_per_sec(None))
-                .map_err(|e| err(Some(s.span()), format!("`{key}`: {e}")))?;
-            if r == 0 {
-                return Err(err(Some(s.span()), format!("`{key}` must be above zero")));
-            }
-            Ok(r)
-        };
+            toml::from_str(text).map_err(|e| src.err(e.span(), e.message().trim().to_string()))?;
         let listen: SocketAddr = raw
             .listen
             .get_ref()
             .parse()
-            .map_err(|e| err(Some(raw.listen.span()), format!("`listen`: {e}")))?;
-        // `insecure_http = false` is the same as leaving it out.
-        let insecure = raw.insecure_http.as_ref().filter(|i| *i.get_ref());
-        let transport = match (&raw.tls_cert, &raw.tls_key, insecure) {
-            (Some(c), Some(k), None) => Transport::Tls {
-                cert: PathBuf::from(c.get_ref()),
-                key: PathBuf::from(k.get_ref()),
-            },
-            (Some(_), Some(_), Some(i)) => {
-                return Err(err(
-                    Some(i.span()),
-                    "`insecure_http = true` and `tls_cert`/`tls_key` together: choose one".into(),
-                ));
-            }
-            (Some(c), None, _) => {
-                return Err(err(Some(c.span()), "`tls_cert` needs `tls_key`".into()));
-            }
-            (None, Some(k), _) => {
-                return Err(err(Some(k.span()), "`tls_key` needs `tls_cert`".into()));
-            }
-            (None, None, Some(i)) => {
-                if !listen.ip().is_loopback() {
-                    return Err(err(
-                        Some(i.span()),
-                        format!(
-                            "`insecure_http = true` is refused on {listen}: plain HTTP only on a loopback address (set `tls_cert` and `tls_key`)"
-                        ),
-                    ));
-                }
-                Transport::InsecureHttp
-            }
-            (None, None, None) => {
-                return Err(err(
-                    Some(raw.listen.span()),
-                    format!(
-                        "`listen` on {listen} needs `tls_cert` and `tls_key` (or `insecure_http = true` on a loopback address)"
-                    ),
-                ));
-            }
-        };
-        let p = &raw.policy;
-        let frac = *p.max_epoch_fraction.get_ref();
-        if !(frac > 0.0 && frac <= 1.0) {
-            return Err(err(
-                Some(p.max_epoch_fraction.span()),
-                "`policy.max_epoch_fraction` must be > 0 and <= 1".into(),
-            ));
-        }
-        let allowed_images = match (&p.manifest, &p.manifest_key) {
-            (None, None) => None,
-            (Some(m), Some(k)) => {
-                let key = rackwarden_attest::keys::load_verifying_key(Path::new(k.get_ref()))
-                    .map_err(|e| err(Some(k.span()), format!("`policy.manifest_key`: {e}")))?;
-                let bytes = std::fs::read(m.get_ref())
-                    .map_err(|e| err(Some(m.span()), format!("`policy.manifest`: {e}")))?;
-                let trimmed = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-                let vm = rackwarden_attest::manifest::verify_manifest(trimmed, &key)
-                    .map_err(|e| err(Some(m.span()), format!("`policy.manifest`: {e}")))?;
-                Some(
-                    vm.manifest
-                        .images
-                        .into_iter()
-                        .map(|i| i.merkle_sha3_256)
-                        .collect(),
-                )
-            }
-            (Some(m), None) => {
-                return Err(err(
-                    Some(m.span()),
-                    "`policy.manifest` needs `policy.manifest_key`".into(),
-                ));
-            }
-            (None, Some(k)) => {
-                return Err(err(
-                    Some(k.span()),
-                    "`policy.manifest_key` without `policy.manifest`".into(),
-                ));
-            }
-        };
-        let mut racks = BTreeMap::new();
-        for (name, r) in &raw.racks {
-            let rr = r.get_ref();
-            racks.insert(
-                name.clone(),
-                RackAgreement {
-                    egress_bytes_per_s: rate(&format!("racks.{name}.egress"), &rr.egress)?,
-                    ingress_bytes_per_s: rate(&format!("racks.{name}.ingress"), &rr.ingress)?,
-                    max_burst_bytes: match &rr.burst {
-                        None => 1 << 20,
-                        Some(b) => size(&format!("racks.{name}.burst"), b)?,
-                    },
-                },
-            );
-        }
-        let max_body = match &raw.max_body {
-            Some(s) => size("max_body", s)? as usize,
+            .map_err(|e| src.err(Some(raw.listen.span()), format!("`listen`: {e}")))?;
+        let transport = transport(&src, &raw, listen)?;
+        // The steps run in the order their errors have always been reported in.
+        let checked = checked_first(&src, &raw.policy, &raw.racks)?;
+        let max_body_bytes = match &raw.max_body {
+            Some(s) => src.size("max_body", s)? as usize,
             None => 4 << 20,
+        };
+        let max_connections = max_connections(&src, &raw.max_connections)?;
+        let header_timeout = match &raw.header_timeout {
+            Some(s) => src.dur("header_timeout", s)?,
+            None => Duration::from_secs(5),
+        };
+        let request_timeout = match &raw.request_timeout {
+            Some(s) => src.dur("request_timeout", s)?,
+            None => Duration::from_secs(10),
         };
         Ok(VerifierConfig {
             path: path.into(),
             listen,
             transport,
             database: PathBuf::from(raw.database.get_ref()),
-            max_body_bytes: max_body,
-            max_connections: match &raw.max_connections {
-                None => 1024,
-                Some(n) if (1..=65_536).contains(n.get_ref()) => *n.get_ref() as usize,
-                Some(n) => {
-                    return Err(err(
-                        Some(n.span()),
-                        format!(
-                            "`max_connections` must be between 1 and 65536 (it is {})",
-                            n.get_ref()
-                        ),
-                    ));
-                }
-            },
-            header_timeout: match &raw.header_timeout {
-                Some(s) => dur("header_timeout", s)?,
-                None => Duration::from_secs(5),
-            },
-            request_timeout: match &raw.request_timeout {
-                Some(s) => dur("request_timeout", s)?,
-                None => Duration::from_secs(10),
-            },
-            policy: Policy {
-                accepted_daemon_digests: hex_list(
-                    &err,
-                    "policy.accepted_daemon_digests",
-                    &p.accepted_daemon_digests,
-                    64,
-                )?,
-                accepted_program_tags: hex_list(
-                    &err,
-                    "policy.accepted_program_tags",
-                    &p.accepted_program_tags,
-                    16,
-                )?,
-                min_self_protection: match &p.min_self_protection {
-                    None => None,
-                    Some(v) => Some(
-                        rackwarden_attest::evidence::ProtectionLevel::ALL
-                            .into_iter()
-                            .find(|l| l.name() == v.get_ref())
-                            .ok_or_else(|| {
-                                err(
-                                    Some(v.span()),
-                                    format!(
-                                        "`policy.min_self_protection`: unknown level `{}` (refused, restored_on_event, restored_on_poll, detected_on_sample)",
-                                        v.get_ref()
-                                    ),
-                                )
-                            })?,
-                    ),
-                },
-                required_wipe_backends: match &p.required_wipe_backends {
-                    None => vec!["host".into()],
-                    Some(list) => {
-                        let mut v = Vec::new();
-                        for b in list.get_ref() {
-                            if !["host", "gpu", "scratch"].contains(&b.get_ref().as_str()) {
-                                return Err(err(
-                                    Some(b.span()),
-                                    format!(
-                                        "`policy.required_wipe_backends`: unknown backend `{}` (host, gpu, scratch)",
-                                        b.get_ref()
-                                    ),
-                                ));
-                            }
-                            v.push(b.get_ref().clone());
-                        }
-                        v
-                    }
-                },
-                id: p.id.get_ref().clone(),
-                nonce_ttl: dur("policy.nonce_ttl", &p.nonce_ttl)?,
-                max_wipe_interval: dur("policy.max_wipe_interval", &p.max_wipe_interval)?,
-                max_residue_host: size("policy.max_residue_host", &p.max_residue_host)?,
-                max_residue_gpu: size("policy.max_residue_gpu", &p.max_residue_gpu)?,
-                trainable_state_bytes: size("policy.trainable_state", &p.trainable_state)?,
-                max_epoch_fraction: frac,
-                reference_bandwidth_bytes_per_s: match &p.reference_bandwidth {
-                    None => 50_000_000_000,
-                    Some(r) => rate("policy.reference_bandwidth", r)?,
-                },
-                allowed_images,
-                racks,
-            },
+            max_body_bytes,
+            request_timeout,
+            max_connections,
+            header_timeout,
+            policy: policy(&src, &raw.policy, checked)?,
         })
     }
 }
 
+/// The file being parsed: every error names it and the line of the value at fault.
+struct Source<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    fn err(&self, span: Option<std::ops::Range<usize>>, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.into(),
+            line: span.map(|s| line_of(self.text, s.start)).unwrap_or(1),
+            message,
+        }
+    }
+
+    fn size(&self, key: &str, s: &Spanned<String>) -> Result<u64, ConfigError> {
+        units::parse_size(s.get_ref())
+            .map_err(|e| self.err(Some(s.span()), format!("`{key}`: {e}")))
+    }
+
+    fn dur(&self, key: &str, s: &Spanned<String>) -> Result<Duration, ConfigError> {
+        units::parse_duration(s.get_ref())
+            .map_err(|e| self.err(Some(s.span()), format!("`{key}`: {e}")))
+    }
+
+    fn rate(&self, key: &str, s: &Spanned<String>) -> Result<u64, ConfigError> {
+        let r = units::parse_rate(s.get_ref())
+            .and_then(|r| r.bytes_per_sec(None))
+            .map_err(|e| self.err(Some(s.span()), format!("`{key}`: {e}")))?;
+        if r == 0 {
+            return Err(self.err(Some(s.span()), format!("`{key}` must be above zero")));
+        }
+        Ok(r)
+    }
+}
+
+/// TLS with a certificate and key, or plain HTTP on loopback only.
+fn transport(src: &Source, raw: &Raw, listen: SocketAddr) -> Result<Transport, ConfigError> {
+    // `insecure_http = false` is the same as leaving it out.
+    let insecure = raw.insecure_http.as_ref().filter(|i| *i.get_ref());
+    match (&raw.tls_cert, &raw.tls_key, insecure) {
+        (Some(c), Some(k), None) => Ok(Transport::Tls {
+            cert: PathBuf::from(c.get_ref()),
+            key: PathBuf::from(k.get_ref()),
+        }),
+        (Some(_), Some(_), Some(i)) => Err(src.err(
+            Some(i.span()),
+            "`insecure_http = true` and `tls_cert`/`tls_key` together: choose one".into(),
+        )),
+        (Some(c), None, _) => Err(src.err(Some(c.span()), "`tls_cert` needs `tls_key`".into())),
+        (None, Some(k), _) => Err(src.err(Some(k.span()), "`tls_key` needs `tls_cert`".into())),
+        (None, None, Some(i)) if !listen.ip().is_loopback() => Err(src.err(
+            Some(i.span()),
+            format!(
+                "`insecure_http = true` is refused on {listen}: plain HTTP only on a loopback address (set `tls_cert` and `tls_key`)"
+            ),
+        )),
+        (None, None, Some(_)) => Ok(Transport::InsecureHttp),
+        (None, None, None) => Err(src.err(
+            Some(raw.listen.span()),
+            format!(
+                "`listen` on {listen} needs `tls_cert` and `tls_key` (or `insecure_http = true` on a loopback address)"
+            ),
+        )),
+    }
+}
+
+fn max_connections(src: &Source, n: &Option<Spanned<i64>>) -> Result<usize, ConfigError> {
+    match n {
+        None => Ok(1024),
+        Some(n) if (1..=65_536).contains(n.get_ref()) => Ok(*n.get_ref() as usize),
+        Some(n) => Err(src.err(
+            Some(n.span()),
+            format!(
+                "`max_connections` must be between 1 and 65536 (it is {})",
+                n.get_ref()
+            ),
+        )),
+    }
+}
+
+/// The parts of the policy checked before the listener's limits: the epoch fraction, the
+/// manifest, and the racks' agreements.
+struct CheckedFirst {
+    max_epoch_fraction: f64,
+    allowed_images: Option<Vec<String>>,
+    racks: BTreeMap<String, RackAgreement>,
+}
+
+fn checked_first(
+    src: &Source,
+    p: &RawPolicy,
+    raw_racks: &BTreeMap<String, Spanned<RawRack>>,
+) -> Result<CheckedFirst, ConfigError> {
+    let frac = *p.max_epoch_fraction.get_ref();
+    if !(frac > 0.0 && frac <= 1.0) {
+        return Err(src.err(
+            Some(p.max_epoch_fraction.span()),
+            "`policy.max_epoch_fraction` must be > 0 and <= 1".into(),
+        ));
+    }
+    Ok(CheckedFirst {
+        max_epoch_fraction: frac,
+        allowed_images: allowed_images(src, p)?,
+        racks: racks(src, raw_racks)?,
+    })
+}
+
+/// The rest of the `[policy]` table.
+fn policy(src: &Source, p: &RawPolicy, checked: CheckedFirst) -> Result<Policy, ConfigError> {
+    Ok(Policy {
+        accepted_daemon_digests: hex_list(
+            src,
+            "policy.accepted_daemon_digests",
+            &p.accepted_daemon_digests,
+            64,
+        )?,
+        accepted_program_tags: hex_list(
+            src,
+            "policy.accepted_program_tags",
+            &p.accepted_program_tags,
+            16,
+        )?,
+        min_self_protection: min_self_protection(src, &p.min_self_protection)?,
+        required_wipe_backends: required_wipe_backends(src, &p.required_wipe_backends)?,
+        id: p.id.get_ref().clone(),
+        nonce_ttl: src.dur("policy.nonce_ttl", &p.nonce_ttl)?,
+        max_wipe_interval: src.dur("policy.max_wipe_interval", &p.max_wipe_interval)?,
+        max_residue_host: src.size("policy.max_residue_host", &p.max_residue_host)?,
+        max_residue_gpu: src.size("policy.max_residue_gpu", &p.max_residue_gpu)?,
+        trainable_state_bytes: src.size("policy.trainable_state", &p.trainable_state)?,
+        max_epoch_fraction: checked.max_epoch_fraction,
+        reference_bandwidth_bytes_per_s: match &p.reference_bandwidth {
+            None => 50_000_000_000,
+            Some(r) => src.rate("policy.reference_bandwidth", r)?,
+        },
+        allowed_images: checked.allowed_images,
+        racks: checked.racks,
+    })
+}
+
+/// The image digests the signed manifest allows, if one is configured (read and verified
+/// now: a bad manifest stops the verifier from starting).
+fn allowed_images(src: &Source, p: &RawPolicy) -> Result<Option<Vec<String>>, ConfigError> {
+    match (&p.manifest, &p.manifest_key) {
+        (None, None) => Ok(None),
+        (Some(m), Some(k)) => {
+            let key = rackwarden_attest::keys::load_verifying_key(Path::new(k.get_ref()))
+                .map_err(|e| src.err(Some(k.span()), format!("`policy.manifest_key`: {e}")))?;
+            let bytes = std::fs::read(m.get_ref())
+                .map_err(|e| src.err(Some(m.span()), format!("`policy.manifest`: {e}")))?;
+            let trimmed = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+            let vm = rackwarden_attest::manifest::verify_manifest(trimmed, &key)
+                .map_err(|e| src.err(Some(m.span()), format!("`policy.manifest`: {e}")))?;
+            Ok(Some(
+                vm.manifest
+                    .images
+                    .into_iter()
+                    .map(|i| i.merkle_sha3_256)
+                    .collect(),
+            ))
+        }
+        (Some(m), None) => Err(src.err(
+            Some(m.span()),
+            "`policy.manifest` needs `policy.manifest_key`".into(),
+        )),
+        (None, Some(k)) => Err(src.err(
+            Some(k.span()),
+            "`policy.manifest_key` without `policy.manifest`".into(),
+        )),
+    }
+}
+
+fn racks(
+    src: &Source,
+    raw: &BTreeMap<String, Spanned<RawRack>>,
+) -> Result<BTreeMap<String, RackAgreement>, ConfigError> {
+    let mut racks = BTreeMap::new();
+    for (name, r) in raw {
+        let rr = r.get_ref();
+        racks.insert(
+            name.clone(),
+            RackAgreement {
+                egress_bytes_per_s: src.rate(&format!("racks.{name}.egress"), &rr.egress)?,
+                ingress_bytes_per_s: src.rate(&format!("racks.{name}.ingress"), &rr.ingress)?,
+                max_burst_bytes: match &rr.burst {
+                    None => 1 << 20,
+                    Some(b) => src.size(&format!("racks.{name}.burst"), b)?,
+                },
+            },
+        );
+    }
+    Ok(racks)
+}
+
+fn min_self_protection(
+    src: &Source,
+    v: &Option<Spanned<String>>,
+) -> Result<Option<rackwarden_attest::evidence::ProtectionLevel>, ConfigError> {
+    let Some(v) = v else { return Ok(None) };
+    rackwarden_attest::evidence::ProtectionLevel::ALL
+        .into_iter()
+        .find(|l| l.name() == v.get_ref())
+        .map(Some)
+        .ok_or_else(|| {
+            src.err(
+                Some(v.span()),
+                format!(
+                    "`policy.min_self_protection`: unknown level `{}` (refused, restored_on_event, restored_on_poll, detected_on_sample)",
+                    v.get_ref()
+                ),
+            )
+        })
+}
+
+fn required_wipe_backends(
+    src: &Source,
+    list: &Option<Spanned<Vec<Spanned<String>>>>,
+) -> Result<Vec<String>, ConfigError> {
+    let Some(list) = list else {
+        return Ok(vec!["host".into()]);
+    };
+    let mut v = Vec::new();
+    for b in list.get_ref() {
+        if !["host", "gpu", "scratch"].contains(&b.get_ref().as_str()) {
+            return Err(src.err(
+                Some(b.span()),
+                format!(
+                    "`policy.required_wipe_backends`: unknown backend `{}` (host, gpu, scratch)",
+                    b.get_ref()
+                ),
+            ));
+        }
+        v.push(b.get_ref().clone());
+    }
+    Ok(v)
+}
+
 /// A list of lowercase hex strings of `len` digits, each checked where it is written.
 fn hex_list(
-    err: &dyn Fn(Option<std::ops::Range<usize>>, String) -> ConfigError,
+    src: &Source,
     key: &str,
     v: &Option<Vec<Spanned<String>>>,
     len: usize,
@@ -394,7 +451,7 @@ fn hex_list(
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         {
-            return Err(err(
+            return Err(src.err(
                 Some(h.span()),
                 format!("`{key}`: `{s}` is not {len} lowercase hex digits"),
             ));
