@@ -8,7 +8,7 @@ use rackwarden_attest::evidence::{
 use crate::{
     config::Config,
     enforce::gaps::GapLog,
-    limiter::{AttachKind, Direction, Limiter},
+    limiter::{AttachKind, Direction, Limiter, LimiterError},
     pins::PinPaths,
     status::counters_json,
 };
@@ -18,17 +18,31 @@ use crate::{
 pub fn limiter_report(cfg: &Config, since_ms: u64) -> LimiterReport {
     match collect(cfg, since_ms) {
         Ok(e) => LimiterReport::Present(Box::new(e)),
-        Err(finding) => LimiterReport::Absent { finding },
+        Err(e) => LimiterReport::Absent {
+            finding: e.to_string(),
+        },
     }
 }
 
-fn collect(cfg: &Config, since_ms: u64) -> Result<LimiterEvidence, String> {
+/// Why the limiter could not be reported (the statement then says it is absent, and why).
+#[derive(Debug, thiserror::Error)]
+enum CollectError {
+    #[error("limiter absent: no usable policer pinned under {}: {source}", root.display())]
+    NotPinned {
+        root: std::path::PathBuf,
+        source: LimiterError,
+    },
+    #[error(transparent)]
+    Maps(#[from] LimiterError),
+    #[error(transparent)]
+    Gaps(#[from] crate::enforce::gaps::GapLogError),
+}
+
+fn collect(cfg: &Config, since_ms: u64) -> Result<LimiterEvidence, CollectError> {
     let pins = PinPaths::new(&cfg.pin_root);
-    let mut limiter = Limiter::adopt(&pins).map_err(|e| {
-        format!(
-            "limiter absent: no usable policer pinned under {}: {e}",
-            pins.root().display()
-        )
+    let mut limiter = Limiter::adopt(&pins).map_err(|source| CollectError::NotPinned {
+        root: pins.root().to_path_buf(),
+        source,
     })?;
     let kind = limiter.choose_kind(cfg.attach_mode, &cfg.interfaces[0]);
     let mut attach_points = Vec::new();
@@ -55,7 +69,7 @@ fn collect(cfg: &Config, since_ms: u64) -> Result<LimiterEvidence, String> {
     let mut caps = Vec::new();
     let mut counters = Vec::new();
     for d in Direction::ALL {
-        let c = limiter.maps.config(d).map_err(|e| e.to_string())?;
+        let c = limiter.maps.config(d)?;
         caps.push(CapInForce {
             direction: d,
             rate_bytes_per_s: c.rate_bytes_per_s,
@@ -65,17 +79,15 @@ fn collect(cfg: &Config, since_ms: u64) -> Result<LimiterEvidence, String> {
         });
         counters.push(DirectionCounters {
             direction: d,
-            counters: counters_json(limiter.maps.counters(d).map_err(|e| e.to_string())?),
+            counters: counters_json(limiter.maps.counters(d)?),
         });
     }
-    let gaps = GapLog::open(&cfg.state_dir)
-        .map(|g| {
-            g.gaps
-                .into_iter()
-                .filter(|g| g.detected_at_ms >= since_ms)
-                .collect()
-        })
-        .map_err(|e| e.to_string())?;
+    let gaps = GapLog::open(&cfg.state_dir).map(|g| {
+        g.gaps
+            .into_iter()
+            .filter(|g| g.detected_at_ms >= since_ms)
+            .collect()
+    })?;
     Ok(LimiterEvidence {
         attach_kind: match kind {
             AttachKind::Tcx => "tcx".into(),

@@ -8,8 +8,38 @@ use std::{
 
 use crate::config::epoch::Workloads;
 
+/// Why a drain or a restart failed; the message names the command and what it printed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("{command}: cannot start: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("{command} failed ({status}): {stderr}")]
+    Failed {
+        command: String,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error("{command} did not finish within {}", crate::units::fmt_duration(*.timeout))]
+    TimedOut { command: String, timeout: Duration },
+    #[error("{command}: {source}")]
+    Wait {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("systemctl is-active {unit}: {source}")]
+    IsActive {
+        unit: String,
+        source: std::io::Error,
+    },
+    #[error("unit {unit} is still {state} after `systemctl stop`")]
+    StillUp { unit: String, state: String },
+}
+
 /// Stops the workloads and waits until they are down. `Err` says what failed.
-pub fn drain(w: &Workloads) -> Result<(), String> {
+pub fn drain(w: &Workloads) -> Result<(), WorkloadError> {
     match w {
         Workloads::NoneConfigured => Ok(()),
         Workloads::Units {
@@ -27,10 +57,16 @@ pub fn drain(w: &Workloads) -> Result<(), String> {
                     .args(["is-active", u])
                     .stderr(Stdio::null())
                     .output()
-                    .map_err(|e| format!("systemctl is-active {u}: {e}"))?;
+                    .map_err(|source| WorkloadError::IsActive {
+                        unit: u.clone(),
+                        source,
+                    })?;
                 let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
                 if state == "active" || state == "deactivating" || state == "reloading" {
-                    return Err(format!("unit {u} is still {state} after `systemctl stop`"));
+                    return Err(WorkloadError::StillUp {
+                        unit: u.clone(),
+                        state,
+                    });
                 }
             }
             Ok(())
@@ -42,7 +78,7 @@ pub fn drain(w: &Workloads) -> Result<(), String> {
 }
 
 /// Starts the workloads again.
-pub fn restart(w: &Workloads) -> Result<(), String> {
+pub fn restart(w: &Workloads) -> Result<(), WorkloadError> {
     match w {
         Workloads::NoneConfigured => Ok(()),
         Workloads::Units {
@@ -62,14 +98,17 @@ pub fn restart(w: &Workloads) -> Result<(), String> {
 
 /// Runs `cmd` to completion within `timeout`; a non-zero exit, or running past the timeout
 /// (the command is then killed), is an error naming the command and what it printed.
-fn run(cmd: &mut Command, timeout: Duration) -> Result<(), String> {
+fn run(cmd: &mut Command, timeout: Duration) -> Result<(), WorkloadError> {
     let what = format!("{cmd:?}");
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("{what}: cannot start: {e}"))?;
+        .map_err(|source| WorkloadError::Spawn {
+            command: what.clone(),
+            source,
+        })?;
     let t0 = Instant::now();
     loop {
         match child.try_wait() {
@@ -82,18 +121,27 @@ fn run(cmd: &mut Command, timeout: Duration) -> Result<(), String> {
                     use std::io::Read as _;
                     let _ = e.by_ref().take(4096).read_to_string(&mut err);
                 }
-                return Err(format!("{what} failed ({status}): {}", err.trim()));
+                return Err(WorkloadError::Failed {
+                    command: what,
+                    status,
+                    stderr: err.trim().to_string(),
+                });
             }
             Ok(None) if t0.elapsed() > timeout => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "{what} did not finish within {}",
-                    crate::units::fmt_duration(timeout)
-                ));
+                return Err(WorkloadError::TimedOut {
+                    command: what,
+                    timeout,
+                });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(format!("{what}: {e}")),
+            Err(source) => {
+                return Err(WorkloadError::Wait {
+                    command: what,
+                    source,
+                });
+            }
         }
     }
 }

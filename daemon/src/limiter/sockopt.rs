@@ -118,21 +118,34 @@ pub fn ensure(pins: &PinPaths, object: &[u8], cgroup: Option<&Path>) -> (Refusal
     }
 }
 
-fn load_and_pin(pins: &PinPaths, object: &[u8]) -> Result<(), String> {
-    pins.create_dirs().map_err(|e| e.to_string())?;
+/// Why the refusal program could not be loaded and pinned.
+#[derive(Debug, thiserror::Error)]
+pub enum SockoptLoadError {
+    #[error("{0}")]
+    PinDirs(std::io::Error),
+    #[error(transparent)]
+    Load(#[from] aya::EbpfError),
+    #[error("no rw_sockopt in the object")]
+    NoProgram,
+    #[error(transparent)]
+    Program(#[from] aya::programs::ProgramError),
+    #[error(transparent)]
+    Pin(#[from] aya::pin::PinError),
+}
+
+fn load_and_pin(pins: &PinPaths, object: &[u8]) -> Result<(), SockoptLoadError> {
+    pins.create_dirs().map_err(SockoptLoadError::PinDirs)?;
     // Same object, same pinned maps: only the sockopt program is loaded here.
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(pins.maps_dir())
-        .load(object)
-        .map_err(|e| e.to_string())?;
+        .load(object)?;
     let prog: &mut CgroupSockopt = ebpf
         .program_mut(prog_names::SOCKOPT)
-        .ok_or("no rw_sockopt in the object")?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-    prog.load().map_err(|e| e.to_string())?;
-    prog.pin(pins.prog(prog_names::SOCKOPT))
-        .map_err(|e| e.to_string())
+        .ok_or(SockoptLoadError::NoProgram)?
+        .try_into()?;
+    prog.load()?;
+    prog.pin(pins.prog(prog_names::SOCKOPT))?;
+    Ok(())
 }
 
 /// Refusals so far as evidence.

@@ -71,9 +71,9 @@ pub fn cgroup_headroom() -> Option<(u64, String)> {
     None
 }
 
-fn drop_page_cache() -> Result<(), String> {
+fn drop_page_cache() -> std::io::Result<()> {
     nix::unistd::sync();
-    std::fs::write("/proc/sys/vm/drop_caches", b"3\n").map_err(|e| e.to_string())
+    std::fs::write("/proc/sys/vm/drop_caches", b"3\n")
 }
 
 /// One anonymous mapping, unmapped on drop.

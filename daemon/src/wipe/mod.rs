@@ -33,18 +33,19 @@ pub enum Backend {
     Scratch,
 }
 
+/// A `--backend` the CLI does not know.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown backend `{0}` (use host, gpu, scratch or all)")]
+pub struct UnknownBackend(pub String);
+
 impl Backend {
-    pub fn parse(s: &str) -> Result<Vec<Backend>, String> {
+    pub fn parse(s: &str) -> Result<Vec<Backend>, UnknownBackend> {
         Ok(match s {
             "host" => vec![Backend::Host],
             "gpu" => vec![Backend::Gpu],
             "scratch" => vec![Backend::Scratch],
             "all" => vec![Backend::Host, Backend::Gpu, Backend::Scratch],
-            other => {
-                return Err(format!(
-                    "unknown backend `{other}` (use host, gpu, scratch or all)"
-                ));
-            }
+            other => return Err(UnknownBackend(other.to_string())),
         })
     }
 }

@@ -16,7 +16,7 @@ pub fn wipe_cmd(
     scratch: &[PathBuf],
     json: bool,
 ) -> anyhow::Result<i32> {
-    let backends = wipe::Backend::parse(backend).map_err(anyhow::Error::msg)?;
+    let backends = wipe::Backend::parse(backend)?;
     if backends.contains(&wipe::Backend::Scratch) && scratch.is_empty() && backend == "scratch" {
         bail!("--backend scratch needs at least one --scratch DIR: nothing would be wiped");
     }
