@@ -30,19 +30,25 @@ enum CollectError {
     #[error("limiter absent: no usable policer pinned under {}: {source}", root.display())]
     NotPinned {
         root: std::path::PathBuf,
-        source: LimiterError,
+        source: Box<LimiterError>,
     },
     #[error(transparent)]
-    Maps(#[from] LimiterError),
+    Maps(Box<LimiterError>),
     #[error(transparent)]
     Gaps(#[from] crate::enforce::gaps::GapLogError),
 }
 
+impl From<LimiterError> for CollectError {
+    fn from(e: LimiterError) -> Self {
+        CollectError::Maps(Box::new(e))
+    }
+}
+
 fn collect(cfg: &Config, since_ms: u64) -> Result<LimiterEvidence, CollectError> {
     let pins = PinPaths::new(&cfg.pin_root);
-    let mut limiter = Limiter::adopt(&pins).map_err(|source| CollectError::NotPinned {
+    let mut limiter = Limiter::adopt(&pins).map_err(|e| CollectError::NotPinned {
         root: pins.root().to_path_buf(),
-        source,
+        source: Box::new(e),
     })?;
     let kind = limiter.choose_kind(cfg.attach_mode, &cfg.interfaces[0]);
     let mut attach_points = Vec::new();
