@@ -99,7 +99,8 @@ fn ask(
     host: &str,
     timeout: Duration,
 ) -> Result<Nonce, AskError> {
-    let client = super::transport::client(verifier, timeout).map_err(AskError::Client)?;
+    let client =
+        super::transport::client(verifier, timeout).map_err(|e| AskError::Client(e.to_string()))?;
     let url = format!("{}/v1/challenges", verifier.url);
     let resp = client
         .post(&url)

@@ -14,11 +14,25 @@ use rustls::{
 
 use crate::config::epoch::{VerifierEndpoint, VerifierTrust};
 
+/// Why the client to the verifier could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("{}: {source}", path.display())]
+    CaCertificate {
+        path: std::path::PathBuf,
+        source: rustls::Error,
+    },
+    #[error("TLS: {0}")]
+    Tls(rustls::Error),
+    #[error("HTTP client: {0}")]
+    Client(reqwest::Error),
+}
+
 /// A blocking client for `ep` whose requests time out after `timeout`.
 pub fn client(
     ep: &VerifierEndpoint,
     timeout: Duration,
-) -> Result<reqwest::blocking::Client, String> {
+) -> Result<reqwest::blocking::Client, TransportError> {
     let b = reqwest::blocking::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout);
@@ -29,7 +43,10 @@ pub fn client(
             for c in certs {
                 roots
                     .add(CertificateDer::from(c.clone()))
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                    .map_err(|source| TransportError::CaCertificate {
+                        path: path.clone(),
+                        source,
+                    })?;
             }
             b.use_preconfigured_tls(tls_config(|builder| {
                 builder.with_root_certificates(roots).with_no_client_auth()
@@ -49,7 +66,7 @@ pub fn client(
             })?)
         }
     };
-    b.build().map_err(|e| format!("HTTP client: {e}"))
+    b.build().map_err(TransportError::Client)
 }
 
 /// An error with its causes (reqwest's own message hides them: a refused certificate reads
@@ -75,10 +92,10 @@ fn tls_config(
     finish: impl FnOnce(
         rustls::ConfigBuilder<rustls::ClientConfig, rustls::WantsVerifier>,
     ) -> rustls::ClientConfig,
-) -> Result<rustls::ClientConfig, String> {
+) -> Result<rustls::ClientConfig, TransportError> {
     let builder = rustls::ClientConfig::builder_with_provider(Arc::new(provider()))
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
+        .map_err(TransportError::Tls)?;
     let mut cfg = finish(builder);
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(cfg)
