@@ -7,8 +7,8 @@ use rackwarden_attest::evidence::LimiterReport;
 use serde::Serialize;
 
 use crate::{
+    appraisal::{AttestationResult, Status},
     config::{Policy, RackAgreement},
-    service::{AttestationResult, Status},
     store::{Clearance, DbError, Store, StoredStatement},
 };
 

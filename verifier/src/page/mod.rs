@@ -18,10 +18,10 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
+use rackwarden_attest::now_ms;
 use serde::Deserialize;
 
 use crate::{
-    api::now_ms,
     service::VerifierError,
     state::{AppState, with_verifier},
 };

@@ -2,7 +2,10 @@
 //! epochs on the timeline and the findings to explain. `view` fills it from the store,
 //! `scorecard` computes from it, `render` draws it.
 
-use crate::{appraisal::Finding, service::Status, standing::HostStanding};
+use crate::{
+    appraisal::{Finding, Status},
+    standing::HostStanding,
+};
 
 /// The caps a host's last statement reports enforcing.
 #[derive(Debug, Clone)]

@@ -8,9 +8,8 @@ use rackwarden_attest::{evidence::LimiterReport, statement::Statement};
 pub use super::model::{EpochPoint, HostCaps, HostView, ShownFinding};
 use super::{inventory, scorecard};
 use crate::{
-    appraisal::budget,
+    appraisal::{Status, budget},
     config::{Policy, RackAgreement},
-    service::Status,
     standing::{self, HostStanding, RackStanding},
     store::{DbError, Store, StoredStatement},
 };
