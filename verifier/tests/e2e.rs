@@ -491,10 +491,35 @@ fn get(s: &Server, path: &str) -> Value {
 
 #[test]
 fn end_to_end_findings_restart_and_recheck() {
-    // A signed manifest with one allowed image.
     let tmp = std::env::temp_dir().join(format!("rwv-man-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).unwrap();
+    let allowed = signed_manifest(&tmp);
+    let (dir, config, port) = setup(
+        "e2e",
+        "1 h",
+        Some((&tmp.join("m.json"), &tmp.join("verifier.pub"))),
+    );
+    let k1 = enroll(&config, &dir, "rack-a", "h1");
+    let k2 = enroll(&config, &dir, "rack-a", "h2");
+    let mut s = Server::start(&dir, &config, port);
+    let mut h1 = Host::new(k1, "rack-a", "h1");
+    let (env0, n) = affirming_then_duplicate(&s, &mut h1, &allowed);
+    nonce_findings(&s, &mut h1, &n);
+    policy_findings(&s, &mut h1);
+    gap_then_fork(&s, &h1);
+    rejections(&s, &mut h1, &k2);
+    rack_sum(&s, &mut h1, k2);
+    bad_http_input(&s, port);
+    let s = restart_and_recheck(&mut s, &dir, &config, port, env0);
+    let _ = std::fs::remove_dir_all(&s.dir);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// A manifest signed by a verifier key in `tmp` (`m.json`, `verifier.pub`) with one allowed
+/// image, whose digest it returns.
+fn signed_manifest(tmp: &Path) -> String {
+    // A signed manifest with one allowed image.
     let vkey = keys::generate();
     std::fs::write(
         tmp.join("verifier.pub"),
@@ -513,24 +538,19 @@ fn end_to_end_findings_restart_and_recheck() {
         }],
     };
     std::fs::write(tmp.join("m.json"), manifest.sign(&vkey).to_json()).unwrap();
+    allowed
+}
 
-    let (dir, config, port) = setup(
-        "e2e",
-        "1 h",
-        Some((&tmp.join("m.json"), &tmp.join("verifier.pub"))),
-    );
-    let k1 = enroll(&config, &dir, "rack-a", "h1");
-    let k2 = enroll(&config, &dir, "rack-a", "h2");
-    let mut s = Server::start(&dir, &config, port);
-    let mut h1 = Host::new(k1, "rack-a", "h1");
-
+/// The first statement is affirming; re-posting it is a duplicate. Returns its envelope and
+/// the nonce it answered.
+fn affirming_then_duplicate(s: &Server, h1: &mut Host, allowed: &str) -> (Vec<u8>, String) {
     // Affirming: challenged, limiter in order, wipe bound to the nonce, allowed image.
-    let n = challenge(&s, "rack-a", "h1");
+    let n = challenge(s, "rack-a", "h1");
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             nonce: Some(n.clone()),
-            images: vec![("w".into(), allowed.clone())],
+            images: vec![("w".into(), allowed.into())],
             ..Default::default()
         }),
     );
@@ -541,23 +561,26 @@ fn end_to_end_findings_restart_and_recheck() {
 
     // Re-posting is an idempotent duplicate.
     let env0 = {
-        let v: Value = get(&s, "/v1/hosts/rack-a/h1/statements");
+        let v: Value = get(s, "/v1/hosts/rack-a/h1/statements");
         v[0]["envelope"].as_str().unwrap().as_bytes().to_vec()
     };
-    assert_eq!(post_one(&s, env0.clone())["status"], "duplicate");
+    assert_eq!(post_one(s, env0.clone())["status"], "duplicate");
+    (env0, n)
+}
 
+fn nonce_findings(s: &Server, h1: &mut Host, n: &str) {
     // Nonce reuse, a nonce for another host, an unknown nonce.
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
-            nonce: Some(n.clone()),
+            nonce: Some(n.into()),
             ..Default::default()
         }),
     );
     assert!(codes(&r).contains(&"nonce_reused".to_string()), "{r}");
-    let other = challenge(&s, "rack-a", "h2");
+    let other = challenge(s, "rack-a", "h2");
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             nonce: Some(other),
             ..Default::default()
@@ -565,7 +588,7 @@ fn end_to_end_findings_restart_and_recheck() {
     );
     assert!(codes(&r).contains(&"nonce_other_host".to_string()), "{r}");
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             nonce: Some("cd".repeat(32)),
             ..Default::default()
@@ -573,14 +596,16 @@ fn end_to_end_findings_restart_and_recheck() {
     );
     assert!(codes(&r).contains(&"nonce_unknown".to_string()), "{r}");
     // Unchallenged is a warning.
-    let r = post_one(&s, h1.next(Epoch::default()));
+    let r = post_one(s, h1.next(Epoch::default()));
     assert_eq!(r["result"]["status"], "warning", "{r}");
     assert!(codes(&r).contains(&"unchallenged".to_string()));
+}
 
+fn policy_findings(s: &Server, h1: &mut Host) {
     // Policy: cap above agreement; counters above cap x elapsed + burst; too many bytes in one
     // epoch for the state bound; residue above max; image not in the manifest; no wipe.
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             cap: 20_000_000,
             ..Default::default()
@@ -591,7 +616,7 @@ fn end_to_end_findings_restart_and_recheck() {
         "{r}"
     );
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             egress_delta: 50_000_000,
             duration_ms: 1000,
@@ -600,7 +625,7 @@ fn end_to_end_findings_restart_and_recheck() {
     );
     assert!(codes(&r).contains(&"counters_above_cap".to_string()), "{r}");
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             ingress_delta: 200_000_000,
             duration_ms: 100_000,
@@ -612,7 +637,7 @@ fn end_to_end_findings_restart_and_recheck() {
         "{r}"
     );
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             wipe_residue: Some(3 << 30),
             ..Default::default()
@@ -620,7 +645,7 @@ fn end_to_end_findings_restart_and_recheck() {
     );
     assert!(codes(&r).contains(&"residue_above_max".to_string()), "{r}");
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             wipe_status: "failed",
             ..Default::default()
@@ -628,7 +653,7 @@ fn end_to_end_findings_restart_and_recheck() {
     );
     assert!(codes(&r).contains(&"wipe_failed".to_string()), "{r}");
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             images: vec![("x".into(), "ef".repeat(32))],
             ..Default::default()
@@ -639,7 +664,7 @@ fn end_to_end_findings_restart_and_recheck() {
         "{r}"
     );
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             wipe_residue: None,
             ..Default::default()
@@ -647,14 +672,17 @@ fn end_to_end_findings_restart_and_recheck() {
     );
     assert!(codes(&r).contains(&"no_wipe".to_string()), "{r}");
     let r = post_one(
-        &s,
+        s,
         h1.next(Epoch {
             bypass_reported: false,
             ..Default::default()
         }),
     );
     assert!(codes(&r).contains(&"bypass_unreported".to_string()), "{r}");
+}
 
+/// A gap that closes when the missing statement arrives, then a fork.
+fn gap_then_fork(s: &Server, h1: &Host) {
     // A gap: seq n+1 before n, then n arrives.
     let mut ahead = Host {
         key: h1.key.clone(),
@@ -666,15 +694,15 @@ fn end_to_end_findings_restart_and_recheck() {
     ahead.passed = h1.passed;
     let missing = ahead.next(Epoch::default());
     let after = ahead.next(Epoch::default());
-    let r = post_one(&s, after);
+    let r = post_one(s, after);
     assert!(codes(&r).contains(&"gap".to_string()), "{r}");
-    let rack = get(&s, "/v1/racks/rack-a");
+    let rack = get(s, "/v1/racks/rack-a");
     assert!(
         rack["hosts"][0]["findings"].to_string().contains("gap"),
         "{rack}"
     );
-    assert_eq!(post_one(&s, missing)["status"], "accepted");
-    let rack = get(&s, "/v1/racks/rack-a");
+    assert_eq!(post_one(s, missing)["status"], "accepted");
+    let rack = get(s, "/v1/racks/rack-a");
     assert!(
         !rack["hosts"][0]["findings"].to_string().contains("gap"),
         "gap must close: {rack}"
@@ -683,13 +711,15 @@ fn end_to_end_findings_restart_and_recheck() {
     let mut fork = Host::new(h1.key.clone(), "rack-a", "h1");
     fork.seq = 1;
     fork.prev = "11".repeat(32);
-    let r = post_one(&s, fork.next(Epoch::default()));
+    let r = post_one(s, fork.next(Epoch::default()));
     assert!(codes(&r).contains(&"fork".to_string()), "{r}");
     assert_eq!(r["result"]["status"], "contraindicated");
+}
 
+fn rejections(s: &Server, h1: &mut Host, k2: &SigningKey) {
     // Rejections: unknown key, bad signature, bad base64, a key enrolled for another host.
     let mut stranger = Host::new(keys::generate(), "rack-a", "h1");
-    let r = post_one(&s, stranger.next(Epoch::default()));
+    let r = post_one(s, stranger.next(Epoch::default()));
     assert_eq!(r["status"], "rejected");
     let mut env: Value = serde_json::from_slice(&h1.next(Epoch::default())).unwrap();
     let sig = env["signatures"][0]["sig"].as_str().unwrap().to_string();
@@ -698,44 +728,48 @@ fn end_to_end_findings_restart_and_recheck() {
         if sig.starts_with('A') { "B" } else { "A" },
         &sig[1..]
     ));
-    let r = post_one(&s, serde_json::to_vec(&env).unwrap());
+    let r = post_one(s, serde_json::to_vec(&env).unwrap());
     assert_eq!(r["status"], "rejected");
     assert!(r["reason"].as_str().unwrap().contains("signature"), "{r}");
     env["payload"] = json!("!!!not base64");
     assert_eq!(
-        post_one(&s, serde_json::to_vec(&env).unwrap())["status"],
+        post_one(s, serde_json::to_vec(&env).unwrap())["status"],
         "rejected"
     );
     let mut liar = Host::new(k2.clone(), "rack-a", "h1");
-    let r = post_one(&s, liar.next(Epoch::default()));
+    let r = post_one(s, liar.next(Epoch::default()));
     assert!(
         r["reason"].as_str().unwrap().contains("enrolled for"),
         "{r}"
     );
+}
 
+fn rack_sum(s: &Server, h1: &mut Host, k2: SigningKey) {
     // Rack sum: h1 and h2 each at 6 MB/s of a 10 MB/s rack.
     let mut h2 = Host::new(k2, "rack-a", "h2");
     post_one(
-        &s,
+        s,
         h2.next(Epoch {
             cap: 6_000_000,
             ..Default::default()
         }),
     );
     post_one(
-        &s,
+        s,
         h1.next(Epoch {
             cap: 6_000_000,
             ..Default::default()
         }),
     );
-    let rack = get(&s, "/v1/racks/rack-a");
+    let rack = get(s, "/v1/racks/rack-a");
     assert_eq!(rack["status"], "contraindicated");
     assert!(
         rack["findings"].to_string().contains("sum to 12000000"),
         "{rack}"
     );
+}
 
+fn bad_http_input(s: &Server, port: u16) {
     // Bad input at the HTTP layer.
     let c = client();
     let r = c
@@ -745,20 +779,20 @@ fn end_to_end_findings_restart_and_recheck() {
         .send()
         .unwrap();
     assert_eq!(r.status().as_u16(), 415);
-    let (code, v) = post(&s, "/v1/statements", b"{not json".to_vec());
+    let (code, v) = post(s, "/v1/statements", b"{not json".to_vec());
     assert_eq!(code, 400, "{v}");
     assert!(v["error"].as_str().unwrap().contains("not JSON"));
-    let (code, _) = post(&s, "/v1/statements", b"42".to_vec());
+    let (code, _) = post(s, "/v1/statements", b"42".to_vec());
     assert_eq!(code, 400);
-    let (code, _) = post(&s, "/v1/statements", vec![b' '; 100 * 1024]);
+    let (code, _) = post(s, "/v1/statements", vec![b' '; 100 * 1024]);
     assert_eq!(code, 413, "body over max_body");
     let (code, v) = post(
-        &s,
+        s,
         "/v1/challenges",
         serde_json::to_vec(&json!({"rack": "rack-a", "host": "nobody"})).unwrap(),
     );
     assert_eq!(code, 404, "{v}");
-    let (code, _) = post(&s, "/v1/challenges", b"{\"rack\": 1}".to_vec());
+    let (code, _) = post(s, "/v1/challenges", b"{\"rack\": 1}".to_vec());
     assert_eq!(code, 400);
     // A slow client: headers promise 100 bytes, 10 arrive, then silence.
     let mut t = tls_raw(port);
@@ -779,14 +813,23 @@ fn end_to_end_findings_restart_and_recheck() {
             && m.contains("rackwarden_rack_status{rack=\"rack-a\"} 2"),
         "{m}"
     );
+}
 
+/// Restarts the server; returns the new one.
+fn restart_and_recheck(
+    s: &mut Server,
+    dir: &Path,
+    config: &Path,
+    port: u16,
+    env0: Vec<u8>,
+) -> Server {
     // Restart: nothing lost; a re-post is still a duplicate; every verdict re-derives.
-    let before = get(&s, "/v1/hosts/rack-a/h1/statements?limit=1000")
+    let before = get(s, "/v1/hosts/rack-a/h1/statements?limit=1000")
         .as_array()
         .unwrap()
         .len();
     s.stop();
-    let s = Server::start(&dir, &config, port);
+    let s = Server::start(dir, config, port);
     assert_eq!(
         get(&s, "/v1/hosts/rack-a/h1/statements?limit=1000")
             .as_array()
@@ -806,8 +849,7 @@ fn end_to_end_findings_restart_and_recheck() {
         out.status.success() && text.contains("0 differences"),
         "{text}"
     );
-    let _ = std::fs::remove_dir_all(&s.dir);
-    let _ = std::fs::remove_dir_all(&tmp);
+    s
 }
 
 #[test]
