@@ -463,16 +463,31 @@ impl Agent {
                     let _ = reply.send(self.handle(req));
                 }
                 Ok(Wake::Tamper(ev)) => {
-                    log::warn!(
-                        "tamper watch: pid {} bpf() command {} returned {}: checking the hooks now",
-                        ev.tgid,
-                        ev.cmd,
-                        ev.ret
-                    );
                     // Several reports of one attack come in a burst: one check serves them.
-                    while let Ok(Wake::Tamper(_)) = rx.try_recv() {}
+                    let mut reports = 1;
+                    while let Ok(Wake::Tamper(_)) = rx.try_recv() {
+                        reports += 1;
+                    }
+                    let gaps_before = self.gaps.gaps.len();
                     self.check_hooks(false)?;
                     next_check = Instant::now() + self.cfg.check_interval;
+                    // Most bpf() calls on a host are other tools' own business (`bpftool`,
+                    // `rackwarden status`): only a call that changed one of our hooks (the
+                    // check recorded a gap, and logged it) is worth a warning.
+                    if self.gaps.gaps.len() > gaps_before {
+                        log::warn!(
+                            "tamper watch: pid {} bpf() command {} (returned {}, {reports} report(s)) changed our hooks; restored",
+                            ev.tgid,
+                            ev.cmd,
+                            ev.ret
+                        );
+                    } else {
+                        log::debug!(
+                            "tamper watch: pid {} bpf() command {} touched none of our hooks",
+                            ev.tgid,
+                            ev.cmd
+                        );
+                    }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
