@@ -119,6 +119,124 @@ pub struct KernelBtf {
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
+fn malformed(offset: usize, what: &str) -> BtfError {
+    BtfError::Malformed {
+        offset,
+        what: what.into(),
+    }
+}
+
+fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
+    b.get(off..off + 4)
+        .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+        .ok_or_else(|| malformed(off, "truncated"))
+}
+
+/// The type record at `off`, and the offset of the next one.
+fn parse_type(b: &[u8], off: usize) -> Result<(Ty, usize), BtfError> {
+    let name = u32_at(b, off)?;
+    let info = u32_at(b, off + 4)?;
+    let size_or_type = u32_at(b, off + 8)?;
+    let vlen = (info & 0xffff) as usize;
+    let kind = (info >> 24) & 0x1f;
+    let kind_flag = info >> 31 == 1;
+    let tail = off + 12;
+    let (ty, tail_len) = match kind {
+        KIND_INT => (
+            Ty::Scalar {
+                name,
+                size: size_or_type,
+            },
+            4,
+        ),
+        KIND_ENUM => (
+            Ty::Scalar {
+                name,
+                size: size_or_type,
+            },
+            vlen * 8,
+        ),
+        KIND_ENUM64 => (
+            Ty::Scalar {
+                name,
+                size: size_or_type,
+            },
+            vlen * 12,
+        ),
+        KIND_FLOAT => (
+            Ty::Scalar {
+                name,
+                size: size_or_type,
+            },
+            0,
+        ),
+        KIND_PTR => (Ty::Ptr { to: size_or_type }, 0),
+        KIND_ARRAY => (
+            Ty::Array {
+                elem: u32_at(b, tail)?,
+                len: u32_at(b, tail + 8)?,
+            },
+            12,
+        ),
+        KIND_STRUCT | KIND_UNION => {
+            let mut members = Vec::with_capacity(vlen);
+            for i in 0..vlen {
+                let m = tail + i * 12;
+                let raw = u32_at(b, m + 8)?;
+                members.push(Member {
+                    name: u32_at(b, m)?,
+                    ty: u32_at(b, m + 4)?,
+                    bit_offset: if kind_flag { raw & 0xff_ffff } else { raw },
+                    bitfield: kind_flag && raw >> 24 != 0,
+                });
+            }
+            (
+                Ty::Record {
+                    name,
+                    size: size_or_type,
+                    union: kind == KIND_UNION,
+                    members,
+                },
+                vlen * 12,
+            )
+        }
+        KIND_FWD => (
+            Ty::Fwd {
+                name,
+                union: kind_flag,
+            },
+            0,
+        ),
+        KIND_TYPEDEF => (
+            Ty::Typedef {
+                name,
+                to: size_or_type,
+            },
+            0,
+        ),
+        KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+            (Ty::Modifier { to: size_or_type }, 0)
+        }
+        KIND_FUNC => (
+            Ty::Func {
+                name,
+                proto: size_or_type,
+            },
+            0,
+        ),
+        KIND_FUNC_PROTO => {
+            let params = (0..vlen)
+                .map(|i| u32_at(b, tail + i * 8 + 4))
+                .collect::<Result<_, _>>()?;
+            (Ty::Proto { params }, vlen * 8)
+        }
+        KIND_VAR | KIND_DECL_TAG => (Ty::Other, 4),
+        KIND_DATASEC => (Ty::Other, vlen * 12),
+        k => return Err(malformed(off, &format!("unknown BTF kind {k}"))),
+    };
+    Ok((ty, tail + tail_len))
+}
+
 impl KernelBtf {
     pub fn load(path: &Path) -> Result<KernelBtf, BtfError> {
         let bytes = std::fs::read(path).map_err(|source| BtfError::Read {
@@ -129,135 +247,27 @@ impl KernelBtf {
     }
 
     pub fn parse(b: &[u8]) -> Result<KernelBtf, BtfError> {
-        let bad = |offset: usize, what: &str| BtfError::Malformed {
-            offset,
-            what: what.into(),
-        };
-        let u32_at = |off: usize| -> Result<u32, BtfError> {
-            b.get(off..off + 4)
-                .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-                .ok_or_else(|| bad(off, "truncated"))
-        };
         if b.len() < 24 || b[0..2] != [0x9f, 0xeb] {
-            return Err(bad(0, "not little-endian BTF (magic 0xeb9f)"));
+            return Err(malformed(0, "not little-endian BTF (magic 0xeb9f)"));
         }
-        let hdr_len = u32_at(4)? as usize;
-        let (type_off, type_len) = (u32_at(8)? as usize, u32_at(12)? as usize);
-        let (str_off, str_len) = (u32_at(16)? as usize, u32_at(20)? as usize);
+        let hdr_len = u32_at(b, 4)? as usize;
+        let (type_off, type_len) = (u32_at(b, 8)? as usize, u32_at(b, 12)? as usize);
+        let (str_off, str_len) = (u32_at(b, 16)? as usize, u32_at(b, 20)? as usize);
         let strings = b
             .get(hdr_len + str_off..hdr_len + str_off + str_len)
-            .ok_or_else(|| bad(hdr_len + str_off, "string section past the end"))?
+            .ok_or_else(|| malformed(hdr_len + str_off, "string section past the end"))?
             .to_vec();
         let start = hdr_len + type_off;
         let end = start + type_len;
         if end > b.len() {
-            return Err(bad(start, "type section past the end"));
+            return Err(malformed(start, "type section past the end"));
         }
         let mut types = vec![Ty::Other];
         let mut off = start;
         while off < end {
-            let name = u32_at(off)?;
-            let info = u32_at(off + 4)?;
-            let size_or_type = u32_at(off + 8)?;
-            let vlen = (info & 0xffff) as usize;
-            let kind = (info >> 24) & 0x1f;
-            let kind_flag = info >> 31 == 1;
-            let tail = off + 12;
-            let (ty, tail_len) = match kind {
-                KIND_INT => (
-                    Ty::Scalar {
-                        name,
-                        size: size_or_type,
-                    },
-                    4,
-                ),
-                KIND_ENUM => (
-                    Ty::Scalar {
-                        name,
-                        size: size_or_type,
-                    },
-                    vlen * 8,
-                ),
-                KIND_ENUM64 => (
-                    Ty::Scalar {
-                        name,
-                        size: size_or_type,
-                    },
-                    vlen * 12,
-                ),
-                KIND_FLOAT => (
-                    Ty::Scalar {
-                        name,
-                        size: size_or_type,
-                    },
-                    0,
-                ),
-                KIND_PTR => (Ty::Ptr { to: size_or_type }, 0),
-                KIND_ARRAY => (
-                    Ty::Array {
-                        elem: u32_at(tail)?,
-                        len: u32_at(tail + 8)?,
-                    },
-                    12,
-                ),
-                KIND_STRUCT | KIND_UNION => {
-                    let mut members = Vec::with_capacity(vlen);
-                    for i in 0..vlen {
-                        let m = tail + i * 12;
-                        let raw = u32_at(m + 8)?;
-                        members.push(Member {
-                            name: u32_at(m)?,
-                            ty: u32_at(m + 4)?,
-                            bit_offset: if kind_flag { raw & 0xff_ffff } else { raw },
-                            bitfield: kind_flag && raw >> 24 != 0,
-                        });
-                    }
-                    (
-                        Ty::Record {
-                            name,
-                            size: size_or_type,
-                            union: kind == KIND_UNION,
-                            members,
-                        },
-                        vlen * 12,
-                    )
-                }
-                KIND_FWD => (
-                    Ty::Fwd {
-                        name,
-                        union: kind_flag,
-                    },
-                    0,
-                ),
-                KIND_TYPEDEF => (
-                    Ty::Typedef {
-                        name,
-                        to: size_or_type,
-                    },
-                    0,
-                ),
-                KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
-                    (Ty::Modifier { to: size_or_type }, 0)
-                }
-                KIND_FUNC => (
-                    Ty::Func {
-                        name,
-                        proto: size_or_type,
-                    },
-                    0,
-                ),
-                KIND_FUNC_PROTO => {
-                    let params = (0..vlen)
-                        .map(|i| u32_at(tail + i * 8 + 4))
-                        .collect::<Result<_, _>>()?;
-                    (Ty::Proto { params }, vlen * 8)
-                }
-                KIND_VAR | KIND_DECL_TAG => (Ty::Other, 4),
-                KIND_DATASEC => (Ty::Other, vlen * 12),
-                k => return Err(bad(off, &format!("unknown BTF kind {k}"))),
-            };
+            let (ty, next) = parse_type(b, off)?;
             types.push(ty);
-            off = tail + tail_len;
+            off = next;
         }
         Ok(KernelBtf { types, strings })
     }

@@ -387,28 +387,21 @@ pub fn probe() -> Result<(), GuardError> {
     load_guard().map(|_| ())
 }
 
-/// Loads, attaches, configures and freezes a new guard generation for `protected`, then
-/// removes the previous one. On error the previous generation (if any) stays in force.
-pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError> {
-    too_many("interfaces", &protected.ifaces, GUARD_MAX_IFACES)?;
-    let Loaded {
-        off,
-        bpf_hook_args,
-        mut ebpf,
-    } = load_guard()?;
-
-    let next = pins.guard_generation(true);
-    let _ = std::fs::remove_dir_all(&next);
-    std::fs::create_dir_all(&next).map_err(io_err(&next))?;
+/// Attaches every guard program and pins its link under `next`; returns the programs' ids
+/// and adds the links' ids to `links`.
+fn attach_and_pin_programs(
+    ebpf: &mut aya::Ebpf,
+    next: &Path,
+    links: &mut Vec<u32>,
+) -> Result<Vec<u32>, GuardError> {
     let mut prog_ids = Vec::new();
-    let mut links = protected.links.clone();
     for (name, hook, _) in HOOK_SIGNATURES {
         let perr = |detail: String| GuardError::Program {
             prog: name,
             hook,
             detail,
         };
-        let prog = lsm_program(&mut ebpf, name, hook)?;
+        let prog = lsm_program(ebpf, name, hook)?;
         prog_ids.push(prog.info().map_err(|e| perr(e.to_string()))?.id());
         let link_id = prog.attach().map_err(|e| perr(e.to_string()))?;
         let link: FdLink = prog
@@ -420,6 +413,11 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
             .map_err(|e| perr(format!("pin {}: {e}", path.display())))?;
         links.push(pinned_id(&path)?);
     }
+    Ok(prog_ids)
+}
+
+/// Pins the guard's own maps under `next`; returns their ids.
+fn pin_guard_maps(ebpf: &aya::Ebpf, next: &Path) -> Result<Vec<u32>, GuardError> {
     let mut maps_of_guard = Vec::new();
     for name in [guard_map_names::CONFIG, guard_map_names::REFUSALS] {
         let map = ebpf.map(name).ok_or(GuardError::Map {
@@ -433,32 +431,16 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
         })?;
         maps_of_guard.push(pinned_id(&path)?);
     }
+    Ok(maps_of_guard)
+}
 
-    // Everything the config names: the limiter's objects and the guard's own.
-    let mut maps = protected.maps.clone();
-    maps.extend(maps_of_guard);
-    let mut progs = protected.progs.clone();
-    progs.extend(prog_ids);
-    let mut dirs = protected.dirs.clone();
-    dirs.push(std::fs::metadata(&next).map_err(io_err(&next))?.ino());
-    too_many("maps", &maps, GUARD_MAX_IDS)?;
-    too_many("programs", &progs, GUARD_MAX_IDS)?;
-    too_many("links", &links, GUARD_MAX_IDS)?;
-    too_many("pin directories", &dirs, GUARD_MAX_DIRS)?;
-    let mut cfg = GuardConfig {
-        magic: GUARD_MAGIC,
-        off,
-        daemon_exe: protected.daemon_exe,
-        pin_dev: protected.pin_dev,
-        n_dirs: dirs.len() as u32,
-        n_ifaces: protected.ifaces.len() as u32,
-        ..GuardConfig::default()
-    };
-    cfg.dirs[..dirs.len()].copy_from_slice(&dirs);
-    cfg.ifaces[..protected.ifaces.len()].copy_from_slice(&protected.ifaces);
-    cfg.n_maps = copy_ids(&mut cfg.maps, &maps);
-    cfg.n_progs = copy_ids(&mut cfg.progs, &progs);
-    cfg.n_links = copy_ids(&mut cfg.links, &links);
+/// Writes the generation's config, carries the refusal count over from the previous
+/// generation, and freezes both maps.
+fn configure_and_freeze(
+    ebpf: &mut aya::Ebpf,
+    cfg: GuardConfig,
+    pins: &PinPaths,
+) -> Result<(), GuardError> {
     let map_err = |name: &'static str| move |e: String| GuardError::Map { name, detail: e };
     {
         let map = ebpf
@@ -494,6 +476,52 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
         };
         raw::map_freeze(data.fd().as_fd()).map_err(|e| map_err(name)(format!("freeze: {e}")))?;
     }
+    Ok(())
+}
+
+/// Loads, attaches, configures and freezes a new guard generation for `protected`, then
+/// removes the previous one. On error the previous generation (if any) stays in force.
+pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError> {
+    too_many("interfaces", &protected.ifaces, GUARD_MAX_IFACES)?;
+    let Loaded {
+        off,
+        bpf_hook_args,
+        mut ebpf,
+    } = load_guard()?;
+
+    let next = pins.guard_generation(true);
+    let _ = std::fs::remove_dir_all(&next);
+    std::fs::create_dir_all(&next).map_err(io_err(&next))?;
+    let mut links = protected.links.clone();
+    let prog_ids = attach_and_pin_programs(&mut ebpf, &next, &mut links)?;
+    let maps_of_guard = pin_guard_maps(&ebpf, &next)?;
+
+    // Everything the config names: the limiter's objects and the guard's own.
+    let mut maps = protected.maps.clone();
+    maps.extend(maps_of_guard);
+    let mut progs = protected.progs.clone();
+    progs.extend(prog_ids);
+    let mut dirs = protected.dirs.clone();
+    dirs.push(std::fs::metadata(&next).map_err(io_err(&next))?.ino());
+    too_many("maps", &maps, GUARD_MAX_IDS)?;
+    too_many("programs", &progs, GUARD_MAX_IDS)?;
+    too_many("links", &links, GUARD_MAX_IDS)?;
+    too_many("pin directories", &dirs, GUARD_MAX_DIRS)?;
+    let mut cfg = GuardConfig {
+        magic: GUARD_MAGIC,
+        off,
+        daemon_exe: protected.daemon_exe,
+        pin_dev: protected.pin_dev,
+        n_dirs: dirs.len() as u32,
+        n_ifaces: protected.ifaces.len() as u32,
+        ..GuardConfig::default()
+    };
+    cfg.dirs[..dirs.len()].copy_from_slice(&dirs);
+    cfg.ifaces[..protected.ifaces.len()].copy_from_slice(&protected.ifaces);
+    cfg.n_maps = copy_ids(&mut cfg.maps, &maps);
+    cfg.n_progs = copy_ids(&mut cfg.progs, &progs);
+    cfg.n_links = copy_ids(&mut cfg.links, &links);
+    configure_and_freeze(&mut ebpf, cfg, pins)?;
     // The new generation is in force: the old one goes (unpinning its links detaches it).
     let current = pins.guard_generation(false);
     match std::fs::remove_dir_all(&current) {

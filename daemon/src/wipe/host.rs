@@ -183,17 +183,9 @@ where
     (a.into_inner(), b.into_inner(), complete)
 }
 
-pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> WipeDeviceReport {
-    let Some(total) = meminfo("MemTotal") else {
-        return not_wiped(
-            "host",
-            DEVICE,
-            "failed",
-            0,
-            "cannot read MemTotal from /proc/meminfo".into(),
-        );
-    };
-    let mut notes = Vec::new();
+/// How many bytes of host RAM to wipe: what is available less the reserve, within the
+/// cgroup's headroom and `max_bytes`, whole blocks. Each limit that applied is noted.
+fn coverage_target(req: &WipeRequest, notes: &mut Vec<String>) -> u64 {
     match drop_page_cache() {
         Ok(()) => notes.push("page cache dropped".to_string()),
         Err(e) => notes.push(format!("page cache NOT dropped ({e})")),
@@ -218,7 +210,12 @@ pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> WipeDeviceReport {
         target = m;
     }
     target -= target % BLOCK as u64;
+    target
+}
 
+/// Maps `target` bytes in segments, as far as the kernel allows; returns them and the bytes
+/// taken.
+fn map_segments(target: u64, notes: &mut Vec<String>) -> (Vec<Segment>, u64) {
     let mut segs = Vec::new();
     let mut taken = 0u64;
     while taken < target {
@@ -234,6 +231,22 @@ pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> WipeDeviceReport {
             }
         }
     }
+    (segs, taken)
+}
+
+pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> WipeDeviceReport {
+    let Some(total) = meminfo("MemTotal") else {
+        return not_wiped(
+            "host",
+            DEVICE,
+            "failed",
+            0,
+            "cannot read MemTotal from /proc/meminfo".into(),
+        );
+    };
+    let mut notes = Vec::new();
+    let target = coverage_target(req, &mut notes);
+    let (segs, taken) = map_segments(target, &mut notes);
     let list = blocks(&segs);
     let stream = KeyedStream::new(&req.nonce, DEVICE);
     let progress = req.progress.clone();
