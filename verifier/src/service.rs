@@ -38,10 +38,30 @@ pub enum VerifierError {
         outstanding: u64,
         retry_after_s: u64,
     },
+    /// An enrolled public key that does not parse (`keys::parse_verifying_key`'s reason).
     #[error("{0}")]
     Key(String),
     #[error("{0}")]
-    Enroll(String),
+    Nonce(#[from] rackwarden_attest::nonce::NonceError),
+    #[error(
+        "key {keyid} is already enrolled for {enrolled_rack}/{enrolled_host}: one key belongs to one host (make a key for {rack}/{host})"
+    )]
+    KeyOfAnotherHost {
+        keyid: String,
+        enrolled_rack: String,
+        enrolled_host: String,
+        rack: String,
+        host: String,
+    },
+    #[error(
+        "key {keyid} of {rack}/{host} was retired at {retired_ms} ms; a retired key is not enrolled again (make a new key)"
+    )]
+    RetiredKey {
+        keyid: String,
+        rack: String,
+        host: String,
+        retired_ms: u64,
+    },
 }
 
 /// What `enroll` did.
@@ -133,18 +153,24 @@ impl Verifier {
             .find(|k| k.keyid == keyid);
         let already = match existing {
             Some(k) if k.rack != rack || k.host != host => {
-                return Err(VerifierError::Enroll(format!(
-                    "key {keyid} is already enrolled for {}/{}: one key belongs to one host (make a key for {rack}/{host})",
-                    k.rack, k.host
-                )));
+                return Err(VerifierError::KeyOfAnotherHost {
+                    keyid,
+                    enrolled_rack: k.rack,
+                    enrolled_host: k.host,
+                    rack: rack.into(),
+                    host: host.into(),
+                });
             }
             Some(HostKey {
-                retired_ms: Some(r),
+                retired_ms: Some(retired_ms),
                 ..
             }) => {
-                return Err(VerifierError::Enroll(format!(
-                    "key {keyid} of {rack}/{host} was retired at {r} ms; a retired key is not enrolled again (make a new key)"
-                )));
+                return Err(VerifierError::RetiredKey {
+                    keyid,
+                    rack: rack.into(),
+                    host: host.into(),
+                    retired_ms,
+                });
             }
             Some(_) => true,
             None => {
@@ -218,9 +244,7 @@ impl Verifier {
                 retry_after_s: self.policy.nonce_ttl.as_secs().max(1),
             });
         }
-        let nonce = rackwarden_attest::nonce::Nonce::random()
-            .map_err(|e| VerifierError::Key(e.to_string()))?
-            .to_hex();
+        let nonce = rackwarden_attest::nonce::Nonce::random()?.to_hex();
         let expires = now_ms + self.policy.nonce_ttl.as_millis() as u64;
         self.store
             .insert_nonce(&nonce, rack, host, now_ms, expires)?;
