@@ -202,11 +202,35 @@ pub struct DirectionCounters {
     pub counters: LimiterCounters,
 }
 
+/// Whether a protection is in place (never assumed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProtectionState {
+    Present,
+    Absent,
+}
+
+impl ProtectionState {
+    /// As it is written in statements (`present`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ProtectionState::Present => "present",
+            ProtectionState::Absent => "absent",
+        }
+    }
+}
+
+impl std::fmt::Display for ProtectionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// A protection the daemon tried to put in place: `present` or `absent` (never assumed).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Protection {
-    pub state: String,
+    pub state: ProtectionState,
     pub detail: String,
     pub cgroup: Option<String>,
     pub program_id: Option<u32>,
@@ -239,11 +263,36 @@ pub struct BypassReport {
     pub af_xdp_sockets: Option<u64>,
 }
 
+/// How the policer is attached on a host's kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachKind {
+    /// tcx bpf_link (kernel >= 6.6), pinned under `links/`.
+    Tcx,
+    /// Netlink cls_bpf filter on a clsact qdisc (older kernels); persists without a pin.
+    Clsact,
+}
+
+impl AttachKind {
+    /// As it is written in statements (`tcx`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AttachKind::Tcx => "tcx",
+            AttachKind::Clsact => "clsact",
+        }
+    }
+}
+
+impl std::fmt::Display for AttachKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimiterEvidence {
-    /// `tcx` or `clsact`, or `unknown` when the hooks could not be inspected.
-    pub attach_kind: String,
+    pub attach_kind: AttachKind,
     pub pin_root: String,
     pub programs: Vec<ProgramIdentity>,
     pub attach_points: Vec<AttachPoint>,
@@ -268,6 +317,60 @@ pub enum LimiterReport {
     Absent { finding: String },
 }
 
+/// How a device's wipe ended; only `complete` with no mismatches is a wipe of the bytes
+/// verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WipeStatus {
+    Complete,
+    Interrupted,
+    /// No such device here (no GPU, no driver).
+    Absent,
+    Unsupported,
+    Failed,
+}
+
+impl WipeStatus {
+    /// As it is written in statements (`complete`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WipeStatus::Complete => "complete",
+            WipeStatus::Interrupted => "interrupted",
+            WipeStatus::Absent => "absent",
+            WipeStatus::Unsupported => "unsupported",
+            WipeStatus::Failed => "failed",
+        }
+    }
+}
+
+/// A wipe status name that is none of [`WipeStatus`]'s.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown wipe status `{0}`")]
+pub struct UnknownWipeStatus(pub String);
+
+impl std::str::FromStr for WipeStatus {
+    type Err = UnknownWipeStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            WipeStatus::Complete,
+            WipeStatus::Interrupted,
+            WipeStatus::Absent,
+            WipeStatus::Unsupported,
+            WipeStatus::Failed,
+        ]
+        .into_iter()
+        .find(|w| w.name() == s)
+        .ok_or_else(|| UnknownWipeStatus(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for WipeStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// Per-device result of a wipe (filled in by the wipe engine). Residue is
 /// `bytes_total - bytes_verified`, never rounded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,9 +378,8 @@ pub enum LimiterReport {
 pub struct WipeDeviceReport {
     pub backend: String,
     pub device: String,
-    /// `complete`, `interrupted`, `absent`, `unsupported` or `failed`; only `complete` with
-    /// `mismatches == 0` is a wipe of `bytes_verified` bytes.
-    pub status: String,
+    /// Only `complete` with `mismatches == 0` is a wipe of `bytes_verified` bytes.
+    pub status: WipeStatus,
     pub bytes_total: u64,
     pub bytes_filled: u64,
     pub bytes_verified: u64,

@@ -21,7 +21,7 @@ pub fn example_statement() -> Statement {
         contention_drops: 0,
     };
     let limiter = LimiterEvidence {
-        attach_kind: "tcx".into(),
+        attach_kind: AttachKind::Tcx,
         pin_root: "/sys/fs/bpf/rackwarden".into(),
         programs: vec![ProgramIdentity {
             name: "rw_egress".into(),
@@ -56,7 +56,7 @@ pub fn example_statement() -> Statement {
         }],
         bypass: Some(BypassReport {
             refusal: Protection {
-                state: "present".into(),
+                state: ProtectionState::Present,
                 detail: String::new(),
                 cgroup: Some("/".into()),
                 program_id: Some(3),
@@ -104,7 +104,7 @@ pub fn example_statement() -> Statement {
             devices: vec![WipeDeviceReport {
                 backend: "host".into(),
                 device: "ram".into(),
-                status: "complete".into(),
+                status: WipeStatus::Complete,
                 bytes_total: 0,
                 bytes_filled: 0,
                 bytes_verified: 0,

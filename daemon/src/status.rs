@@ -255,7 +255,7 @@ impl StatusReport {
         let _ = writeln!(
             s,
             "\nbypass refusal (cgroup/setsockopt): {}  {}",
-            b.refusal.state.to_uppercase(),
+            b.refusal.state.name().to_uppercase(),
             b.refusal.detail
         );
         if let Some(r) = &b.refusals {

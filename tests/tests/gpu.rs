@@ -57,7 +57,7 @@ fn whole_card_wipe_on_a_real_gpu() {
             d.bytes_verified as f64 / d.verify_ms.max(1) as f64 / 1e6,
             d.detail.as_deref().unwrap_or("")
         );
-        assert_eq!((d.status.as_str(), d.mismatches), ("complete", 0), "{d:?}");
+        assert_eq!((d.status.name(), d.mismatches), ("complete", 0), "{d:?}");
         assert_eq!(d.bytes_verified, d.bytes_filled);
         assert_eq!(d.bytes_total, d.bytes_verified + d.residue_bytes);
         assert!(
@@ -86,6 +86,6 @@ fn a_corrupted_gpu_byte_is_counted_on_a_real_gpu() {
     let mut req = request(Some(2 * GIB));
     req.corrupt_byte_for_test = Some(GIB + 12_345);
     let d = &wipe::run(&req, &AtomicBool::new(false)).devices[0];
-    assert_eq!((d.status.as_str(), d.mismatches), ("complete", 1), "{d:?}");
+    assert_eq!((d.status.name(), d.mismatches), ("complete", 1), "{d:?}");
     assert_eq!(d.bytes_verified, 2 * GIB - 16);
 }

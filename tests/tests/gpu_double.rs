@@ -78,7 +78,7 @@ fn gpu_wipe_through_the_cuda_test_double() {
     let r = wipe::run(&request(None), &never);
     let d = &r.devices[0];
     println!("{d:?}");
-    assert_eq!(d.status, "complete");
+    assert_eq!(d.status.name(), "complete");
     assert_eq!(d.device, "GPU-d0d0d0d0-d0d0-d0d0-d0d0-d0d0d0d0d0d0");
     assert_eq!(d.bytes_total, TOTAL);
     assert_eq!(d.bytes_filled, TAKEABLE, "all the driver would give");
@@ -99,7 +99,7 @@ fn gpu_wipe_through_the_cuda_test_double() {
     let mut req = request(None);
     req.corrupt_byte_for_test = Some(80 * MIB + 5);
     let d = &wipe::run(&req, &never).devices[0];
-    assert_eq!((d.status.as_str(), d.mismatches), ("complete", 1), "{d:?}");
+    assert_eq!((d.status.name(), d.mismatches), ("complete", 1), "{d:?}");
     assert_eq!(d.bytes_verified, TAKEABLE - 16);
     assert_eq!(d.residue_bytes, TOTAL - TAKEABLE + 16);
 
@@ -110,7 +110,7 @@ fn gpu_wipe_through_the_cuda_test_double() {
     assert_ne!(r.devices[0].device, r.devices[1].device);
     for d in &r.devices {
         assert_eq!(
-            (d.status.as_str(), d.bytes_verified),
+            (d.status.name(), d.bytes_verified),
             ("complete", 10 * MIB),
             "{d:?}"
         );
@@ -121,7 +121,7 @@ fn gpu_wipe_through_the_cuda_test_double() {
     //    that fails to start: failed.
     set("RW_CUDA_DOUBLE_DEVICES", "0");
     let d = &wipe::run(&request(None), &never).devices[0];
-    assert_eq!(d.status, "absent");
+    assert_eq!(d.status.name(), "absent");
     assert!(
         d.detail
             .as_deref()
@@ -133,13 +133,13 @@ fn gpu_wipe_through_the_cuda_test_double() {
     set("RW_CUDA_DOUBLE_INIT_ERROR", "999");
     let d = &wipe::run(&request(None), &never).devices[0];
     assert_eq!(
-        d.status, "failed",
+        d.status.name(), "failed",
         "a broken driver is not an absent GPU: {d:?}"
     );
     set("RW_CUDA_DOUBLE_INIT_ERROR", "0");
     set("RACKWARDEN_LIBCUDA", "/nonexistent/libcuda.so.1");
     let d = &wipe::run(&request(None), &never).devices[0];
-    assert_eq!((d.status.as_str(), d.bytes_verified), ("absent", 0));
+    assert_eq!((d.status.name(), d.bytes_verified), ("absent", 0));
     set("RACKWARDEN_LIBCUDA", &path);
     set("RW_CUDA_DOUBLE_DEVICES", "1");
 
@@ -155,7 +155,7 @@ fn gpu_wipe_through_the_cuda_test_double() {
     });
     let d = &r.devices[0];
     assert!(r.interrupted);
-    assert_eq!(d.status, "interrupted", "{d:?}");
+    assert_eq!(d.status.name(), "interrupted", "{d:?}");
     assert!(d.bytes_filled > 0 && d.bytes_filled < TAKEABLE, "{d:?}");
     assert_eq!((d.bytes_verified, d.residue_bytes), (0, TOTAL));
     assert_eq!(outstanding(lib), (0, 0, 0));

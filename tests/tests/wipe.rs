@@ -23,7 +23,7 @@ fn host_wipe_verifies_and_coverage_adds_up() {
         &AtomicBool::new(false),
     );
     let d = &r.devices[0];
-    assert_eq!(d.status, "complete", "{d:?}");
+    assert_eq!(d.status.name(), "complete", "{d:?}");
     assert_eq!(d.bytes_filled, 256 * MIB);
     assert_eq!(d.bytes_verified, 256 * MIB);
     assert_eq!(d.mismatches, 0);
@@ -63,7 +63,7 @@ fn an_interrupted_wipe_says_so_and_claims_nothing_unverified() {
     });
     let d = &r.devices[0];
     assert!(r.interrupted);
-    assert_eq!(d.status, "interrupted", "{d:?}");
+    assert_eq!(d.status.name(), "interrupted", "{d:?}");
     assert!(
         d.bytes_filled < 4096 * MIB,
         "the stop was not prompt: {d:?}"
@@ -78,10 +78,10 @@ fn gpu_backend_reports_absent_without_a_driver() {
     let d = &r.devices[0];
     if std::path::Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1").exists() {
         println!("SKIP: a CUDA driver is installed here; this test checks the no-driver path");
-        assert_ne!(d.status, "complete");
+        assert_ne!(d.status.name(), "complete");
         return;
     }
-    assert_eq!(d.status, "absent");
+    assert_eq!(d.status.name(), "absent");
     assert_eq!(d.bytes_verified, 0);
     assert!(
         d.detail.as_deref().unwrap_or("").contains("libcuda.so.1"),
@@ -98,7 +98,7 @@ fn scratch_is_emptied_and_freed_bytes_reported() {
     let mut req = request(MIB, vec![Backend::Scratch]);
     req.scratch_paths = vec![dir.clone()];
     let d = wipe::run(&req, &AtomicBool::new(false)).devices.remove(0);
-    assert_eq!(d.status, "complete");
+    assert_eq!(d.status.name(), "complete");
     assert_eq!(d.bytes_total, 15_000);
     assert_eq!(d.bytes_verified, 15_000);
     assert_eq!(d.residue_bytes, 0);

@@ -303,7 +303,7 @@ impl Host {
             ..Default::default()
         };
         let limiter = LimiterReport::Present(Box::new(LimiterEvidence {
-            attach_kind: "tcx".into(),
+            attach_kind: AttachKind::Tcx,
             pin_root: "/sys/fs/bpf/rackwarden".into(),
             programs: vec![ProgramIdentity {
                 name: "rw_egress".into(),
@@ -345,7 +345,7 @@ impl Host {
             gaps: vec![],
             bypass: e.bypass_reported.then(|| BypassReport {
                 refusal: Protection {
-                    state: "present".into(),
+                    state: ProtectionState::Present,
                     detail: "test".into(),
                     cgroup: None,
                     program_id: None,
@@ -366,7 +366,7 @@ impl Host {
             devices: vec![WipeDeviceReport {
                 backend: "host".into(),
                 device: "host-ram".into(),
-                status: e.wipe_status.into(),
+                status: e.wipe_status.parse().unwrap(),
                 bytes_total: 24 << 30,
                 bytes_filled: (24 << 30) - r,
                 bytes_verified: (24 << 30) - r,
@@ -1002,7 +1002,7 @@ fn host_device(
     WipeDeviceReport {
         backend: "host".into(),
         device: "host-ram".into(),
-        status: status.into(),
+        status: status.parse().unwrap(),
         bytes_total: total,
         bytes_filled: filled,
         bytes_verified: verified,

@@ -8,7 +8,7 @@ use rackwarden_attest::evidence::{
 use crate::{
     config::Config,
     enforce::gaps::GapLog,
-    limiter::{AttachKind, Direction, Limiter, LimiterError},
+    limiter::{Direction, Limiter, LimiterError},
     pins::PinPaths,
     status::counters_json,
 };
@@ -95,10 +95,7 @@ fn collect(cfg: &Config, since_ms: u64) -> Result<LimiterEvidence, CollectError>
             .collect()
     })?;
     Ok(LimiterEvidence {
-        attach_kind: match kind {
-            AttachKind::Tcx => "tcx".into(),
-            AttachKind::Clsact => "clsact".into(),
-        },
+        attach_kind: kind,
         pin_root: pins.root().display().to_string(),
         programs: limiter.identities(),
         attach_points,

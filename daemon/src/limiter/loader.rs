@@ -42,15 +42,8 @@ pub const CLSACT_PRIORITY: u16 = 1;
 pub const CLSACT_HANDLE_MINOR: u16 = 0x5257;
 const CLSACT_HANDLE: TcHandle = TcHandle::new(0, CLSACT_HANDLE_MINOR);
 
-/// How a program is attached on this kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AttachKind {
-    /// tcx bpf_link (kernel >= 6.6), pinned under `links/`.
-    Tcx,
-    /// Netlink cls_bpf filter on a clsact qdisc (older kernels); persists without a pin.
-    Clsact,
-}
+/// How a program is attached on this kernel (the statements' type).
+pub use rackwarden_attest::evidence::AttachKind;
 
 pub use rackwarden_attest::evidence::ProgramIdentity;
 

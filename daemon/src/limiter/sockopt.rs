@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use aya::{EbpfLoader, programs::CgroupSockopt};
+use rackwarden_attest::evidence::ProtectionState;
 use rackwarden_common::{RefusalCounters, map_names, prog_names};
 
 use super::raw;
@@ -31,7 +32,7 @@ pub use rackwarden_attest::evidence::Protection as RefusalState;
 
 fn absent(detail: String) -> RefusalState {
     RefusalState {
-        state: "absent".into(),
+        state: ProtectionState::Absent,
         detail,
         cgroup: None,
         program_id: None,
@@ -65,7 +66,7 @@ pub fn inspect(pins: &PinPaths, cgroup: Option<&Path>) -> RefusalState {
         .map(|ids| id.is_some_and(|i| ids.contains(&i)));
     match attached {
         Ok(true) => RefusalState {
-            state: "present".into(),
+            state: ProtectionState::Present,
             detail: format!(
                 "PACKET_QDISC_BYPASS and XDP_UMEM_REG refused for every process under {}",
                 root.display()
@@ -99,7 +100,7 @@ pub fn ensure(pins: &PinPaths, object: &[u8], cgroup: Option<&Path>) -> (Refusal
         );
     }
     let now = inspect(pins, cgroup);
-    if now.state == "present" {
+    if now.state == ProtectionState::Present {
         return (now, false);
     }
     let attach = raw::obj_get(&prog_path).and_then(|prog| {

@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rackwarden_attest::evidence::WipeDeviceReport;
+use rackwarden_attest::evidence::{WipeDeviceReport, WipeStatus};
 use rackwarden_common::wipe::{BLOCK_BYTES, SEGMENT_BYTES, SegmentSeed};
 
 use super::{
@@ -87,21 +87,35 @@ pub struct Kernels<'a> {
 pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> Vec<WipeDeviceReport> {
     let cuda = match Cuda::load() {
         Ok(c) => c,
-        Err(e) => return vec![not_wiped("gpu", "gpu", "absent", 0, e.to_string())],
+        Err(e) => {
+            return vec![not_wiped(
+                "gpu",
+                "gpu",
+                WipeStatus::Absent,
+                0,
+                e.to_string(),
+            )];
+        }
     };
     let devices = match cuda.devices() {
         Ok(d) if d.is_empty() => {
             return vec![not_wiped(
                 "gpu",
                 "gpu",
-                "absent",
+                WipeStatus::Absent,
                 0,
                 "CUDA driver present, no device".into(),
             )];
         }
         Ok(d) => d,
         Err(e) if e.code() == Some(CUDA_ERROR_NO_DEVICE) => {
-            return vec![not_wiped("gpu", "gpu", "absent", 0, e.to_string())];
+            return vec![not_wiped(
+                "gpu",
+                "gpu",
+                WipeStatus::Absent,
+                0,
+                e.to_string(),
+            )];
         }
         // A driver that loads but cannot list its devices may still sit on GPUs full of
         // state: that is a failure to wipe, not an absence of GPUs.
@@ -109,7 +123,7 @@ pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> Vec<WipeDeviceReport> {
             return vec![not_wiped(
                 "gpu",
                 "gpu",
-                "failed",
+                WipeStatus::Failed,
                 0,
                 format!("{e}: the driver cannot list its devices, so none was wiped"),
             )];
@@ -122,7 +136,7 @@ pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> Vec<WipeDeviceReport> {
                 return not_wiped(
                     "gpu",
                     &device_id(d),
-                    "interrupted",
+                    WipeStatus::Interrupted,
                     d.total_bytes,
                     "stopped before this device".into(),
                 );
@@ -131,7 +145,7 @@ pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> Vec<WipeDeviceReport> {
                 not_wiped(
                     "gpu",
                     &device_id(d),
-                    "failed",
+                    WipeStatus::Failed,
                     d.total_bytes,
                     format!(
                         "{}: {e}; nothing on this device is claimed as wiped",
@@ -380,7 +394,7 @@ fn wipe_device(
     let start = Instant::now();
     let filled = fill(&ctx, &k, &t, stop, tick)?;
     let fill_time = start.elapsed();
-    let report = |status: &str,
+    let report = |status: WipeStatus,
                   verified: u64,
                   mismatches: u64,
                   verify_time: Duration,
@@ -393,7 +407,7 @@ fn wipe_device(
         WipeDeviceReport {
             backend: "gpu".into(),
             device: id.clone(),
-            status: status.into(),
+            status,
             bytes_total: t.total,
             bytes_filled: filled,
             bytes_verified: verified,
@@ -408,7 +422,7 @@ fn wipe_device(
         notes.push(format!(
             "interrupted during fill after {filled} of {covered} B; nothing verified"
         ));
-        return Ok(report("interrupted", 0, 0, Duration::ZERO, notes));
+        return Ok(report(WipeStatus::Interrupted, 0, 0, Duration::ZERO, notes));
     }
     if let Some(at) = req.corrupt_byte_for_test {
         corrupt(&ctx, &t, at)?;
@@ -422,9 +436,9 @@ fn wipe_device(
         notes.push(format!(
             "interrupted during verify after {read} of {covered} B"
         ));
-        "interrupted"
+        WipeStatus::Interrupted
     } else {
-        "complete"
+        WipeStatus::Complete
     };
     Ok(report(status, verified, mismatches, verify_time, notes))
 }

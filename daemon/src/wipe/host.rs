@@ -7,7 +7,7 @@ use std::{
     time::Instant,
 };
 
-use rackwarden_attest::evidence::WipeDeviceReport;
+use rackwarden_attest::evidence::{WipeDeviceReport, WipeStatus};
 
 use super::{WipeRequest, not_wiped, stream::KeyedStream};
 
@@ -239,7 +239,7 @@ pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> WipeDeviceReport {
         return not_wiped(
             "host",
             DEVICE,
-            "failed",
+            WipeStatus::Failed,
             0,
             "cannot read MemTotal from /proc/meminfo".into(),
         );
@@ -266,7 +266,7 @@ pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> WipeDeviceReport {
         return WipeDeviceReport {
             backend: "host".into(),
             device: DEVICE.into(),
-            status: "interrupted".into(),
+            status: WipeStatus::Interrupted,
             bytes_total: total,
             bytes_filled: filled,
             bytes_verified: 0,
@@ -309,11 +309,10 @@ pub fn wipe(req: &WipeRequest, stop: &AtomicBool) -> WipeDeviceReport {
         backend: "host".into(),
         device: DEVICE.into(),
         status: if verify_complete {
-            "complete"
+            WipeStatus::Complete
         } else {
-            "interrupted"
-        }
-        .into(),
+            WipeStatus::Interrupted
+        },
         bytes_total: total,
         bytes_filled: filled,
         bytes_verified: verified,

@@ -24,7 +24,7 @@ use std::{
     },
 };
 
-use rackwarden_attest::evidence::{WipeDeviceReport, WipeReport};
+use rackwarden_attest::evidence::{WipeDeviceReport, WipeReport, WipeStatus};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -82,7 +82,7 @@ pub fn run(req: &WipeRequest, stop: &AtomicBool) -> WipeReport {
         }
     }
     let interrupted = stop.load(std::sync::atomic::Ordering::SeqCst)
-        || devices.iter().any(|d| d.status == "interrupted");
+        || devices.iter().any(|d| d.status == WipeStatus::Interrupted);
     WipeReport {
         nonce: hex::encode(req.nonce),
         stream: Some(String::from_utf8_lossy(stream::DOMAIN).into_owned()),
@@ -99,7 +99,11 @@ pub fn unverified_reason(r: &WipeReport) -> Option<String> {
     let bad: Vec<String> = r
         .devices
         .iter()
-        .filter(|d| d.status == "failed" || d.mismatches > 0 || d.status == "interrupted")
+        .filter(|d| {
+            d.status == WipeStatus::Failed
+                || d.mismatches > 0
+                || d.status == WipeStatus::Interrupted
+        })
         .map(|d| {
             format!(
                 "{}: {} ({} mismatching blocks){}",
@@ -120,14 +124,14 @@ pub fn unverified_reason(r: &WipeReport) -> Option<String> {
 pub(crate) fn not_wiped(
     backend: &str,
     device: &str,
-    status: &str,
+    status: WipeStatus,
     bytes_total: u64,
     detail: String,
 ) -> WipeDeviceReport {
     WipeDeviceReport {
         backend: backend.into(),
         device: device.into(),
-        status: status.into(),
+        status,
         bytes_total,
         bytes_filled: 0,
         bytes_verified: 0,

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rackwarden_attest::evidence::WipeDeviceReport;
+use rackwarden_attest::evidence::{WipeDeviceReport, WipeStatus};
 
 fn used_bytes(p: &Path) -> u64 {
     let Ok(meta) = std::fs::symlink_metadata(p) else {
@@ -62,7 +62,7 @@ pub fn wipe(paths: &[PathBuf]) -> Vec<WipeDeviceReport> {
             WipeDeviceReport {
                 backend: "scratch".into(),
                 device,
-                status: if errors.is_empty() && after == 0 { "complete" } else { "failed" }.into(),
+                status: if errors.is_empty() && after == 0 { WipeStatus::Complete } else { WipeStatus::Failed },
                 bytes_total: before,
                 bytes_filled: 0,
                 bytes_verified: before - after.min(before),

@@ -818,7 +818,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
         epoch_start_unix_ms: 1_796_000_000_000 + seq * 900_000,
         epoch_end_unix_ms: 1_796_000_000_000 + (seq + 1) * 900_000,
         limiter: LimiterReport::Present(Box::new(LimiterEvidence {
-            attach_kind: "tcx".into(),
+            attach_kind: rackwarden_attest::evidence::AttachKind::Tcx,
             pin_root: "/sys/fs/bpf/rackwarden".into(),
             programs: Direction::ALL
                 .iter()

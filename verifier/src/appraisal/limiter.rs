@@ -48,7 +48,7 @@ pub(super) fn check(j: &mut Judge, st: &Statement) {
             "the statement does not report the bypass surface",
         ),
         Some(b) => {
-            if b.refusal.state != "present" {
+            if b.refusal.state != rackwarden_attest::evidence::ProtectionState::Present {
                 j.add(
                     C::BypassRefusalAbsent,
                     Status::Warning,

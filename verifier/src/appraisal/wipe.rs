@@ -3,7 +3,7 @@
 //! Returns whether this statement's wipe counts (resets the wipe clock).
 
 use rackwarden_attest::{
-    evidence::WipeReport,
+    evidence::{WipeReport, WipeStatus},
     statement::{Challenge, Statement},
 };
 
@@ -77,10 +77,9 @@ fn judge_report(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
         ok = false;
     }
     for backend in &j.policy.required_wipe_backends {
-        let covered = w
-            .devices
-            .iter()
-            .any(|d| &d.backend == backend && d.status == "complete" && d.bytes_verified > 0);
+        let covered = w.devices.iter().any(|d| {
+            &d.backend == backend && d.status == WipeStatus::Complete && d.bytes_verified > 0
+        });
         if !covered {
             let seen: Vec<String> = w
                 .devices
@@ -118,7 +117,7 @@ fn judge_report(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
         }
         // A failed device says nothing of its memory (a GPU whose driver would not start
         // reports no size at all), so its residue cannot be judged: it was not wiped.
-        if d.status == "failed" {
+        if d.status == WipeStatus::Failed {
             j.add(
                 C::WipeFailed,
                 Status::Contraindicated,

@@ -94,7 +94,7 @@ pub fn wipe_cmd(
     let bad = report
         .devices
         .iter()
-        .any(|d| d.mismatches > 0 || d.status == "failed");
+        .any(|d| d.mismatches > 0 || d.status == rackwarden_attest::evidence::WipeStatus::Failed);
     // Asking for one backend and wiping nothing (no driver, no device) is not a success.
     let nothing = report.devices.iter().all(|d| d.bytes_verified == 0);
     if nothing && !report.interrupted {

@@ -2,7 +2,7 @@
 //! check (and restore) every hook, keep the guard sealed, settle the agent's state. Every
 //! finding is an enforcement gap.
 
-use rackwarden_attest::now_ms;
+use rackwarden_attest::{evidence::ProtectionState, now_ms};
 
 use super::{Agent, AgentError, AgentState, wanted_caps};
 use crate::{
@@ -108,10 +108,10 @@ impl Agent {
                 last_verified_at_ms: None,
                 detected_at_ms: now,
                 detail: "the cgroup/setsockopt refusal program was not attached".into(),
-                restored: state.state == "present",
+                restored: state.state == ProtectionState::Present,
             });
         }
-        self.refusal_present = state.state == "present";
+        self.refusal_present = state.state == ProtectionState::Present;
     }
 
     /// One hook: inspected, reattached or moved back to first where needed. Returns false

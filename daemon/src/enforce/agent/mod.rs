@@ -33,7 +33,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rackwarden_attest::now_ms;
+use rackwarden_attest::{evidence::ProtectionState, now_ms};
 use rackwarden_common::{BucketConfig, Counters};
 
 use crate::{
@@ -208,12 +208,12 @@ impl Agent {
             crate::limiter::loader::OBJECT,
             agent.cfg.refusal_cgroup.as_deref(),
         );
-        if refusal.state == "present" {
+        if refusal.state == ProtectionState::Present {
             log::info!("bypass refusal present: {}", refusal.detail);
         } else {
             log::warn!("bypass refusal ABSENT: {}", refusal.detail);
         }
-        agent.refusal_present = refusal.state == "present";
+        agent.refusal_present = refusal.state == ProtectionState::Present;
         agent.write_caps_from_config()?;
         agent.check_hooks(true)?;
         // The epoch loop starts only once every hook enforces: its first statement must
