@@ -299,7 +299,7 @@ pub fn stage(
     let id = format!(
         "{}-{}",
         &hex::encode(vm.pae_sha3)[..16],
-        crate::enforce::gaps::now_ms()
+        rackwarden_attest::now_ms()
     );
     let partial = sets.join(format!("{id}.partial"));
     std::fs::create_dir(&partial).map_err(io(&partial))?;

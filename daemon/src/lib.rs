@@ -3,7 +3,7 @@
 //! This library holds the daemon's logic; `rackwardend` and `rackwarden` are thin binaries.
 //! Where things live:
 //! - a packet is dropped: `ebpf/src/main.rs` (the only drop point), loaded by [`limiter`];
-//! - pin paths: [`pins`]; caps and units: [`config`], [`units`];
+//! - pin paths and state file paths: [`pins`]; caps and units: [`config`], [`units`];
 //! - the enforcement state machine: [`enforce::agent`]; enforcement gaps: [`enforce::gaps`];
 //! - what statements report of the limiter and the bypass surface: [`collect`];
 //! - the epoch loop (challenge, drain, wipe, stage, sign, deliver): [`epoch`];

@@ -178,6 +178,42 @@ pub fn ensure_bpffs() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Every file the daemon keeps under its `state_dir` (default `/var/lib/rackwarden`).
+/// Nothing else builds a state path:
+/// ```text
+/// <state_dir>/
+///   gaps.jsonl                   enforcement gaps, each appended and fsynced
+///   evidence.jsonl               the signed, hash-chained statements (delivery's spool)
+///   delivered.json               how far delivery got (replaced atomically)
+///   epoch-in-progress.json       the epoch journal (an unreadable one is kept beside it
+///                                as epoch-in-progress.unreadable-<unix ms>)
+/// ```
+#[derive(Debug, Clone)]
+pub struct StatePaths {
+    dir: PathBuf,
+}
+
+impl StatePaths {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        StatePaths { dir: dir.into() }
+    }
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn gaps(&self) -> PathBuf {
+        self.dir.join("gaps.jsonl")
+    }
+    pub fn evidence_log(&self) -> PathBuf {
+        self.dir.join("evidence.jsonl")
+    }
+    pub fn delivery_cursor(&self) -> PathBuf {
+        self.dir.join("delivered.json")
+    }
+    pub fn epoch_journal(&self) -> PathBuf {
+        self.dir.join("epoch-in-progress.json")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -88,7 +88,7 @@ fn collect(cfg: &Config, since_ms: u64) -> Result<LimiterEvidence, CollectError>
             counters: counters_json(limiter.maps.counters(d)?),
         });
     }
-    let gaps = GapLog::open(&cfg.state_dir).map(|g| {
+    let gaps = GapLog::open(&cfg.state_paths()).map(|g| {
         g.gaps
             .into_iter()
             .filter(|g| g.detected_at_ms >= since_ms)

@@ -116,6 +116,11 @@ impl Config {
         self.caps.host_bytes_per_s(dir, self.host_share)
     }
 
+    /// Every file under `state_dir`.
+    pub fn state_paths(&self) -> crate::pins::StatePaths {
+        crate::pins::StatePaths::new(&self.state_dir)
+    }
+
     /// What the limiter enforces in `dir` on this host.
     pub fn cap_spec(&self, dir: Direction) -> CapSpec {
         self.caps.spec(dir, self.host_share)

@@ -5,9 +5,10 @@
 use std::{
     fs::{File, OpenOptions},
     io::{BufRead, BufReader, Write},
-    path::{Path, PathBuf},
+    path::PathBuf,
 };
 
+use crate::pins::StatePaths;
 pub use rackwarden_attest::evidence::{EnforcementGap, GapKind};
 
 #[derive(Debug, thiserror::Error)]
@@ -33,13 +34,13 @@ pub struct GapLog {
 impl GapLog {
     /// Opens (or creates) the log and reads back earlier gaps. A torn last line is kept on
     /// disk untouched and reported as a warning; it is never silently dropped.
-    pub fn open(state_dir: &Path) -> Result<GapLog, GapLogError> {
-        let path = state_dir.join("gaps.jsonl");
+    pub fn open(state: &StatePaths) -> Result<GapLog, GapLogError> {
+        let path = state.gaps();
         let e = |source| GapLogError {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(state_dir).map_err(e)?;
+        std::fs::create_dir_all(state.dir()).map_err(e)?;
         let mut gaps = Vec::new();
         if let Ok(f) = File::open(&path) {
             let mut offset = 0u64;
@@ -139,8 +140,6 @@ impl GapLog {
     }
 }
 
-pub use rackwarden_attest::now_ms;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,7 +162,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rw-gaps-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut log = GapLog::open(&dir).unwrap();
+        let mut log = GapLog::open(&StatePaths::new(&dir)).unwrap();
         // A full disk: every write to /dev/full fails with ENOSPC.
         log.file = OpenOptions::new().write(true).open("/dev/full").unwrap();
         log.record(gap(1));
@@ -173,7 +172,7 @@ mod tests {
         // Space again: the next record reopens the log and writes both, in order.
         log.record(gap(2));
         assert_eq!(log.unpersisted(), 0);
-        let reopened = GapLog::open(&dir).unwrap();
+        let reopened = GapLog::open(&StatePaths::new(&dir)).unwrap();
         assert_eq!(reopened.gaps, vec![gap(1), gap(2)]);
         std::fs::remove_dir_all(&dir).unwrap();
     }

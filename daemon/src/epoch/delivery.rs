@@ -26,7 +26,9 @@ use rackwarden_attest::api::{IngestItem, IngestResponse, IngestStatus};
 use serde::{Deserialize, Serialize};
 
 use super::spool::{Cursor, Spool, SpoolLine};
-use crate::{config::epoch::VerifierEndpoint, enforce::gaps::now_ms};
+use rackwarden_attest::now_ms;
+
+use crate::config::epoch::VerifierEndpoint;
 
 /// Most statements in one POST (a few KB each; far below the verifier's body limit).
 pub const BATCH: usize = 32;

@@ -12,6 +12,7 @@ use rackwarden_attest::evidence::{EpochTrigger, Incident};
 use serde::{Deserialize, Serialize};
 
 use crate::atomic_file;
+use crate::pins::StatePaths;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalEntry {
@@ -35,9 +36,9 @@ pub struct Journal {
 }
 
 impl Journal {
-    pub fn new(state_dir: &Path) -> Journal {
+    pub fn new(state: &StatePaths) -> Journal {
         Journal {
-            path: state_dir.join("epoch-in-progress.json"),
+            path: state.epoch_journal(),
         }
     }
 
@@ -142,7 +143,7 @@ mod tests {
     fn an_unfinished_epoch_is_an_incident_a_signed_one_is_not() {
         let dir = std::env::temp_dir().join(format!("rw-journal-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let j = Journal::new(&dir);
+        let j = Journal::new(&StatePaths::new(&dir));
         assert_eq!(j.read().unwrap(), None);
         let e = JournalEntry {
             seq: 7,

@@ -51,6 +51,7 @@ use ed25519_dalek::SigningKey;
 use rackwarden_attest::{
     evidence::{EpochTrigger, Incident, PhaseTime, ProducerIdentity, WorkloadOutcome},
     log::EvidenceLog,
+    now_ms,
 };
 use serde::{Deserialize, Serialize};
 
@@ -59,10 +60,7 @@ use self::{
     journal::{Journal, JournalEntry},
     spool::Spool,
 };
-use crate::{
-    config::{Config, epoch::EpochConfig},
-    enforce::gaps::now_ms,
-};
+use crate::config::{Config, epoch::EpochConfig};
 
 /// Where an epoch is. States carry what they are about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,11 +233,6 @@ fn test_hold_from_env() -> Option<(String, Duration)> {
     Some((state.to_string(), Duration::from_millis(ms)))
 }
 
-/// Path of the daemon's evidence log.
-pub fn log_path(cfg: &Config) -> PathBuf {
-    cfg.state_dir.join("evidence.jsonl")
-}
-
 /// What the journal left: the incidents the next statement carries, and whether an epoch
 /// must start at once because one was interrupted.
 struct Recovered {
@@ -305,14 +298,13 @@ struct Shared {
 /// a later delivery.
 fn start_delivery(
     cfg: &Config,
-    log_path: &std::path::Path,
     key: &SigningKey,
     shared: &Shared,
     stop: &'static AtomicBool,
 ) -> Result<mpsc::Sender<()>, EpochError> {
     let (kick_tx, kick_rx) = mpsc::channel();
     let delivery = Delivery {
-        spool: Spool::new(log_path, &cfg.state_dir, key.verifying_key()),
+        spool: Spool::new(&cfg.state_paths(), key.verifying_key()),
         endpoint: shared.endpoint.clone(),
         durable_len: shared.durable_len.clone(),
         status: shared.delivery_status.clone(),
@@ -343,9 +335,9 @@ pub fn start(
             source,
         }
     })?;
-    let log_path = log_path(cfg);
+    let log_path = cfg.state_paths().evidence_log();
     let log = EvidenceLog::open(&log_path, &key.verifying_key())?;
-    let journal = Journal::new(&cfg.state_dir);
+    let journal = Journal::new(&cfg.state_paths());
     let now = now_ms();
     let Recovered {
         carried,
@@ -376,7 +368,7 @@ pub fn start(
         durable_len: Arc::new(AtomicU64::new(log.durable_len())),
         endpoint: Arc::new(Mutex::new(ecfg.verifier.clone())),
     };
-    let kick = start_delivery(cfg, &log_path, &key, &shared, stop)?;
+    let kick = start_delivery(cfg, &key, &shared, stop)?;
     let (cmd_tx, cmd_rx) = mpsc::channel();
     let lp = EpochLoop {
         cfg: cfg.clone(),

@@ -11,6 +11,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::pins::StatePaths;
 use ed25519_dalek::VerifyingKey;
 use rackwarden_attest::{dsse, statement::Statement};
 use serde::{Deserialize, Serialize};
@@ -47,10 +48,10 @@ pub struct Spool {
 }
 
 impl Spool {
-    pub fn new(log: &Path, state_dir: &Path, key: VerifyingKey) -> Spool {
+    pub fn new(state: &StatePaths, key: VerifyingKey) -> Spool {
         Spool {
-            log: log.to_path_buf(),
-            cursor_path: state_dir.join("delivered.json"),
+            log: state.evidence_log(),
+            cursor_path: state.delivery_cursor(),
             key,
         }
     }

@@ -10,7 +10,9 @@ use rackwarden_attest::{
     statement::{Challenge, EpochPredicate, Statement, Subject},
 };
 
-use crate::{config::Config, enforce::gaps::now_ms};
+use rackwarden_attest::now_ms;
+
+use crate::config::Config;
 
 /// What an epoch contributes to its statement; the rest comes from the log and the kernel.
 pub struct EpochEvidence {

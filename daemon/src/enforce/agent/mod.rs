@@ -149,7 +149,7 @@ impl Agent {
             }
             Err(e) => return Err(e.into()),
         };
-        let gaps = GapLog::open(&cfg.state_dir)?;
+        let gaps = GapLog::open(&cfg.state_paths())?;
         log::info!(
             "{} policer under {} (egress prog #{} tag {}, ingress prog #{} tag {})",
             if limiter.adopted {
