@@ -153,6 +153,10 @@ fn raw_attach_detach_loop() {
     for i in 0..RAW_CYCLES {
         w.attach_and_detach()
             .unwrap_or_else(|e| panic!("cycle {i}: {e}"));
+        // On the console, so a fault shows how many cycles it took.
+        if (i + 1) % 25 == 0 {
+            println!("RW_WATCH_RAW cycles={}", i + 1);
+        }
     }
     drop(load);
     println!(

@@ -148,6 +148,7 @@ struct GuestKernel {
 /// `cargo xtask vm-test [--kernel PATH [--modules DIR]] [--group NAME]...`
 pub fn vm_test(env: &BTreeMap<String, String>, args: &[String]) -> Result<()> {
     apt_install(VM_PACKAGES)?;
+    ensure_qemu_without_tcg_race();
     let kernels = match flag(args, "--kernel")? {
         Some(path) => vec![GuestKernel {
             label: Path::new(&path)
@@ -238,6 +239,96 @@ fn flag(args: &[String], name: &str) -> Result<Option<String>> {
             .map(Some)
             .with_context(|| format!("{name} needs a value")),
     }
+}
+
+/// The QEMU that has the fix for the multi-threaded TCG race behind the guest `int3` oops
+/// (a vCPU could translate a page while another wrote to it and keep running the stale
+/// translation: a kernel's live patch of its own text then met a breakpoint it had already
+/// removed). Fixed in QEMU 8.1 ("accel/tcg: Always lock pages before translation"), with a
+/// regression for blocks that cross a page fixed in 9.0.2/9.1; Debian bookworm ships 7.2.
+const QEMU_TCG_FIXED: (u64, u64, u64) = (9, 0, 2);
+
+/// The running QEMU's version, from `qemu-system-x86_64 --version`.
+fn qemu_version() -> Option<(u64, u64, u64)> {
+    let out = output(Command::new("qemu-system-x86_64").arg("--version"))?;
+    let v = out
+        .split_whitespace()
+        .skip_while(|w| *w != "version")
+        .nth(1)?;
+    let mut n = v
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse().unwrap_or(0));
+    Some((n.next()?, n.next().unwrap_or(0), n.next().unwrap_or(0)))
+}
+
+/// Where the guests' QEMU is older than [`QEMU_TCG_FIXED`], installs the distribution's
+/// backported one (bookworm-backports carries QEMU 10), from the same mirror the host's
+/// Debian sources name. Best effort: on failure the guests run on the old QEMU, which is
+/// said, and the daemon still live-patches the kernel at most once per boot (the tamper
+/// watch is pinned), so the race is rare but not gone.
+fn ensure_qemu_without_tcg_race() {
+    let have = qemu_version();
+    if have.is_some_and(|v| v >= QEMU_TCG_FIXED) {
+        return;
+    }
+    let step_result = (|| -> Result<()> {
+        let uri = debian_mirror().context("no Debian bookworm source in /etc/apt")?;
+        let list = "/etc/apt/sources.list.d/rackwarden-bookworm-backports.sources";
+        std::fs::write(
+            list,
+            format!(
+                "# Added by `cargo xtask vm-test`: a QEMU without the TCG race (xtask/src/vm.rs).\n\
+                 Types: deb\nURIs: {uri}\nSuites: bookworm-backports\nComponents: main\n\
+                 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+            ),
+        )
+        .with_context(|| format!("writing {list}"))?;
+        step("apt-get install -t bookworm-backports qemu-system-x86 (QEMU >= 9.0.2 for TCG)");
+        run_checked(
+            Command::new("apt-get").args(["update", "-qq"]),
+            "apt-get update",
+        )?;
+        run_checked(
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(["-t", "bookworm-backports", "qemu-system-x86"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            "apt-get install qemu-system-x86 from bookworm-backports",
+        )
+    })();
+    match (step_result, qemu_version()) {
+        (Ok(()), Some(v)) if v >= QEMU_TCG_FIXED => {}
+        (r, v) => eprintln!(
+            "WARNING: the guests run on QEMU {v:?}, which has the multi-threaded TCG race \
+             (fixed in 9.0.2): a guest kernel's live patch can oops ({})",
+            r.err()
+                .map_or("the backport did not replace it".into(), |e| e.to_string())
+        ),
+    }
+}
+
+/// The URI of the host's Debian bookworm source (deb822 or one-line format).
+fn debian_mirror() -> Option<String> {
+    let deb822 =
+        std::fs::read_to_string("/etc/apt/sources.list.d/debian.sources").unwrap_or_default();
+    for stanza in deb822.split("\n\n") {
+        let field = |k: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+        };
+        if field("Suites:").is_some_and(|s| s.split_whitespace().any(|s| s == "bookworm")) {
+            return field("URIs:").and_then(|u| u.split_whitespace().next().map(str::to_string));
+        }
+    }
+    let lines = std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
+    lines.lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        (w.first() == Some(&"deb") && w.get(2) == Some(&"bookworm"))
+            .then(|| w.get(1).map(|u| u.to_string()))
+            .flatten()
+    })
 }
 
 /// The numeric parts of a kernel package name, for ordering (`6.12.117+deb12` > `6.1.0-57`).
