@@ -114,6 +114,7 @@ fn open() -> Result<Handle, CudaError> {
         let msg = if e.is_null() {
             "unknown error".into()
         } else {
+            // SAFETY: `e` is non-null and points to dlerror's NUL-terminated message.
             unsafe { CStr::from_ptr(e) }.to_string_lossy().to_string()
         };
         return Err(CudaError::Load(msg));
@@ -167,6 +168,7 @@ impl Cuda {
             let mut p: *const c_char = std::ptr::null();
             // SAFETY: cuGetErrorName writes a pointer to a static string.
             if unsafe { f(r, &mut p) } == CUDA_SUCCESS && !p.is_null() {
+                // SAFETY: on success `p` is non-null and points to a static C string.
                 name = unsafe { CStr::from_ptr(p) }.to_string_lossy().to_string();
             }
         }
@@ -178,31 +180,37 @@ impl Cuda {
     }
 
     pub fn devices(&self) -> Result<Vec<DeviceInfo>, CudaError> {
-        // SAFETY (all calls below): out-pointers to locals of the types cuda.h names.
+        // SAFETY: cuInit takes flags only (0) and touches no memory of ours.
         self.check("cuInit", unsafe { (self.init)(0) })?;
         let mut n = 0;
+        // SAFETY: `n` is a live i32, the out-pointer type cuda.h names.
         self.check("cuDeviceGetCount", unsafe {
             (self.device_get_count)(&mut n)
         })?;
         let mut out = Vec::new();
         for ordinal in 0..n {
             let mut dev = 0;
+            // SAFETY: `dev` is a live CUdevice (int) out-pointer; `ordinal` < the count.
             self.check("cuDeviceGet", unsafe {
                 (self.device_get)(&mut dev, ordinal)
             })?;
             let mut buf = [0 as c_char; 256];
+            // SAFETY: the driver writes at most `len - 1` bytes plus a NUL into `buf`.
             self.check("cuDeviceGetName", unsafe {
                 (self.device_get_name)(buf.as_mut_ptr(), buf.len() as i32 - 1, dev)
             })?;
+            // SAFETY: `buf` ends in a NUL (zeroed, and the driver writes at most len - 1).
             let name = unsafe { CStr::from_ptr(buf.as_ptr()) }
                 .to_string_lossy()
                 .to_string();
             let mut total = 0usize;
+            // SAFETY: `total` is a live size_t out-pointer.
             self.check("cuDeviceTotalMem_v2", unsafe {
                 (self.device_total_mem)(&mut total, dev)
             })?;
             let uuid = self.device_get_uuid.and_then(|f| {
                 let mut u = [0u8; 16];
+                // SAFETY: `u` is the 16-byte CUuuid the call writes.
                 (unsafe { f(&mut u, dev) } == CUDA_SUCCESS).then(|| format_uuid(&u))
             });
             out.push(DeviceInfo {
