@@ -20,9 +20,11 @@
 mod counters;
 mod hooks;
 mod requests;
+mod start;
 mod status;
 
 pub use requests::CapSetError;
+pub use start::INTERFACE_WAIT;
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -33,7 +35,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rackwarden_attest::{evidence::ProtectionState, now_ms};
+use rackwarden_attest::now_ms;
 use rackwarden_common::{BucketConfig, Counters};
 
 use crate::{
@@ -41,7 +43,6 @@ use crate::{
     control::{self, Wake},
     enforce::gaps::GapLog,
     limiter::{Direction, HookDirection, Limiter, LimiterError, maps::CapSlot},
-    pins::PinPaths,
     units,
 };
 
@@ -112,13 +113,6 @@ pub struct Agent {
     guard: crate::guard::keeper::GuardKeeper,
 }
 
-/// Whether our pin root exists but refuses lookups to this process (EPERM on a stat of a
-/// directory inside it): only the guard does that.
-fn sealed_against_us(pins: &PinPaths) -> bool {
-    pins.root().exists()
-        && std::fs::metadata(pins.maps_dir()).is_err_and(|e| e.raw_os_error() == Some(libc::EPERM))
-}
-
 /// The caps the config asks for, one slot per direction.
 fn wanted_caps(cfg: &Config) -> [CapSlot; 2] {
     let mut slots = [CapSlot::Unset; 2];
@@ -129,106 +123,6 @@ fn wanted_caps(cfg: &Config) -> [CapSlot; 2] {
 }
 
 impl Agent {
-    /// Starting: enter the namespace, load or adopt the limiter, attach, write the caps.
-    /// Must run before any other thread exists when `netns` is set (setns is per thread).
-    pub fn start(cfg: Config, stop: &'static AtomicBool) -> Result<Agent, AgentError> {
-        if let Some(ns) = &cfg.netns {
-            crate::netns::enter(ns)?;
-        }
-        wait_for_interfaces(&cfg, stop)?;
-        let pins = PinPaths::new(&cfg.pin_root);
-        let mut limiter = match Limiter::load_or_adopt(&pins, &wanted_caps(&cfg)) {
-            Ok(l) => l,
-            // Our pin directories refuse this process: a guard sealed them for another
-            // executable (the previous build's, before a package upgrade replaced the file).
-            Err(e) if sealed_against_us(&pins) => {
-                return Err(AgentError::SealedForAnother {
-                    root: pins.root().to_path_buf(),
-                    detail: e.to_string(),
-                });
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let gaps = GapLog::open(&cfg.state_paths())?;
-        log::info!(
-            "{} policer under {} (egress prog #{} tag {}, ingress prog #{} tag {})",
-            if limiter.adopted {
-                "adopted pinned"
-            } else {
-                "loaded and pinned new"
-            },
-            pins.root().display(),
-            limiter.identity(Direction::Egress).id,
-            limiter.identity(Direction::Egress).tag,
-            limiter.identity(Direction::Ingress).id,
-            limiter.identity(Direction::Ingress).tag,
-        );
-        let kind = limiter.choose_kind(cfg.attach_mode, &cfg.interfaces[0]);
-        let mut agent = Agent {
-            cfg,
-            limiter,
-            state: AgentState::Starting,
-            gaps,
-            expected: BTreeMap::new(),
-            last_ok: BTreeMap::new(),
-            reported_ahead: BTreeMap::new(),
-            samples: VecDeque::new(),
-            refusal_present: false,
-            epoch: None,
-            reload_error: None,
-            guard: crate::guard::keeper::GuardKeeper::default(),
-        };
-        log::info!("attach mode: {kind:?}");
-        // An upgrade: this build's program takes over every hook before anything else runs.
-        if let Err(e) = agent.limiter.replace_attached(&agent.cfg.interfaces) {
-            log::error!(
-                "replacing the pinned policer failed: {e}; the hook checks restore what they can"
-            );
-        }
-        match &agent.limiter.version {
-            crate::limiter::loader::ProgramVersion::Upgraded { from } => log::warn!(
-                "upgraded the policer on every hook: {:?} -> {:?}",
-                from.iter().map(|p| p.tag.clone()).collect::<Vec<_>>(),
-                agent
-                    .limiter
-                    .identities()
-                    .iter()
-                    .map(|p| p.tag.clone())
-                    .collect::<Vec<_>>()
-            ),
-            crate::limiter::loader::ProgramVersion::UpgradeRefused { reason } => {
-                log::error!(
-                    "this build's policer was NOT loaded; the pinned one enforces: {reason}"
-                )
-            }
-            _ => {}
-        }
-        let (refusal, _) = crate::limiter::sockopt::ensure(
-            &pins,
-            crate::limiter::loader::OBJECT,
-            agent.cfg.refusal_cgroup.as_deref(),
-        );
-        if refusal.state == ProtectionState::Present {
-            log::info!("bypass refusal present: {}", refusal.detail);
-        } else {
-            log::warn!("bypass refusal ABSENT: {}", refusal.detail);
-        }
-        agent.refusal_present = refusal.state == ProtectionState::Present;
-        agent.write_caps_from_config()?;
-        agent.check_hooks(true)?;
-        // The epoch loop starts only once every hook enforces: its first statement must
-        // describe a limiter that is in place. Its threads inherit our network namespace.
-        if let Some(ecfg) = agent.cfg.epoch.clone() {
-            agent.epoch = Some(crate::epoch::start(&agent.cfg, &ecfg, stop)?);
-            log::info!(
-                "epoch loop started: wipe every {}, verifier {}",
-                units::fmt_duration(ecfg.wipe_interval),
-                ecfg.verifier.url
-            );
-        }
-        Ok(agent)
-    }
-
     /// SIGHUP: re-read the configuration file. A file that does not load leaves everything
     /// as it was and says why; keys that need a restart (interfaces, pins, namespace) are
     /// kept with a warning. Nothing is detached.
@@ -500,31 +394,3 @@ impl Agent {
         Ok(())
     }
 }
-
-/// Waits (bounded) for the configured interfaces: at boot the NIC may appear after us, and
-/// failing at once would spin systemd's restart limit. Says what it waits for.
-fn wait_for_interfaces(cfg: &Config, stop: &AtomicBool) -> Result<(), AgentError> {
-    let t0 = Instant::now();
-    let mut said = false;
-    loop {
-        match cfg.check_interfaces_exist() {
-            Ok(()) => return Ok(()),
-            Err(e) if t0.elapsed() >= INTERFACE_WAIT || stop.load(Ordering::SeqCst) => {
-                return Err(e.into());
-            }
-            Err(e) => {
-                if !said {
-                    log::warn!(
-                        "{e}; waiting up to {} for it to appear",
-                        units::fmt_duration(INTERFACE_WAIT)
-                    );
-                    said = true;
-                }
-                std::thread::sleep(Duration::from_millis(250));
-            }
-        }
-    }
-}
-
-/// How long the daemon waits at start for a frontend interface that is not there yet.
-pub const INTERFACE_WAIT: Duration = Duration::from_secs(30);

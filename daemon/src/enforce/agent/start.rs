@@ -1,0 +1,178 @@
+//! Starting: enter the namespace, wait for the interfaces, load or adopt the limiter, take
+//! over every hook, put the bypass refusal in place, write the caps, check the hooks, and
+//! only then start the epoch loop.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use rackwarden_attest::evidence::ProtectionState;
+
+use super::{Agent, AgentError, AgentState, wanted_caps};
+use crate::{
+    config::Config,
+    enforce::gaps::GapLog,
+    limiter::{Direction, Limiter, loader::ProgramVersion},
+    pins::PinPaths,
+    units,
+};
+
+/// How long the daemon waits at start for a frontend interface that is not there yet.
+pub const INTERFACE_WAIT: Duration = Duration::from_secs(30);
+
+impl Agent {
+    /// Starting: enter the namespace, load or adopt the limiter, attach, write the caps.
+    /// Must run before any other thread exists when `netns` is set (setns is per thread).
+    pub fn start(cfg: Config, stop: &'static AtomicBool) -> Result<Agent, AgentError> {
+        if let Some(ns) = &cfg.netns {
+            crate::netns::enter(ns)?;
+        }
+        wait_for_interfaces(&cfg, stop)?;
+        let mut limiter = load_limiter(&cfg)?;
+        let gaps = GapLog::open(&cfg.state_paths())?;
+        let kind = limiter.choose_kind(cfg.attach_mode, &cfg.interfaces[0]);
+        let mut agent = Agent {
+            cfg,
+            limiter,
+            state: AgentState::Starting,
+            gaps,
+            expected: BTreeMap::new(),
+            last_ok: BTreeMap::new(),
+            reported_ahead: BTreeMap::new(),
+            samples: VecDeque::new(),
+            refusal_present: false,
+            epoch: None,
+            reload_error: None,
+            guard: crate::guard::keeper::GuardKeeper::default(),
+        };
+        log::info!("attach mode: {kind:?}");
+        agent.take_over_hooks();
+        agent.put_refusal_in_place();
+        agent.write_caps_from_config()?;
+        agent.check_hooks(true)?;
+        agent.start_epoch_loop(stop)?;
+        Ok(agent)
+    }
+
+    /// An upgrade: this build's program takes over every hook before anything else runs.
+    fn take_over_hooks(&mut self) {
+        if let Err(e) = self.limiter.replace_attached(&self.cfg.interfaces) {
+            log::error!(
+                "replacing the pinned policer failed: {e}; the hook checks restore what they can"
+            );
+        }
+        match &self.limiter.version {
+            ProgramVersion::Upgraded { from } => log::warn!(
+                "upgraded the policer on every hook: {:?} -> {:?}",
+                from.iter().map(|p| p.tag.clone()).collect::<Vec<_>>(),
+                self.limiter
+                    .identities()
+                    .iter()
+                    .map(|p| p.tag.clone())
+                    .collect::<Vec<_>>()
+            ),
+            ProgramVersion::UpgradeRefused { reason } => {
+                log::error!(
+                    "this build's policer was NOT loaded; the pinned one enforces: {reason}"
+                )
+            }
+            _ => {}
+        }
+    }
+
+    /// The system-wide refusal of the bypass socket options; its absence is reported, and
+    /// the hook checks keep trying.
+    fn put_refusal_in_place(&mut self) {
+        let (refusal, _) = crate::limiter::sockopt::ensure(
+            self.limiter.pins(),
+            crate::limiter::loader::OBJECT,
+            self.cfg.refusal_cgroup.as_deref(),
+        );
+        if refusal.state == ProtectionState::Present {
+            log::info!("bypass refusal present: {}", refusal.detail);
+        } else {
+            log::warn!("bypass refusal ABSENT: {}", refusal.detail);
+        }
+        self.refusal_present = refusal.state == ProtectionState::Present;
+    }
+
+    /// The epoch loop starts only once every hook enforces: its first statement must
+    /// describe a limiter that is in place. Its threads inherit our network namespace.
+    fn start_epoch_loop(&mut self, stop: &'static AtomicBool) -> Result<(), AgentError> {
+        let Some(ecfg) = self.cfg.epoch.clone() else {
+            return Ok(());
+        };
+        self.epoch = Some(crate::epoch::start(&self.cfg, &ecfg, stop)?);
+        log::info!(
+            "epoch loop started: wipe every {}, verifier {}",
+            units::fmt_duration(ecfg.wipe_interval),
+            ecfg.verifier.url
+        );
+        Ok(())
+    }
+}
+
+/// Loads the policer, or adopts the one pinned under `cfg.pin_root`, and says which.
+fn load_limiter(cfg: &Config) -> Result<Limiter, AgentError> {
+    let pins = PinPaths::new(&cfg.pin_root);
+    let limiter = match Limiter::load_or_adopt(&pins, &wanted_caps(cfg)) {
+        Ok(l) => l,
+        // Our pin directories refuse this process: a guard sealed them for another
+        // executable (the previous build's, before a package upgrade replaced the file).
+        Err(e) if sealed_against_us(&pins) => {
+            return Err(AgentError::SealedForAnother {
+                root: pins.root().to_path_buf(),
+                detail: e.to_string(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    log::info!(
+        "{} policer under {} (egress prog #{} tag {}, ingress prog #{} tag {})",
+        if limiter.adopted {
+            "adopted pinned"
+        } else {
+            "loaded and pinned new"
+        },
+        pins.root().display(),
+        limiter.identity(Direction::Egress).id,
+        limiter.identity(Direction::Egress).tag,
+        limiter.identity(Direction::Ingress).id,
+        limiter.identity(Direction::Ingress).tag,
+    );
+    Ok(limiter)
+}
+
+/// Whether our pin root exists but refuses lookups to this process (EPERM on a stat of a
+/// directory inside it): only the guard does that.
+fn sealed_against_us(pins: &PinPaths) -> bool {
+    pins.root().exists()
+        && std::fs::metadata(pins.maps_dir()).is_err_and(|e| e.raw_os_error() == Some(libc::EPERM))
+}
+
+/// Waits (bounded) for the configured interfaces: at boot the NIC may appear after us, and
+/// failing at once would spin systemd's restart limit. Says what it waits for.
+fn wait_for_interfaces(cfg: &Config, stop: &AtomicBool) -> Result<(), AgentError> {
+    let t0 = Instant::now();
+    let mut said = false;
+    loop {
+        match cfg.check_interfaces_exist() {
+            Ok(()) => return Ok(()),
+            Err(e) if t0.elapsed() >= INTERFACE_WAIT || stop.load(Ordering::SeqCst) => {
+                return Err(e.into());
+            }
+            Err(e) => {
+                if !said {
+                    log::warn!(
+                        "{e}; waiting up to {} for it to appear",
+                        units::fmt_duration(INTERFACE_WAIT)
+                    );
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    }
+}
