@@ -24,6 +24,13 @@ const APT_PACKAGES: &[&str] = &[
     "systemd",
     // Headless browser: the verifier page test and the demo's screenshot.
     "chromium",
+    // TPM 2.0: the daemon links libtss2 (tss-esapi, found with pkg-config); the tests run a
+    // software TPM (swtpm, with swtpm_setup and its local CA, which needs certtool).
+    "pkg-config",
+    "libtss2-dev",
+    "swtpm",
+    "swtpm-tools",
+    "gnutls-bin",
 ];
 
 fn main() -> Result<()> {
