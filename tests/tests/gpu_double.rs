@@ -133,7 +133,8 @@ fn gpu_wipe_through_the_cuda_test_double() {
     set("RW_CUDA_DOUBLE_INIT_ERROR", "999");
     let d = &wipe::run(&request(None), &never).devices[0];
     assert_eq!(
-        d.status.name(), "failed",
+        d.status.name(),
+        "failed",
         "a broken driver is not an absent GPU: {d:?}"
     );
     set("RW_CUDA_DOUBLE_INIT_ERROR", "0");
