@@ -23,7 +23,7 @@
 //! its own ([`delivery`]): a verifier that is down never holds up an epoch.
 //!
 //! - [`challenge`]: where a nonce is requested (and where `unchallenged` is decided);
-//! - [`phases`]: one epoch, a method per state;
+//! - `phases`: one epoch, a method per state;
 //! - [`workloads`]: drain and restart;
 //! - [`statement`]: where a statement is built, signed and appended;
 //! - [`spool`] and [`delivery`]: the delivered cursor and the sender.

@@ -11,14 +11,17 @@
 //! own threads; this loop forwards `wipe-now` and reloads to it, shows its status, and pings
 //! systemd's watchdog only while both loops show signs of life.
 //!
-//! - [`hooks`]: the hook check, step by step;
-//! - [`requests`]: the control socket's requests;
-//! - [`counters`]: counter samples and the rewind check;
-//! - [`status`]: what `status` and systemd's STATUS= show;
+//! - `start`: Starting, step by step; `hooks`: the hook check, step by step;
+//! - `requests`: the control socket's requests;
+//! - `counters`: counter samples and the rewind check;
+//! - `reload`: SIGHUP; `liveness`: whether the epoch loops live (for the watchdog);
+//! - `status`: what `status` and systemd's STATUS= show;
 //! - signals: [`crate::enforce::signals`]; the guard's sealing: [`crate::guard::keeper`].
 
 mod counters;
 mod hooks;
+mod liveness;
+mod reload;
 mod requests;
 mod start;
 mod status;
@@ -35,7 +38,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rackwarden_attest::now_ms;
 use rackwarden_common::{BucketConfig, Counters};
 
 use crate::{
@@ -123,103 +125,6 @@ fn wanted_caps(cfg: &Config) -> [CapSlot; 2] {
 }
 
 impl Agent {
-    /// SIGHUP: re-read the configuration file. A file that does not load leaves everything
-    /// as it was and says why; keys that need a restart (interfaces, pins, namespace) are
-    /// kept with a warning. Nothing is detached.
-    pub fn reload(&mut self) {
-        let new = match Config::load(&self.cfg.path) {
-            Ok(c) => c,
-            Err(e) => {
-                log::error!("reload REFUSED, the running configuration stays: {e}");
-                self.reload_error = Some(e.to_string());
-                return;
-            }
-        };
-        for (key, same) in [
-            ("interfaces", new.interfaces == self.cfg.interfaces),
-            ("pin_root", new.pin_root == self.cfg.pin_root),
-            ("netns", new.netns == self.cfg.netns),
-            ("state_dir", new.state_dir == self.cfg.state_dir),
-            (
-                "control_socket",
-                new.control_socket == self.cfg.control_socket,
-            ),
-            ("attach_mode", new.attach_mode == self.cfg.attach_mode),
-            (
-                "refusal_cgroup",
-                new.refusal_cgroup == self.cfg.refusal_cgroup,
-            ),
-        ] {
-            if !same {
-                log::warn!("reload: `{key}` changed; it takes effect at the next restart");
-            }
-        }
-        let next = Config {
-            interfaces: self.cfg.interfaces.clone(),
-            interface_lines: self.cfg.interface_lines.clone(),
-            pin_root: self.cfg.pin_root.clone(),
-            netns: self.cfg.netns.clone(),
-            state_dir: self.cfg.state_dir.clone(),
-            control_socket: self.cfg.control_socket.clone(),
-            attach_mode: self.cfg.attach_mode,
-            refusal_cgroup: self.cfg.refusal_cgroup.clone(),
-            ..new
-        };
-        if next.epoch.is_some() && self.epoch.is_none() {
-            log::warn!(
-                "reload: an [epoch] section was added; the epoch loop starts at the next restart"
-            );
-        }
-        self.cfg = next;
-        if let Err(e) = self.write_caps_from_config() {
-            log::error!("reload: writing the caps failed: {e}");
-            self.reload_error = Some(e.to_string());
-            return;
-        }
-        if let Some(h) = &self.epoch {
-            let _ = h.commands.send(crate::epoch::EpochCommand::Reload(Box::new(
-                self.cfg.clone(),
-            )));
-        }
-        self.reload_error = None;
-        log::info!("reloaded {}", self.cfg.path.display());
-    }
-
-    /// Whether the epoch and delivery loops have shown signs of life within `limit`
-    /// (a wipe counts as alive while its progress counter moves).
-    fn loops_alive(&self, limit: Duration, last_progress: &mut (u64, Instant)) -> bool {
-        let Some(h) = &self.epoch else { return true };
-        let now = now_ms();
-        let lim = limit.as_millis() as u64;
-        let p = h.wipe_progress.load(Ordering::SeqCst);
-        if p != last_progress.0 {
-            *last_progress = (p, Instant::now());
-        }
-        let (challenge_ms, request_ms) = self.cfg.epoch.as_ref().map_or((0, 0), |e| {
-            (
-                e.challenge_timeout.as_millis() as u64,
-                e.verifier.request_timeout.as_millis() as u64,
-            )
-        });
-        let since_beat = now.saturating_sub(h.epoch_heartbeat_ms.load(Ordering::SeqCst));
-        let busy_ok = match h.snapshot().map(|s| s.state) {
-            Some(crate::epoch::EpochState::Wiping { .. }) => last_progress.1.elapsed() < limit,
-            // Waiting for the verifier's nonce is bounded by challenge_timeout.
-            Some(crate::epoch::EpochState::Challenging { .. }) => since_beat < challenge_ms + lim,
-            // Draining waits for `systemctl stop` (bounded by stop_timeout) and staging
-            // hashes the images: give them an hour before calling them stuck.
-            Some(crate::epoch::EpochState::Draining { .. })
-            | Some(crate::epoch::EpochState::Restarting { .. })
-            | Some(crate::epoch::EpochState::Staging { .. }) => since_beat < 3_600_000,
-            _ => false,
-        };
-        let epoch_ok = busy_ok || since_beat < lim;
-        // Delivery blocks at most one request timeout per attempt.
-        let delivery_ok =
-            now.saturating_sub(h.delivery_heartbeat_ms.load(Ordering::SeqCst)) < lim + request_ms;
-        epoch_ok && delivery_ok
-    }
-
     pub fn state(&self) -> AgentState {
         self.state
     }
