@@ -467,39 +467,7 @@ impl EpochLoop {
                     }
                     Err(Abort::Stopping) => break,
                     Err(Abort::Storage(error)) => {
-                        // The epoch ran (perhaps wiped) but signed nothing: the statement
-                        // that finally gets written says so.
-                        if let Some(e) = self.current.take() {
-                            journal::carry(
-                                &mut self.carried,
-                                Incident::EpochInterrupted {
-                                    seq: e.seq,
-                                    state: e.state,
-                                    started_unix_ms: e.started_unix_ms,
-                                    detected_unix_ms: now_ms(),
-                                },
-                            );
-                        }
-                        // 5 s, 10 s, 20 s, then every 30 s (or the interval, if shorter):
-                        // an operator who frees space sees the epoch resume soon after.
-                        self.storage_failures = self.storage_failures.saturating_add(1);
-                        let wait = Duration::from_secs(5u64 << (self.storage_failures - 1).min(3))
-                            .min(Duration::from_secs(30))
-                            .min(self.ecfg.wipe_interval.max(Duration::from_secs(5)));
-                        log::error!(
-                            "epoch: cannot write the evidence: {error}; no new epoch until it can (retry in {} s); nothing written so far is lost",
-                            wait.as_secs()
-                        );
-                        self.set_error(Some(error.clone()));
-                        self.next_at_ms = now_ms() + wait.as_millis() as u64;
-                        self.trigger_now = Some(trigger);
-                        self.set_state(
-                            None,
-                            EpochState::StorageFailed {
-                                error,
-                                retry_at_ms: self.next_at_ms,
-                            },
-                        );
+                        self.storage_failed(trigger, error);
                         self.wait(stop, &commands, true);
                         continue;
                     }
@@ -514,6 +482,44 @@ impl EpochLoop {
             self.wait(stop, &commands, false);
         }
         log::info!("epoch loop stopped");
+    }
+
+    /// -> StorageFailed: the evidence log or the journal could not be written, so the epoch
+    /// signed nothing; the next try is held back.
+    fn storage_failed(&mut self, trigger: EpochTrigger, error: String) {
+        // The epoch ran (perhaps wiped) but signed nothing: the statement
+        // that finally gets written says so.
+        if let Some(e) = self.current.take() {
+            journal::carry(
+                &mut self.carried,
+                Incident::EpochInterrupted {
+                    seq: e.seq,
+                    state: e.state,
+                    started_unix_ms: e.started_unix_ms,
+                    detected_unix_ms: now_ms(),
+                },
+            );
+        }
+        // 5 s, 10 s, 20 s, then every 30 s (or the interval, if shorter):
+        // an operator who frees space sees the epoch resume soon after.
+        self.storage_failures = self.storage_failures.saturating_add(1);
+        let wait = Duration::from_secs(5u64 << (self.storage_failures - 1).min(3))
+            .min(Duration::from_secs(30))
+            .min(self.ecfg.wipe_interval.max(Duration::from_secs(5)));
+        log::error!(
+            "epoch: cannot write the evidence: {error}; no new epoch until it can (retry in {} s); nothing written so far is lost",
+            wait.as_secs()
+        );
+        self.set_error(Some(error.clone()));
+        self.next_at_ms = now_ms() + wait.as_millis() as u64;
+        self.trigger_now = Some(trigger);
+        self.set_state(
+            None,
+            EpochState::StorageFailed {
+                error,
+                retry_at_ms: self.next_at_ms,
+            },
+        );
     }
 
     /// Sleeps until the next epoch is due, a command arrives, or `stop`. After a storage
