@@ -1,0 +1,210 @@
+//! Starting the epoch loop: load the key, open the log, recover an interrupted epoch from
+//! the journal, and start the delivery and epoch threads.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64},
+        mpsc,
+    },
+    time::Duration,
+};
+
+use ed25519_dalek::SigningKey;
+use rackwarden_attest::{
+    evidence::{EpochTrigger, Incident},
+    log::EvidenceLog,
+    now_ms,
+};
+
+use super::{
+    EpochError, EpochHandle, EpochLoop, EpochState, EpochStatus,
+    delivery::{Delivery, DeliveryStatus},
+    journal::{self, Journal, JournalEntry},
+    spool::Spool,
+};
+use crate::config::{Config, epoch::EpochConfig};
+
+/// Reads the test hook, e.g. `RACKWARDEN_TEST_HOLD=wiping:3000`.
+fn test_hold_from_env() -> Option<(String, Duration)> {
+    let v = std::env::var("RACKWARDEN_TEST_HOLD").ok()?;
+    let (state, ms) = v.split_once(':')?;
+    let ms: u64 = ms.parse().ok()?;
+    log::warn!("TEST HOOK RACKWARDEN_TEST_HOLD: pausing {ms} ms in state `{state}` of every epoch");
+    Some((state.to_string(), Duration::from_millis(ms)))
+}
+
+/// What the journal left: the incidents the next statement carries, and whether an epoch
+/// must start at once because one was interrupted.
+struct Recovered {
+    carried: Vec<Incident>,
+    trigger_now: Option<EpochTrigger>,
+}
+
+/// Reads the journal an earlier run left. An unreadable journal (it is replaced atomically,
+/// so this is damage or tampering) is kept aside as evidence and disclosed; it does not stop
+/// the daemon.
+fn recover_journal(journal: &Journal, next_seq: u64, now: u64) -> Result<Recovered, EpochError> {
+    let found = match journal.read() {
+        Ok(e) => e,
+        Err(e) => {
+            let kept = journal.set_aside(now);
+            log::error!(
+                "{e}; kept as {}; the next statement discloses it",
+                kept.display()
+            );
+            Some(JournalEntry {
+                seq: next_seq,
+                state: "unknown".into(),
+                trigger: EpochTrigger::AfterInterruption,
+                started_unix_ms: 0,
+                carried: vec![],
+            })
+        }
+    };
+    let mut recovered = Recovered {
+        carried: Vec::new(),
+        trigger_now: None,
+    };
+    if let Some(entry) = found {
+        recovered.carried = journal::recover(&entry, next_seq, now);
+        if recovered.carried.is_empty() {
+            journal.clear()?;
+        } else {
+            log::warn!(
+                "epoch {} was interrupted in state `{}` (started at {} ms): the next statement reports it, and an epoch starts now",
+                entry.seq,
+                entry.state,
+                entry.started_unix_ms
+            );
+            recovered.trigger_now = Some(EpochTrigger::AfterInterruption);
+        }
+    }
+    Ok(recovered)
+}
+
+/// The handles both loops share with the agent.
+struct Shared {
+    status: Arc<Mutex<EpochStatus>>,
+    delivery_status: Arc<Mutex<DeliveryStatus>>,
+    epoch_heartbeat_ms: Arc<AtomicU64>,
+    delivery_heartbeat_ms: Arc<AtomicU64>,
+    wipe_progress: Arc<AtomicU64>,
+    durable_len: Arc<AtomicU64>,
+    endpoint: Arc<Mutex<crate::config::epoch::VerifierEndpoint>>,
+}
+
+/// Starts the delivery thread and kicks it once: whatever is still undelivered from before
+/// the restart goes out now. The cursor is read first, so a broken one stops the start, not
+/// a later delivery.
+fn start_delivery(
+    cfg: &Config,
+    key: &SigningKey,
+    shared: &Shared,
+    stop: &'static AtomicBool,
+) -> Result<mpsc::Sender<()>, EpochError> {
+    let (kick_tx, kick_rx) = mpsc::channel();
+    let delivery = Delivery {
+        spool: Spool::new(&cfg.state_paths(), key.verifying_key()),
+        endpoint: shared.endpoint.clone(),
+        durable_len: shared.durable_len.clone(),
+        status: shared.delivery_status.clone(),
+        heartbeat_ms: shared.delivery_heartbeat_ms.clone(),
+    };
+    delivery.spool.load_cursor()?;
+    std::thread::Builder::new()
+        .name("delivery".into())
+        .spawn(move || delivery.run(stop, kick_rx))
+        .map_err(|source| EpochError::Thread {
+            what: "delivery",
+            source,
+        })?;
+    let _ = kick_tx.send(());
+    Ok(kick_tx)
+}
+
+/// Opens the log, recovers an interrupted epoch, and starts the epoch and delivery threads.
+/// `ecfg` is `cfg.epoch`. Fails (before anything runs) on an unusable key or log.
+pub fn start(
+    cfg: &Config,
+    ecfg: &EpochConfig,
+    stop: &'static AtomicBool,
+) -> Result<EpochHandle, EpochError> {
+    let key = rackwarden_attest::keys::load_signing_key(&ecfg.signing_key).map_err(|source| {
+        EpochError::Key {
+            path: ecfg.signing_key.clone(),
+            source,
+        }
+    })?;
+    let log_path = cfg.state_paths().evidence_log();
+    let log = EvidenceLog::open(&log_path, &key.verifying_key())?;
+    let journal = Journal::new(&cfg.state_paths());
+    let now = now_ms();
+    let Recovered {
+        carried,
+        mut trigger_now,
+    } = recover_journal(&journal, log.next_link().0, now)?;
+    let interval_ms = ecfg.wipe_interval.as_millis() as u64;
+    let next_at_ms = match log.tip {
+        // Keep the cadence across restarts: the next epoch is due an interval after the last.
+        Some(t) => t.epoch_end_unix_ms.saturating_add(interval_ms),
+        None => {
+            trigger_now.get_or_insert(EpochTrigger::Startup);
+            now
+        }
+    };
+    let shared = Shared {
+        status: Arc::new(Mutex::new(EpochStatus {
+            state: EpochState::Waiting { next_at_ms },
+            wipe_interval_ms: interval_ms,
+            verifier_url: ecfg.verifier.url.clone(),
+            last_epoch: None,
+            last_error: None,
+            delivery: DeliveryStatus::default(),
+        })),
+        delivery_status: Arc::new(Mutex::new(DeliveryStatus::default())),
+        epoch_heartbeat_ms: Arc::new(AtomicU64::new(now)),
+        delivery_heartbeat_ms: Arc::new(AtomicU64::new(now)),
+        wipe_progress: Arc::new(AtomicU64::new(0)),
+        durable_len: Arc::new(AtomicU64::new(log.durable_len())),
+        endpoint: Arc::new(Mutex::new(ecfg.verifier.clone())),
+    };
+    let kick = start_delivery(cfg, &key, &shared, stop)?;
+    let (cmd_tx, cmd_rx) = mpsc::channel();
+    let lp = EpochLoop {
+        cfg: cfg.clone(),
+        ecfg: ecfg.clone(),
+        key,
+        producer: crate::collect::producer("rackwardend"),
+        log: Some(log),
+        log_path,
+        journal,
+        carried,
+        trigger_now,
+        current: None,
+        storage_failures: 0,
+        next_at_ms,
+        durable_len: shared.durable_len.clone(),
+        kick,
+        endpoint: shared.endpoint.clone(),
+        status: shared.status.clone(),
+        heartbeat_ms: shared.epoch_heartbeat_ms.clone(),
+        wipe_progress: shared.wipe_progress.clone(),
+        test_hold: test_hold_from_env(),
+    };
+    std::thread::Builder::new()
+        .name("epoch".into())
+        .spawn(move || lp.run(stop, cmd_rx))
+        .map_err(|source| EpochError::Thread {
+            what: "epoch",
+            source,
+        })?;
+    Ok(EpochHandle {
+        commands: cmd_tx,
+        status: shared.status,
+        delivery_status: shared.delivery_status,
+        epoch_heartbeat_ms: shared.epoch_heartbeat_ms,
+        delivery_heartbeat_ms: shared.delivery_heartbeat_ms,
+        wipe_progress: shared.wipe_progress,
+    })
+}
