@@ -1,0 +1,23 @@
+//! TPM 2.0 evidence, pure Rust (no TSS): the structures a host's TPM produces and the verifier
+//! checks.
+//!
+//! - [`public`]: TPMT_PUBLIC of the attestation key ([`AkPublic`]) and endorsement key
+//!   ([`EkPublic`]), and their Names;
+//! - [`pcr`]: PCR selections and values, and the quote's pcrDigest;
+//! - [`quote`]: TPMS_ATTEST / TPMT_SIGNATURE parsing and quote verification;
+//! - [`kdf`]: hash algorithms, KDFa and KDFe;
+//! - [`credential`]: MakeCredential in software (the verifier's half of AK enrolment);
+//! - [`ekcert`]: the EK certificate chain, checked by hand;
+//! - [`ima`]: the IMA binary measurement list and its PCR 10 replay.
+//!
+//! Byte layouts are TPM 2.0 Part 2 (big-endian); see /tmp/tpm-brief.md section 2 for the
+//! field-by-field account this follows.
+
+pub mod error;
+pub mod kdf;
+pub(crate) mod marshal;
+pub mod public;
+
+pub use error::TpmError;
+pub use kdf::{HashAlg, kdfa, kdfe};
+pub use public::{AkPublic, EkPublic};
