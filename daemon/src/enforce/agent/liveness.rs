@@ -10,10 +10,55 @@ use rackwarden_attest::now_ms;
 
 use super::Agent;
 
+/// What the agent last told systemd, and how the epoch loops looked then.
+pub(super) struct SystemdNotice {
+    watchdog: Option<Duration>,
+    last_status: String,
+    /// The wipe's progress counter and when it last moved.
+    last_progress: (u64, Instant),
+}
+
+impl SystemdNotice {
+    pub(super) fn new() -> SystemdNotice {
+        SystemdNotice {
+            watchdog: crate::notify::watchdog_interval(),
+            last_status: String::new(),
+            last_progress: (0, Instant::now()),
+        }
+    }
+
+    /// A third of the watchdog interval, at most a second.
+    pub(super) fn ping_every(&self) -> Duration {
+        self.watchdog.map_or(Duration::from_secs(1), |w| {
+            (w / 3).min(Duration::from_secs(1))
+        })
+    }
+}
+
 impl Agent {
+    /// STATUS= when it changed, and the watchdog ping. The ping comes from the agent loop,
+    /// and only while the epoch loops live too: a stuck loop stops the pings and systemd
+    /// restarts us.
+    pub(super) fn tell_systemd(&self, notice: &mut SystemdNotice) {
+        let st = self.notify_status();
+        if st != notice.last_status {
+            crate::notify::status(&st);
+            notice.last_status = st;
+        }
+        if let Some(w) = notice.watchdog {
+            if self.loops_alive(w, &mut notice.last_progress) {
+                crate::notify::watchdog_ping();
+            } else {
+                log::error!(
+                    "an epoch or delivery loop shows no sign of life: not pinging the watchdog"
+                );
+            }
+        }
+    }
+
     /// Whether the epoch and delivery loops have shown signs of life within `limit`
     /// (a wipe counts as alive while its progress counter moves).
-    pub(super) fn loops_alive(&self, limit: Duration, last_progress: &mut (u64, Instant)) -> bool {
+    fn loops_alive(&self, limit: Duration, last_progress: &mut (u64, Instant)) -> bool {
         let Some(h) = &self.epoch else { return true };
         let now = now_ms();
         let lim = limit.as_millis() as u64;

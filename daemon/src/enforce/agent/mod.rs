@@ -204,10 +204,8 @@ impl Agent {
         let _watch = self.start_watch(tx);
         let mut next_sample = Instant::now();
         let mut next_check = Instant::now() + self.cfg.check_interval;
-        let watchdog = crate::notify::watchdog_interval();
-        let mut last_progress = (0u64, Instant::now());
+        let mut systemd = liveness::SystemdNotice::new();
         let mut next_ping = Instant::now();
-        let mut last_status = String::new();
         // READY only once every hook enforces: a start that ends Degraded keeps checking,
         // and systemd's TimeoutStartSec restarts a daemon that never gets there.
         let mut ready = false;
@@ -225,26 +223,8 @@ impl Agent {
                 }
             }
             if now >= next_ping {
-                let st = self.notify_status();
-                if st != last_status {
-                    crate::notify::status(&st);
-                    last_status = st;
-                }
-                // The ping comes from this loop, and only while the epoch loops live too: a
-                // stuck loop stops the pings and systemd restarts us.
-                if let Some(w) = watchdog {
-                    if self.loops_alive(w, &mut last_progress) {
-                        crate::notify::watchdog_ping();
-                    } else {
-                        log::error!(
-                            "an epoch or delivery loop shows no sign of life: not pinging the watchdog"
-                        );
-                    }
-                }
-                next_ping = now
-                    + watchdog.map_or(Duration::from_secs(1), |w| {
-                        (w / 3).min(Duration::from_secs(1))
-                    });
+                self.tell_systemd(&mut systemd);
+                next_ping = now + systemd.ping_every();
             }
             if now >= next_sample {
                 self.sample()?;
