@@ -24,5 +24,6 @@ pub mod notify;
 pub mod pins;
 pub mod progress;
 pub mod status;
+pub mod tpm;
 pub use rackwarden_attest::units;
 pub mod wipe;

@@ -1,0 +1,186 @@
+//! The AK state file: the AK's public and (EK-wrapped) private blobs, so a restarted daemon
+//! loads the AK the verifier enrolled instead of making a new one. A saved TPM context would
+//! not do: transient contexts die at TPM Reset (reboot); the blobs load under the EK again.
+//!
+//! Format (JSON): `{"format":"rackwarden-tpm-ak/1","public":HEX,"private":HEX}` where
+//! `public` is TPM2B_PUBLIC and `private` TPM2B_PRIVATE (each a u16 big-endian size, then the
+//! body), the sizes kept so the file is what `tpm2_load -u/-r` would take.
+
+use std::{
+    io::Write,
+    os::unix::fs::OpenOptionsExt,
+    path::{Path, PathBuf},
+};
+
+use super::TpmError;
+
+const FORMAT: &str = "rackwarden-tpm-ak/1";
+
+/// The AK's blobs without their TPM2B sizes: `public` is TPMT_PUBLIC (`Public::marshall`),
+/// `private` the TPM2B_PRIVATE body (`Private::value`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct AkBlobs {
+    pub public: Vec<u8>,
+    pub private: Vec<u8>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AkFile {
+    format: String,
+    public: String,
+    private: String,
+}
+
+/// The stored blobs, or `None` when there is no file yet (first start).
+pub(super) fn read(path: &Path) -> Result<Option<AkBlobs>, TpmError> {
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(TpmError::AkFileIo {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    let bad = |why: String| TpmError::AkFileFormat {
+        path: path.to_owned(),
+        why,
+    };
+    let file: AkFile = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+    if file.format != FORMAT {
+        return Err(bad(format!(
+            "format is {:?}, this daemon reads {FORMAT:?}",
+            file.format
+        )));
+    }
+    let public = untpm2b(&file.public).map_err(|why| bad(format!("`public`: {why}")))?;
+    let private = untpm2b(&file.private).map_err(|why| bad(format!("`private`: {why}")))?;
+    Ok(Some(AkBlobs { public, private }))
+}
+
+/// Writes the blobs atomically (a crash leaves the old file or the new one) with mode 0600:
+/// the private blob is only usable inside this TPM, but nobody else needs to read it.
+pub(super) fn write(path: &Path, blobs: &AkBlobs) -> Result<(), TpmError> {
+    let file = AkFile {
+        format: FORMAT.to_string(),
+        public: tpm2b(&blobs.public),
+        private: tpm2b(&blobs.private),
+    };
+    let mut text = serde_json::to_vec_pretty(&file).map_err(|e| TpmError::AkFileFormat {
+        path: path.to_owned(),
+        why: format!("serializing: {e}"),
+    })?;
+    text.push(b'\n');
+    replace_private(path, &text).map_err(|source| TpmError::AkFileIo {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// As `atomic_file::replace`, but the file is created 0600 from the start (a chmod after
+/// writing would leave a window where it is readable).
+fn replace_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp: PathBuf = path.with_file_name(format!(".{name}.rackwarden-tmp"));
+    // A temporary file left by a crash may have other permissions: start afresh.
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    // The rename itself is durable only once the directory is synced.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
+}
+
+fn tpm2b(body: &[u8]) -> String {
+    // Bodies come from the TPM (TPM2B_PUBLIC and TPM2B_PRIVATE are well under 64 KiB).
+    let len = u16::try_from(body.len()).unwrap_or(u16::MAX);
+    let mut out = len.to_be_bytes().to_vec();
+    out.extend_from_slice(body);
+    hex::encode(out)
+}
+
+fn untpm2b(text: &str) -> Result<Vec<u8>, String> {
+    let bytes = hex::decode(text).map_err(|e| format!("not hex: {e}"))?;
+    let (size, body) = bytes
+        .split_first_chunk::<2>()
+        .ok_or_else(|| "shorter than its 2-byte size".to_string())?;
+    let size = usize::from(u16::from_be_bytes(*size));
+    if size != body.len() || size == 0 {
+        return Err(format!(
+            "size field says {size} bytes, {} follow",
+            body.len()
+        ));
+    }
+    Ok(body.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rw-tpm-akfile-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn tpm_ak_file_round_trips_with_mode_0600() {
+        let d = dir("rt");
+        let path = d.join("ak.json");
+        assert_eq!(read(&path).unwrap(), None);
+        let blobs = AkBlobs {
+            public: vec![0, 0x23, 0, 0x0b, 1, 2, 3],
+            private: vec![9; 126],
+        };
+        write(&path, &blobs).unwrap();
+        assert_eq!(read(&path).unwrap(), Some(blobs.clone()));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // Rewriting replaces it whole, no temporary left behind.
+        let other = AkBlobs {
+            public: vec![1],
+            private: vec![2],
+        };
+        write(&path, &other).unwrap();
+        assert_eq!(read(&path).unwrap(), Some(other));
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn tpm_ak_file_malformed_is_an_error_not_a_new_ak() {
+        let d = dir("bad");
+        let path = d.join("ak.json");
+        for text in [
+            "not json",
+            r#"{"format":"other/9","public":"0001aa","private":"0001bb"}"#,
+            r#"{"format":"rackwarden-tpm-ak/1","public":"0005aa","private":"0001bb"}"#,
+            r#"{"format":"rackwarden-tpm-ak/1","public":"zz","private":"0001bb"}"#,
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let e = read(&path).unwrap_err();
+            assert!(matches!(e, TpmError::AkFileFormat { .. }), "{text}: {e}");
+            assert!(e.to_string().contains("ak.json"), "{e}");
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
