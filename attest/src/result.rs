@@ -66,6 +66,7 @@ pub enum FindingCode {
     NonceOtherHost,
     NonceReused,
     NonceExpired,
+    ClockSkew,
     LimiterAbsent,
     NotAttached,
     ForeignAhead,
@@ -99,7 +100,7 @@ pub enum FindingCode {
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 45] = [
+    pub const ALL: [FindingCode; 46] = [
         FindingCode::RetiredKey,
         FindingCode::DaemonNotAccepted,
         FindingCode::ProgramNotAccepted,
@@ -115,6 +116,7 @@ impl FindingCode {
         FindingCode::NonceOtherHost,
         FindingCode::NonceReused,
         FindingCode::NonceExpired,
+        FindingCode::ClockSkew,
         FindingCode::LimiterAbsent,
         FindingCode::NotAttached,
         FindingCode::ForeignAhead,
@@ -164,6 +166,7 @@ impl FindingCode {
             FindingCode::NonceOtherHost => Aspect::Freshness,
             FindingCode::NonceReused => Aspect::Freshness,
             FindingCode::NonceExpired => Aspect::Freshness,
+            FindingCode::ClockSkew => Aspect::Freshness,
             FindingCode::LimiterAbsent => Aspect::Limiter,
             FindingCode::NotAttached => Aspect::Limiter,
             FindingCode::ForeignAhead => Aspect::Limiter,
@@ -215,6 +218,7 @@ impl FindingCode {
             FindingCode::NonceOtherHost => "nonce_other_host",
             FindingCode::NonceReused => "nonce_reused",
             FindingCode::NonceExpired => "nonce_expired",
+            FindingCode::ClockSkew => "clock_skew",
             FindingCode::LimiterAbsent => "limiter_absent",
             FindingCode::NotAttached => "not_attached",
             FindingCode::ForeignAhead => "foreign_ahead",
@@ -287,6 +291,9 @@ impl FindingCode {
             FindingCode::NonceReused => "it answers a nonce another statement already used",
             FindingCode::NonceExpired => {
                 "it answers a nonce that had expired when the statement arrived"
+            }
+            FindingCode::ClockSkew => {
+                "the epoch's claimed times lie outside what the verifier saw (nonce issued, statement received), beyond the allowed clock skew"
             }
             FindingCode::LimiterAbsent => "no policer was enforcing the caps",
             FindingCode::NotAttached => "the policer was not attached on an interface at epoch end",

@@ -16,6 +16,7 @@
 //! id = "inference-only-2026-12"
 //! nonce_ttl = "10 min"
 //! max_wipe_interval = "15 min"    # also the longest a host may stay silent
+//! max_clock_skew = "5 s"          # how far a host's clock may be from ours (default)
 //! max_residue_host = "4 GiB"
 //! max_residue_gpu = "1 GiB"
 //! trainable_state = "10 TB"
@@ -62,6 +63,9 @@ pub struct Policy {
     pub id: String,
     pub nonce_ttl: Duration,
     pub max_wipe_interval: Duration,
+    /// How far a host's claimed epoch times may lie outside what this verifier saw (nonce
+    /// issued, statement received) before they are a finding (`max_clock_skew`, default 5 s).
+    pub max_clock_skew: Duration,
     pub max_residue_host: u64,
     pub max_residue_gpu: u64,
     pub trainable_state_bytes: u64,
@@ -128,6 +132,7 @@ struct RawPolicy {
     id: Spanned<String>,
     nonce_ttl: Spanned<String>,
     max_wipe_interval: Spanned<String>,
+    max_clock_skew: Option<Spanned<String>>,
     max_residue_host: Spanned<String>,
     max_residue_gpu: Spanned<String>,
     trainable_state: Spanned<String>,
@@ -325,6 +330,10 @@ fn policy(src: &Source, p: &RawPolicy, checked: CheckedFirst) -> Result<Policy, 
         id: p.id.get_ref().clone(),
         nonce_ttl: src.dur("policy.nonce_ttl", &p.nonce_ttl)?,
         max_wipe_interval: src.dur("policy.max_wipe_interval", &p.max_wipe_interval)?,
+        max_clock_skew: match &p.max_clock_skew {
+            None => Duration::from_secs(5),
+            Some(s) => src.dur("policy.max_clock_skew", s)?,
+        },
         max_residue_host: src.size("policy.max_residue_host", &p.max_residue_host)?,
         max_residue_gpu: src.size("policy.max_residue_gpu", &p.max_residue_gpu)?,
         trainable_state_bytes: src.size("policy.trainable_state", &p.trainable_state)?,
@@ -472,6 +481,16 @@ mod tests {
         let c = VerifierConfig::parse(Path::new("v.toml"), GOOD).unwrap();
         assert_eq!(c.policy.racks["r1"].egress_bytes_per_s, 10_000_000);
         assert_eq!(c.policy.trainable_state_bytes, 10_000_000_000_000);
+        assert_eq!(c.policy.max_clock_skew, Duration::from_secs(5));
+        let c = VerifierConfig::parse(
+            Path::new("v.toml"),
+            &GOOD.replace(
+                "max_epoch_fraction = 0.01",
+                "max_epoch_fraction = 0.01\nmax_clock_skew = \"2 min\"",
+            ),
+        )
+        .unwrap();
+        assert_eq!(c.policy.max_clock_skew, Duration::from_secs(120));
     }
 
     #[test]
@@ -556,6 +575,11 @@ mod tests {
                 "insecure_http = true",
                 "insecure_http = true\ntls_cert = \"/c\"\ntls_key = \"/k\"",
                 "v.toml:2: `insecure_http = true` and `tls_cert`/`tls_key` together",
+            ),
+            (
+                "max_epoch_fraction = 0.01",
+                "max_epoch_fraction = 0.01\nmax_clock_skew = \"a while\"",
+                "v.toml:13: `policy.max_clock_skew`",
             ),
             (
                 "max_epoch_fraction = 0.01",

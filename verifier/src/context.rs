@@ -31,6 +31,16 @@ pub fn load(store: &Store, hk: &HostKey, st: &Statement, pae: &str) -> Result<Co
             .and_then(|s| s.statement()),
         None => None,
     };
+    let baseline_earliest_end_ms = match baseline.as_ref().map(|b| &b.predicate) {
+        Some(b) => match &b.challenge {
+            Challenge::Nonce { nonce } => store
+                .nonce(nonce)?
+                .filter(|n| n.rack == b.rack_id && n.host == b.host_id)
+                .map(|n| n.issued_ms),
+            Challenge::Unchallenged => None,
+        },
+        None => None,
+    };
     let nonce = match &p.challenge {
         Challenge::Unchallenged => NonceLookup::NotNamed,
         Challenge::Nonce { nonce } => match store.nonce(nonce)? {
@@ -50,6 +60,7 @@ pub fn load(store: &Store, hk: &HostKey, st: &Statement, pae: &str) -> Result<Co
             .map(|s| (s.pae_sha3, s.epoch_end_ms))
             .collect(),
         baseline,
+        baseline_earliest_end_ms,
         nonce,
         last_wipe_ms: store.last_wipe(&hk.rack, &hk.host)?,
     })

@@ -185,7 +185,12 @@ fn host_standing(
         .as_ref()
         .map(|r| r.status)
         .unwrap_or(Status::Warning);
-    let since = last.as_ref().map(|s| s.epoch_end_ms).unwrap_or(enrolled_ms);
+    // Silence counts from what the verifier saw: a claimed end later than the statement's
+    // receipt (a clock ahead, or a lie) must not hide it.
+    let since = last
+        .as_ref()
+        .map(|s| s.epoch_end_ms.min(s.received_ms))
+        .unwrap_or(enrolled_ms);
     if now_ms.saturating_sub(since) > max {
         status = Status::Contraindicated;
         findings.push(format!(

@@ -187,6 +187,9 @@ max_residue_host = "2 GiB"
 max_residue_gpu = "1 GiB"
 trainable_state = "10 GB"
 max_epoch_fraction = 0.01
+# These tests build chains whose epochs start 10 s back and end 1 s apart, whatever the
+# wall clock: only the clock test below holds them to the verifier's clock.
+max_clock_skew = "1 h"
 {m}
 [racks.rack-a]
 egress = "10 MB/s"
@@ -989,6 +992,151 @@ fn an_expired_nonce_is_contraindicated() {
         .unwrap();
     let r = serde_json::to_value(&out).unwrap();
     assert!(codes(&r).contains(&"nonce_expired".to_string()), "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every time a host claims is held to what the verifier saw: a challenged epoch cannot end
+/// before its nonce existed, no epoch ends after its statement arrived (beyond the policy's
+/// skew allowance), the byte bound takes the shorter of the claimed and the observed elapsed
+/// time, and silence is counted from receipt.
+#[test]
+fn host_times_are_anchored_to_the_verifiers_clock() {
+    use rackwarden_verifier::{config::VerifierConfig, service::Verifier, store::Store};
+    let (dir, config, _) = setup("clock", "1 h", None);
+    // The policy's default allowance (5 s), not the other tests' hour.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("max_clock_skew = \"1 h\"\n", "")).unwrap();
+    let cfg = VerifierConfig::load(&config).unwrap();
+    let mut v = Verifier::new(Store::in_memory().unwrap(), cfg.policy.clone()).unwrap();
+    let t = now();
+    let hour = 3_600_000;
+    let mut hosts = Vec::new();
+    for name in [
+        "future",
+        "before-nonce",
+        "inflated",
+        "unchallenged",
+        "honest",
+    ] {
+        let key = keys::generate();
+        v.enroll("rack-a", name, &keys::public_pem(&key.verifying_key()), 0)
+            .unwrap();
+        hosts.push(Host::new(key, "rack-a", name));
+    }
+    let judge =
+        |v: &mut Verifier, h: &mut Host, issued: Option<u64>, end: u64, at: u64, e: Epoch| {
+            let nonce = issued.map(|i| v.issue_nonce(&h.rack, &h.host, i).unwrap().nonce);
+            h.last_end = h.last_end.min(end.saturating_sub(e.duration_ms));
+            let duration_ms = end - h.last_end;
+            let out = v
+                .ingest(
+                    &h.next(Epoch {
+                        nonce,
+                        duration_ms,
+                        ..e
+                    }),
+                    at,
+                )
+                .unwrap();
+            serde_json::to_value(&out).unwrap()
+        };
+    let skew = |r: &Value| {
+        r["result"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["code"] == "clock_skew")
+            .map(|f| f["detail"].as_str().unwrap().to_string())
+    };
+    // An end two hours ahead of the verifier's clock: a finding naming both clocks.
+    let r = judge(
+        &mut v,
+        &mut hosts[0],
+        Some(t),
+        t + 2 * hour,
+        t + 1000,
+        Epoch::default(),
+    );
+    let detail = skew(&r).unwrap_or_else(|| panic!("future end: {r}"));
+    for clock in [t + 2 * hour, t + 1000] {
+        let utc = rackwarden_attest::units::fmt_unix_ms(clock);
+        assert!(detail.contains(&utc), "{detail} names {utc}");
+    }
+    assert_eq!(
+        r["result"]["trustworthiness"]["freshness"],
+        "contraindicated"
+    );
+    // A challenged epoch that ended three hours before its nonce was issued.
+    let r = judge(
+        &mut v,
+        &mut hosts[1],
+        Some(t),
+        t - 3 * hour,
+        t + 1000,
+        Epoch::default(),
+    );
+    assert!(skew(&r).is_some(), "end before the nonce: {r}");
+    // A baseline claimed two hours early inflates the next epoch's elapsed time: the byte
+    // bound takes what the verifier saw (nonce issued at t, next received at t + 400 ms).
+    let r = judge(
+        &mut v,
+        &mut hosts[2],
+        Some(t),
+        t - 2 * hour,
+        t + 100,
+        Epoch::default(),
+    );
+    assert!(skew(&r).is_some(), "{r}");
+    let r = judge(
+        &mut v,
+        &mut hosts[2],
+        Some(t + 200),
+        t + 300,
+        t + 400,
+        Epoch {
+            egress_delta: 100_000_000,
+            ..Default::default()
+        },
+    );
+    assert!(codes(&r).contains(&"counters_above_cap".to_string()), "{r}");
+    // Unchallenged epochs are held to receipt too.
+    let r = judge(
+        &mut v,
+        &mut hosts[3],
+        None,
+        t + 2 * hour,
+        t + 1000,
+        Epoch::default(),
+    );
+    assert!(skew(&r).is_some(), "unchallenged future end: {r}");
+    // Honest times, and an end 3 s ahead (within the allowance), are no finding.
+    let r = judge(
+        &mut v,
+        &mut hosts[4],
+        Some(t),
+        t + 50,
+        t + 100,
+        Epoch::default(),
+    );
+    assert_eq!(skew(&r), None, "{r}");
+    let r = judge(
+        &mut v,
+        &mut hosts[4],
+        Some(t + 200),
+        t + 3200,
+        t + 300,
+        Epoch::default(),
+    );
+    assert_eq!(skew(&r), None, "{r}");
+    // Silence is counted from receipt: the host that claimed an end two hours ahead is
+    // silent an hour after its statement arrived.
+    let standing = v.rack_standing("rack-a", t + 1000 + hour + 1000).unwrap();
+    let future = standing.hosts.iter().find(|h| h.host == "future").unwrap();
+    assert!(
+        future.findings.iter().any(|f| f.starts_with("silent")),
+        "{:?}",
+        future.findings
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

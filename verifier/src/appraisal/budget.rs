@@ -26,7 +26,14 @@ pub(crate) fn epoch_bound(rate: u64, prev_rate: u64, burst: u64, elapsed_ms: u64
     rate.max(prev_rate) as f64 * (elapsed_ms as f64 / 1000.0) + burst as f64
 }
 
-pub(super) fn check(j: &mut Judge, st: &Statement, baseline: Option<&Statement>) {
+/// `elapsed_ms`: the time since the baseline's end the bound is computed over (the claim,
+/// capped by what the verifier saw: `clock::elapsed_ms`).
+pub(super) fn check(
+    j: &mut Judge,
+    st: &Statement,
+    baseline: Option<&Statement>,
+    elapsed_ms: Option<u64>,
+) {
     let p = &st.predicate;
     let LimiterReport::Present(e) = &p.limiter else {
         return;
@@ -71,10 +78,9 @@ pub(super) fn check(j: &mut Judge, st: &Statement, baseline: Option<&Statement>)
             }
         }
     }
-    let Some(prev) = baseline else { return };
-    let elapsed_ms = p
-        .epoch_end_unix_ms
-        .saturating_sub(prev.predicate.epoch_end_unix_ms);
+    let (Some(prev), Some(elapsed_ms)) = (baseline, elapsed_ms) else {
+        return;
+    };
     let elapsed_s = elapsed_ms as f64 / 1000.0;
     for dir in ["egress", "ingress"] {
         let (Some((now, rate, burst)), Some((before, prate, _))) =

@@ -12,6 +12,7 @@
 //! | identity | `identity` | is the key current, is the daemon build and its programs accepted |
 //! | chain | `chain` | does this statement extend the host's chain (fork, gap, prev, time) |
 //! | freshness | `freshness` | does it answer a nonce we issued to this host, unused, unexpired |
+//! | freshness | `clock` | do its claimed times lie where the verifier saw them (nonce, receipt) |
 //! | limiter | `limiter` | is the policer attached, first, unbypassed and protected |
 //! | budget | `budget` | do the caps and the bytes that passed stay within the agreement |
 //! | wipe | `wipe` | was memory wiped completely, bound to our nonce, within the interval |
@@ -19,6 +20,7 @@
 
 pub(crate) mod budget;
 mod chain;
+mod clock;
 mod freshness;
 mod identity;
 mod images;
@@ -48,6 +50,9 @@ pub struct Context {
     pub predecessors: Vec<(String, u64)>,
     /// The last stored statement before this seq: the budget's baseline, across gaps too.
     pub baseline: Option<Statement>,
+    /// The earliest the baseline's epoch can have ended by this verifier's clock: when the
+    /// nonce it answered was issued (`None` when it answered none of ours).
+    pub baseline_earliest_end_ms: Option<u64>,
     /// The stored record of the nonce the statement answers, if it names one.
     pub nonce: NonceLookup,
     /// End of the host's last epoch with a counted wipe.
@@ -136,9 +141,11 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
     identity::check_programs(&mut j, st);
     chain::check(&mut j, st, ctx);
     let fresh = freshness::check(&mut j, st, ctx, now_ms);
+    clock::check(&mut j, st, ctx, now_ms);
     limiter::check(&mut j, st);
-    budget::check(&mut j, st, ctx.baseline.as_ref());
-    let wipe_counts = wipe::check(&mut j, st, ctx);
+    let elapsed_ms = clock::elapsed_ms(&j, st, ctx, now_ms);
+    budget::check(&mut j, st, ctx.baseline.as_ref(), elapsed_ms);
+    let wipe_counts = wipe::check(&mut j, st, ctx, clock::anchored_end_ms(st, now_ms));
     images::check(&mut j, st);
     chain::check_incidents(&mut j, st);
     Appraisal {

@@ -9,7 +9,8 @@ use rackwarden_attest::{
 
 use super::{Aspect, Context, FindingCode as C, Judge, Status};
 
-pub(super) fn check(j: &mut Judge, st: &Statement, ctx: &Context) -> bool {
+/// `end_ms`: the epoch's end as the verifier can vouch for it (never after receipt).
+pub(super) fn check(j: &mut Judge, st: &Statement, ctx: &Context, end_ms: u64) -> bool {
     let p = &st.predicate;
     let max = j.policy.max_wipe_interval.as_millis() as u64;
     let complete = match &p.wipe {
@@ -33,7 +34,7 @@ pub(super) fn check(j: &mut Judge, st: &Statement, ctx: &Context) -> bool {
     let counts = complete && bound_to_ours;
     if !counts {
         let since = ctx.last_wipe_ms.unwrap_or(ctx.enrolled_ms);
-        if p.epoch_end_unix_ms.saturating_sub(since) > max {
+        if end_ms.saturating_sub(since) > max {
             j.add(
                 C::WipeOverdue,
                 Status::Contraindicated,
