@@ -16,8 +16,12 @@
 pub mod error;
 pub mod kdf;
 pub(crate) mod marshal;
+pub mod pcr;
 pub mod public;
+pub mod quote;
 
 pub use error::TpmError;
 pub use kdf::{HashAlg, kdfa, kdfe};
+pub use pcr::{MissingPcr, PcrSelection, PcrValues};
 pub use public::{AkPublic, EkPublic};
+pub use quote::{QuoteError, QuoteInfo, check_selection, parse_attest, verify_quote};
