@@ -10,15 +10,15 @@ use crate::{
     limiter::{Direction, HookDirection, watch::HookStatus},
 };
 
-/// One hook's findings, before it is recorded as a gap.
-struct HookFinding<'a> {
+/// One hook being checked: what a gap found on it records.
+struct HookCheck<'a> {
     iface: &'a str,
     dir: Direction,
     last_ok: Option<u64>,
     now: u64,
 }
 
-impl HookFinding<'_> {
+impl HookCheck<'_> {
     fn gap(&self, kind: GapKind, detail: String, restored: bool) -> EnforcementGap {
         EnforcementGap {
             kind,
@@ -117,7 +117,7 @@ impl Agent {
     /// One hook: inspected, reattached or moved back to first where needed. Returns false
     /// where it could not be inspected or restored (the agent is then degraded).
     fn check_hook(&mut self, iface: &str, d: Direction, at_start: bool, now: u64) -> bool {
-        let finding = HookFinding {
+        let check = HookCheck {
             iface,
             dir: d,
             last_ok: self.last_ok.get(&(iface.to_string(), d)).copied(),
@@ -126,17 +126,17 @@ impl Agent {
         match self.limiter.inspect(iface, d) {
             Err(e) => {
                 self.gaps
-                    .record(finding.gap(GapKind::CheckFailed, e.to_string(), false));
+                    .record(check.gap(GapKind::CheckFailed, e.to_string(), false));
                 false
             }
-            Ok(hook) if !hook.attached => self.reattach(&finding, &hook, at_start),
-            Ok(hook) => self.keep_first(&finding, &hook),
+            Ok(hook) if !hook.attached => self.reattach(&check, &hook, at_start),
+            Ok(hook) => self.keep_first(&check, &hook),
         }
     }
 
     /// Our program is not on the hook: attach it, and record a gap unless this is the very
     /// first attach of a fresh start.
-    fn reattach(&mut self, f: &HookFinding, hook: &HookStatus, at_start: bool) -> bool {
+    fn reattach(&mut self, f: &HookCheck, hook: &HookStatus, at_start: bool) -> bool {
         let (iface, d) = (f.iface, f.dir);
         let first_attach = at_start && !self.limiter.adopted;
         let restored = match self.limiter.attach(iface, d) {
@@ -175,7 +175,7 @@ impl Agent {
 
     /// Our program is on the hook: foreign programs ahead of it are a gap (once per set of
     /// intruders), and ours is moved back to first. Returns false where the move failed.
-    fn keep_first(&mut self, f: &HookFinding, hook: &HookStatus) -> bool {
+    fn keep_first(&mut self, f: &HookCheck, hook: &HookStatus) -> bool {
         let (iface, d) = (f.iface, f.dir);
         let key = (iface.to_string(), d);
         let mut enforcing = true;
