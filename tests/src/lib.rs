@@ -307,6 +307,70 @@ burst = "{burst}"
         pins
     }
 
+    /// Every BPF program on the rack interface's hooks, tcx and clsact, both directions, as
+    /// `"<hook> <direction>: <name> #<id>"`: what a start that must touch nothing leaves empty.
+    pub fn hook_programs(&self) -> Vec<String> {
+        use aya::programs::{SchedClassifier, TcAttachType};
+        let ifc = self.rack_if.clone();
+        let mut found = in_netns(&self.rack_ns, move || {
+            let mut found = Vec::new();
+            for (dir, t) in [
+                ("egress", TcAttachType::Egress),
+                ("ingress", TcAttachType::Ingress),
+            ] {
+                // A kernel without tcx has none there; clsact is listed below.
+                if let Ok((_, infos)) = SchedClassifier::query_tcx(&ifc, t) {
+                    for i in infos {
+                        found.push(format!(
+                            "tcx {dir}: {} #{}",
+                            i.name_as_str().unwrap_or("?"),
+                            i.id()
+                        ));
+                    }
+                }
+            }
+            found
+        });
+        for dir in ["egress", "ingress"] {
+            let out = Command::new("tc")
+                .args([
+                    "-n",
+                    &self.rack_ns,
+                    "filter",
+                    "show",
+                    "dev",
+                    &self.rack_if,
+                    dir,
+                ])
+                .output()
+                .unwrap();
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if line.contains(" bpf ") {
+                    found.push(format!("clsact {dir}: {}", line.trim()));
+                }
+            }
+        }
+        found
+    }
+
+    /// The entries under the pin root (recursively), or none where it does not exist.
+    pub fn pinned_entries(&self) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in rd.flatten() {
+                out.push(e.path());
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&e.path(), out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.pin_root, &mut out);
+        out
+    }
+
     /// Changes the caps of a bare limiter the way the daemon does: a new generation.
     pub fn change_bare_caps(&self, caps: [rackwarden::limiter::maps::CapSlot; 2]) {
         let (p2, ifc) = (self.pins(), self.rack_if.clone());

@@ -31,6 +31,7 @@
 
 pub mod caps;
 pub mod epoch;
+pub mod preflight;
 
 use std::{
     ops::Range,

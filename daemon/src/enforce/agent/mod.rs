@@ -73,6 +73,8 @@ pub enum AgentError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
+    Preflight(#[from] crate::config::preflight::PreflightError),
+    #[error(transparent)]
     Netns(#[from] crate::netns::NetnsError),
     #[error(transparent)]
     Limiter(#[from] LimiterError),

@@ -1,5 +1,6 @@
-//! Starting: enter the namespace, wait for the interfaces, load or adopt the limiter, take
-//! over every hook, put the bypass refusal in place, write the caps, check the hooks, and
+//! Starting: check every file the config names ([`crate::config::preflight`]), enter the
+//! namespace, wait for the interfaces, and only then load or adopt the limiter, take over
+//! every hook, put the bypass refusal in place, write the caps, check the hooks, and
 //! only then start the epoch loop.
 
 use std::{
@@ -26,6 +27,9 @@ impl Agent {
     /// Starting: enter the namespace, load or adopt the limiter, attach, write the caps.
     /// Must run before any other thread exists when `netns` is set (setns is per thread).
     pub fn start(cfg: Config, stop: &'static AtomicBool) -> Result<Agent, AgentError> {
+        // Everything the config names, before the kernel is touched: a start that fails
+        // after attaching would leave a policer behind (README, "Operating it").
+        crate::config::preflight::check_files(&cfg)?;
         if let Some(ns) = &cfg.netns {
             crate::netns::enter(ns)?;
         }
