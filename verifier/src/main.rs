@@ -90,6 +90,18 @@ enum Cmd {
         /// Why: what was found and done (kept with the clearance).
         #[arg(long)]
         reason: String,
+        /// Who clears it: the person answerable for the decision (kept and shown).
+        #[arg(long)]
+        by: String,
+    },
+    /// List every clearance: who cleared which host's statements, when, why, and which.
+    Clearances {
+        /// Only this rack's.
+        #[arg(long)]
+        rack: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Re-derive every stored verdict from the stored statements; exits 1 on any difference.
     Recheck {
@@ -119,7 +131,13 @@ fn main() -> anyhow::Result<()> {
         Cmd::Enroll { rack, host, key } => enroll(&cfg, &rack, &host, &key),
         Cmd::Retire { rack, host } => retire(&cfg, &rack, &host),
         Cmd::Hosts { json } => hosts(&cfg, json),
-        Cmd::Clear { rack, host, reason } => clear(&cfg, &rack, &host, &reason),
+        Cmd::Clear {
+            rack,
+            host,
+            reason,
+            by,
+        } => clear(&cfg, &rack, &host, &by, &reason),
+        Cmd::Clearances { rack, json } => clearances(&cfg, rack.as_deref(), json),
         Cmd::Recheck { json } => recheck(&cfg, json),
     }
 }
@@ -226,15 +244,62 @@ fn host_line(r: &EnrolledHost) -> String {
     )
 }
 
-fn clear(cfg: &VerifierConfig, rack: &str, host: &str, reason: &str) -> anyhow::Result<()> {
+fn clear(
+    cfg: &VerifierConfig,
+    rack: &str,
+    host: &str,
+    by: &str,
+    reason: &str,
+) -> anyhow::Result<()> {
     if reason.trim().is_empty() {
         anyhow::bail!("--reason must say what was found and done");
     }
-    let c = open(cfg)?.clear(rack, host, reason, api::now_ms())?;
+    if by.trim().is_empty() {
+        anyhow::bail!("--by must name who clears it");
+    }
+    let c = open(cfg)?.clear(rack, host, by.trim(), reason, api::now_ms())?;
     println!(
-        "cleared {} contraindicated statement(s) of {rack}/{host} (up to row {}): {}",
-        c.statements, c.clearance.up_to_id, c.clearance.reason
+        "cleared {} contraindicated statement(s) of {rack}/{host} (up to row {}) by {}: {}",
+        c.statements,
+        c.clearance.up_to_id,
+        by.trim(),
+        c.clearance.reason
     );
+    Ok(())
+}
+
+fn clearances(cfg: &VerifierConfig, rack: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let list = open(cfg)?.clearances(rack)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    if list.is_empty() {
+        println!("no clearances");
+    }
+    for c in &list {
+        let cleared: Vec<String> = c
+            .cleared
+            .iter()
+            .map(|s| {
+                let codes: Vec<&str> = s.codes.iter().map(|c| c.name()).collect();
+                format!("seq {} ({})", s.seq, codes.join(", "))
+            })
+            .collect();
+        println!(
+            "{} {}/{} cleared by {}: {}\n    cleared: {}",
+            rackwarden_attest::units::fmt_unix_ms(c.cleared_ms),
+            c.rack,
+            c.host,
+            c.by.as_deref().unwrap_or("(not recorded)"),
+            c.reason,
+            if cleared.is_empty() {
+                "nothing contraindicated".into()
+            } else {
+                cleared.join(", ")
+            }
+        );
+    }
     Ok(())
 }
 

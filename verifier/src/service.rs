@@ -445,24 +445,25 @@ impl Verifier {
     }
 
     /// Clears the host's contraindicated statements stored so far (the operator's
-    /// decision, recorded with its reason).
+    /// decision, recorded with who made it and why).
     pub fn clear(
         &self,
         rack: &str,
         host: &str,
+        by: &str,
         reason: &str,
         now_ms: u64,
     ) -> Result<Cleared, VerifierError> {
-        let since = self
-            .store
-            .last_clearance(rack, host)?
-            .map_or(0, |c| c.up_to_id);
-        let statements = self.store.contraindicated_after(rack, host, since)?.len();
-        let clearance = self.store.clear(rack, host, reason, now_ms)?;
+        let clearance = self.store.clear(rack, host, by, reason, now_ms)?;
         Ok(Cleared {
-            statements,
+            statements: clearance.cleared.len(),
             clearance,
         })
+    }
+
+    /// Every clearance recorded, oldest first (of one rack, if named).
+    pub fn clearances(&self, rack: Option<&str>) -> Result<Vec<Clearance>, VerifierError> {
+        Ok(self.store.clearances(rack, None)?)
     }
 
     /// Prometheus text exposition.

@@ -25,6 +25,8 @@ pub struct HostStanding {
     pub ingress_cap_bytes_per_s: Option<u64>,
     /// The operator's latest clearing of contraindicated statements, if any.
     pub clearance: Option<Clearance>,
+    /// Every clearing of this host, oldest first, with who, when, why and what it cleared.
+    pub clearances: Vec<Clearance>,
     /// The first contraindicated statement not cleared, which holds the host (the page
     /// explains its findings); the JSON carries it as a line in `findings`.
     #[serde(skip)]
@@ -207,7 +209,8 @@ fn host_standing(
         status = status.max(Status::Warning);
         findings.push(format!("gap: {} of seqs 0..={top} stored", seqs.len()));
     }
-    let clearance = store.last_clearance(rack, &host)?;
+    let clearances = store.clearances(Some(rack), Some(&host))?;
+    let clearance = clearances.last().cloned();
     let (first_uncleared, uncleared_finding) = uncleared(store, rack, &host, clearance.as_ref())?;
     if let Some(f) = uncleared_finding {
         status = Status::Contraindicated;
@@ -238,6 +241,7 @@ fn host_standing(
         egress_cap_bytes_per_s: egress_cap,
         ingress_cap_bytes_per_s: ingress_cap,
         clearance,
+        clearances,
         first_uncleared,
     })
 }

@@ -74,7 +74,8 @@ CREATE INDEX IF NOT EXISTS statements_contraindicated ON statements(rack, host, 
 CREATE INDEX IF NOT EXISTS statements_by_wipe ON statements(rack, host, wipe_ms);
 CREATE TABLE IF NOT EXISTS clearances (
   id INTEGER PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL,
-  up_to_id INTEGER NOT NULL, cleared_ms INTEGER NOT NULL, reason TEXT NOT NULL);
+  up_to_id INTEGER NOT NULL, cleared_ms INTEGER NOT NULL, reason TEXT NOT NULL,
+  cleared_by TEXT);
 ";
 
 impl StoredStatement {
@@ -98,10 +99,44 @@ impl StoredStatement {
 /// An operator's clearing of a host's contraindicated statements (local CLI only), kept.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Clearance {
+    pub rack: String,
+    pub host: String,
     /// Statements stored up to this row id are cleared.
     pub up_to_id: i64,
     pub cleared_ms: u64,
     pub reason: String,
+    /// Who cleared it (`None`: a clearance recorded before names were kept).
+    pub by: Option<String>,
+    /// The contraindicated statements this clearance covered that no earlier one did: they
+    /// stay visible as cleared.
+    pub cleared: Vec<ClearedStatement>,
+}
+
+/// A contraindicated statement a clearance covered, with the codes that made it so.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClearedStatement {
+    pub seq: u64,
+    pub codes: Vec<rackwarden_attest::result::FindingCode>,
+}
+
+impl ClearedStatement {
+    fn of(s: &StoredStatement) -> ClearedStatement {
+        ClearedStatement {
+            seq: s.seq,
+            codes: s
+                .result()
+                .map(|r| {
+                    r.findings
+                        .into_iter()
+                        .filter(|f| {
+                            f.severity == rackwarden_attest::result::Status::Contraindicated
+                        })
+                        .map(|f| f.code)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
 }
 
 fn row_statement(r: &rusqlite::Row) -> rusqlite::Result<StoredStatement> {
@@ -160,6 +195,16 @@ impl Store {
             > 0;
         if !has_presented {
             conn.execute_batch("ALTER TABLE nonces ADD COLUMN presented_ms INTEGER")?;
+        }
+        // Clearances recorded before names were kept have none (NULL, shown as such).
+        let has_cleared_by: bool = conn
+            .prepare(
+                "SELECT COUNT(*) FROM pragma_table_info('clearances') WHERE name = 'cleared_by'",
+            )?
+            .query_row([], |r| r.get::<_, i64>(0))?
+            > 0;
+        if !has_cleared_by {
+            conn.execute_batch("ALTER TABLE clearances ADD COLUMN cleared_by TEXT")?;
         }
         Ok(Store { conn })
     }
@@ -405,45 +450,91 @@ impl Store {
             })
     }
 
-    /// Records that the host's contraindicated statements stored so far are cleared.
+    /// Records that the host's contraindicated statements stored so far are cleared, by whom
+    /// and why.
     pub fn clear(
         &self,
         rack: &str,
         host: &str,
+        by: &str,
         reason: &str,
         now_ms: u64,
     ) -> Result<Clearance, DbError> {
+        let since = self.last_clearance(rack, host)?.map_or(0, |c| c.up_to_id);
         let up_to_id: i64 = self.conn.query_row(
             "SELECT COALESCE(MAX(id), 0) FROM statements WHERE rack = ?1 AND host = ?2",
             params![rack, host],
             |r| r.get(0),
         )?;
         self.conn.execute(
-            "INSERT INTO clearances (rack, host, up_to_id, cleared_ms, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![rack, host, up_to_id, now_ms as i64, reason],
+            "INSERT INTO clearances (rack, host, up_to_id, cleared_ms, reason, cleared_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![rack, host, up_to_id, now_ms as i64, reason, by],
         )?;
         Ok(Clearance {
+            rack: rack.into(),
+            host: host.into(),
             up_to_id,
             cleared_ms: now_ms,
             reason: reason.into(),
+            by: Some(by.into()),
+            cleared: self.contraindicated_between(rack, host, since, up_to_id)?,
         })
+    }
+
+    /// Every clearance, oldest first: of one rack, or of one host of it, or all.
+    pub fn clearances(
+        &self,
+        rack: Option<&str>,
+        host: Option<&str>,
+    ) -> Result<Vec<Clearance>, DbError> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT rack, host, up_to_id, cleared_ms, reason, cleared_by FROM clearances
+             WHERE (?1 IS NULL OR rack = ?1) AND (?2 IS NULL OR host = ?2) ORDER BY id",
+        )?;
+        let rows = st
+            .query_map(params![rack, host], |r| {
+                Ok(Clearance {
+                    rack: r.get(0)?,
+                    host: r.get(1)?,
+                    up_to_id: r.get(2)?,
+                    cleared_ms: r.get::<_, i64>(3)? as u64,
+                    reason: r.get(4)?,
+                    by: r.get(5)?,
+                    cleared: Vec::new(),
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        // Each covers what the host's previous clearance did not.
+        let mut before: std::collections::HashMap<(String, String), i64> = Default::default();
+        let mut out = Vec::with_capacity(rows.len());
+        for mut c in rows {
+            let since = before.insert((c.rack.clone(), c.host.clone()), c.up_to_id);
+            c.cleared =
+                self.contraindicated_between(&c.rack, &c.host, since.unwrap_or(0), c.up_to_id)?;
+            out.push(c);
+        }
+        Ok(out)
     }
 
     /// The host's latest clearance, if any.
     pub fn last_clearance(&self, rack: &str, host: &str) -> Result<Option<Clearance>, DbError> {
-        self.conn
-            .query_row(
-                "SELECT up_to_id, cleared_ms, reason FROM clearances WHERE rack = ?1 AND host = ?2 ORDER BY id DESC LIMIT 1",
-                params![rack, host],
-                |r| {
-                    Ok(Clearance {
-                        up_to_id: r.get(0)?,
-                        cleared_ms: r.get::<_, i64>(1)? as u64,
-                        reason: r.get(2)?,
-                    })
-                },
-            )
-            .optional()
+        Ok(self.clearances(Some(rack), Some(host))?.pop())
+    }
+
+    /// Contraindicated statements of the host stored in rows (after_id, up_to_id].
+    fn contraindicated_between(
+        &self,
+        rack: &str,
+        host: &str,
+        after_id: i64,
+        up_to_id: i64,
+    ) -> Result<Vec<ClearedStatement>, DbError> {
+        Ok(self
+            .contraindicated_after(rack, host, after_id)?
+            .iter()
+            .filter(|s| s.id <= up_to_id)
+            .map(ClearedStatement::of)
+            .collect())
     }
 
     /// Contraindicated statements of the host stored after row `after_id`, oldest first.

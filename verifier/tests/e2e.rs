@@ -1330,6 +1330,8 @@ fn a_contraindicated_statement_stays_until_an_operator_clears_it() {
             "h1",
             "--reason",
             "ticket 4711: mirror traffic, cap lowered",
+            "--by",
+            "alice@example.org",
         ])
         .output()
         .unwrap();
@@ -1361,11 +1363,91 @@ fn a_contraindicated_statement_stays_until_an_operator_clears_it() {
     let empty = Command::new(BIN)
         .arg("--config")
         .arg(&config)
-        .args(["clear", "--rack", "rack-a", "--host", "h1", "--reason", " "])
+        .args([
+            "clear", "--rack", "rack-a", "--host", "h1", "--reason", " ", "--by", "carol",
+        ])
         .output()
         .unwrap();
     assert!(!empty.status.success(), "a clearing needs a reason");
+    every_clearance_is_kept_and_shown(&s, &config);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Who cleared what, when and why: in the JSON, on the page and in `clearances`; a clearing
+/// needs a name, and the statements it cleared stay visible as cleared.
+fn every_clearance_is_kept_and_shown(s: &Server, config: &Path) {
+    let clear = |by: Option<&str>| {
+        let mut c = Command::new(BIN);
+        c.arg("--config").arg(config).args([
+            "clear",
+            "--rack",
+            "rack-a",
+            "--host",
+            "h1",
+            "--reason",
+            "ticket 4712: wipe redone by hand",
+        ]);
+        if let Some(by) = by {
+            c.args(["--by", by]);
+        }
+        c.output().unwrap()
+    };
+    assert!(!clear(None).status.success(), "a clearing needs a name");
+    assert!(
+        !clear(Some(" ")).status.success(),
+        "a clearing needs a name"
+    );
+    let out = clear(Some("bob"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rack = get(s, "/v1/racks/rack-a");
+    assert_eq!(rack["status"], "affirming", "{rack}");
+    let kept = &rack["hosts"][0]["clearances"];
+    assert_eq!(kept.as_array().map(Vec::len), Some(2), "{rack}");
+    assert_eq!(kept[0]["by"], "alice@example.org", "{kept}");
+    assert_eq!(
+        kept[0]["reason"],
+        "ticket 4711: mirror traffic, cap lowered"
+    );
+    assert_eq!(kept[0]["cleared"][0]["seq"], 1, "{kept}");
+    assert_eq!(
+        kept[0]["cleared"][0]["codes"][0], "counters_above_cap",
+        "{kept}"
+    );
+    assert_eq!(kept[1]["by"], "bob", "{kept}");
+    assert!(kept[1]["cleared_ms"].as_u64().is_some(), "{kept}");
+    let page = client()
+        .get(s.url("/racks/rack-a"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    for want in [
+        "cleared by alice@example.org",
+        "ticket 4711: mirror traffic, cap lowered",
+        "cleared by bob",
+        "counters_above_cap",
+    ] {
+        assert!(page.contains(want), "the page shows `{want}`");
+    }
+    let list = Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(["clearances", "--rack", "rack-a"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    for want in ["alice@example.org", "bob", "ticket 4711", "seq 1"] {
+        assert!(text.contains(want), "`clearances` shows `{want}`: {text}");
+    }
 }
 
 /// Red-team class 5: half-open connections do not make the verifier unreachable, and what an

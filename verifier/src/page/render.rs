@@ -254,8 +254,20 @@ fn host_section(rack: &str, h: &HostView) -> Markup {
                     " · enforcing egress " (fmt_rate(c.egress_bytes_per_s as f64)) " (burst " (fmt_bytes(c.egress_burst_bytes as f64)) "), ingress "
                     (fmt_rate(c.ingress_bytes_per_s as f64)) " (burst " (fmt_bytes(c.ingress_burst_bytes as f64)) ")"
                 }
-                @if let Some(c) = &s.clearance {
-                    " · cleared " (fmt_unix_ms(c.cleared_ms)) ": " (c.reason)
+            }
+            @if !s.clearances.is_empty() {
+                ul.clearances {
+                    @for c in &s.clearances {
+                        li.clearance {
+                            "cleared by " (c.by.as_deref().unwrap_or("(name not recorded)")) " at " (fmt_unix_ms(c.cleared_ms))
+                            ": " q { (c.reason) }
+                            @if c.cleared.is_empty() { " (nothing contraindicated was pending)" }
+                            @for st in &c.cleared {
+                                " · " a href={(base) "/" (st.seq)} { "seq " (st.seq) }
+                                @for code in &st.codes { " " code.cleared { (code.name()) } }
+                            }
+                        }
+                    }
                 }
             }
             @if !s.findings.is_empty() {
