@@ -44,6 +44,8 @@ pub enum TpmError {
     BadName { len: usize, want: usize },
     #[error("credential of {len} bytes: at most the EK nameAlg's digest size, {max} bytes")]
     CredentialTooLong { len: usize, max: usize },
+    #[error("symmetric key of {bytes} bytes: want 16 (AES-128) or 32 (AES-256)")]
+    SymmetricKey { bytes: usize },
     #[error("RSA: {0}")]
     Rsa(String),
 }

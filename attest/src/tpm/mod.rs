@@ -13,6 +13,7 @@
 //! Byte layouts are TPM 2.0 Part 2 (big-endian); see /tmp/tpm-brief.md section 2 for the
 //! field-by-field account this follows.
 
+pub mod credential;
 pub mod error;
 pub mod kdf;
 pub(crate) mod marshal;
@@ -20,6 +21,7 @@ pub mod pcr;
 pub mod public;
 pub mod quote;
 
+pub use credential::{CredentialChallenge, make_credential};
 pub use error::TpmError;
 pub use kdf::{HashAlg, kdfa, kdfe};
 pub use pcr::{MissingPcr, PcrSelection, PcrValues};

@@ -352,7 +352,7 @@ impl EkPublic {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use p256::ecdsa::SigningKey;
 
