@@ -11,6 +11,7 @@ pub mod gpu;
 pub mod guardteam;
 pub mod redteam;
 pub mod tamper;
+pub mod tpm;
 pub mod wipe;
 
 use std::{
