@@ -50,17 +50,57 @@ struct Epoch {
     trigger: EpochTrigger,
     entry: JournalEntry,
     phases: Phases,
+    /// From the start of the drain to the restart (0 with no workloads configured).
+    downtime_ms: u64,
 }
 
 /// What an epoch did between the drain and the statement.
-struct Outcome {
-    wipe: Option<WipeReport>,
-    wipe_ok: bool,
-    images: Option<(Vec<Subject>, ImageReport)>,
-    images_ok: Option<bool>,
-    workloads: WorkloadOutcome,
-    /// From the start of the drain (0 with no workloads configured).
-    downtime_ms: u64,
+enum Outcome {
+    /// The drain failed: nothing was wiped or staged, and the workloads were brought back.
+    DrainFailed { reason: String },
+    /// Drained and wiped; `staged` where `[images]` is configured.
+    Wiped {
+        report: WipeReport,
+        /// Every device verified, nothing interrupted.
+        verified: bool,
+        staged: Option<StagingOutcome>,
+        workloads: WorkloadOutcome,
+    },
+}
+
+impl Outcome {
+    fn workloads(&self) -> WorkloadOutcome {
+        match self {
+            Outcome::DrainFailed { reason } => WorkloadOutcome::DrainFailed {
+                reason: reason.clone(),
+            },
+            Outcome::Wiped { workloads, .. } => workloads.clone(),
+        }
+    }
+
+    fn wipe_ok(&self) -> bool {
+        matches!(self, Outcome::Wiped { verified: true, .. })
+    }
+
+    /// `None` where no image set was staged.
+    fn images_ok(&self) -> Option<bool> {
+        match self {
+            Outcome::Wiped {
+                staged: Some(s), ..
+            } => Some(s.refused.is_none()),
+            _ => None,
+        }
+    }
+
+    /// The wipe report and the staged images, as the statement carries them.
+    fn into_evidence(self) -> (Option<WipeReport>, Option<(Vec<Subject>, ImageReport)>) {
+        match self {
+            Outcome::DrainFailed { .. } => (None, None),
+            Outcome::Wiped { report, staged, .. } => {
+                (Some(report), staged.map(|s| (s.subjects, s.report)))
+            }
+        }
+    }
 }
 
 fn stopping(stop: &AtomicBool) -> Result<(), Abort> {
@@ -85,6 +125,7 @@ impl EpochLoop {
                 carried: self.carried.clone(),
             },
             phases: Phases::new(),
+            downtime_ms: 0,
         };
         log::info!("epoch {seq}: start ({trigger:?})");
         let challenge = self.challenge(&mut epoch)?;
@@ -128,11 +169,11 @@ impl EpochLoop {
         let drained = workloads::drain(&self.ecfg.workloads);
         epoch.phases.done("drain");
         stopping(stop)?;
-        let mut outcome = match drained {
+        let outcome = match drained {
             Err(e) => self.drain_failed(seq, e.to_string()),
             Ok(()) => self.wipe_stage_restart(epoch, ch, stop)?,
         };
-        outcome.downtime_ms = match outcome.workloads {
+        epoch.downtime_ms = match outcome.workloads() {
             WorkloadOutcome::NoneConfigured => 0,
             _ => drain_start.elapsed().as_millis() as u64,
         };
@@ -146,14 +187,7 @@ impl EpochLoop {
         if let Err(e) = workloads::restart(&self.ecfg.workloads) {
             log::error!("epoch {seq}: restart after a failed drain failed too: {e}");
         }
-        Outcome {
-            wipe: None,
-            wipe_ok: false,
-            images: None,
-            images_ok: None,
-            workloads: WorkloadOutcome::DrainFailed { reason },
-            downtime_ms: 0,
-        }
+        Outcome::DrainFailed { reason }
     }
 
     fn wipe_stage_restart(
@@ -170,13 +204,11 @@ impl EpochLoop {
         let images_problem = staged.as_ref().and_then(|s| s.refused.clone());
         let workloads =
             self.restarting(epoch, wipe_problem.as_deref(), images_problem.as_deref())?;
-        Ok(Outcome {
-            wipe: Some(report),
-            wipe_ok: wipe_problem.is_none(),
-            images_ok: staged.as_ref().map(|s| s.refused.is_none()),
-            images: staged.map(|s| (s.subjects, s.report)),
+        Ok(Outcome::Wiped {
+            report,
+            verified: wipe_problem.is_none(),
+            staged,
             workloads,
-            downtime_ms: 0,
         })
     }
 
@@ -260,17 +292,20 @@ impl EpochLoop {
     ) -> Result<(), Abort> {
         let seq = epoch.seq;
         self.enter(&mut epoch.entry, EpochState::Signing { seq })?;
+        let (workloads, wipe_ok, images_ok) =
+            (outcome.workloads(), outcome.wipe_ok(), outcome.images_ok());
         let run = EpochRun {
             trigger: epoch.trigger,
             wipe_interval_ms: self.ecfg.wipe_interval.as_millis() as u64,
             phases: epoch.phases.list.clone(),
-            workloads: outcome.workloads.clone(),
-            downtime_ms: outcome.downtime_ms,
+            workloads: workloads.clone(),
+            downtime_ms: epoch.downtime_ms,
         };
+        let (wipe, images) = outcome.into_evidence();
         let ev = EpochEvidence {
             challenge: ch.statement_challenge(),
-            wipe: outcome.wipe,
-            images: outcome.images,
+            wipe,
+            images,
             incidents: self.carried.clone(),
             epoch: Some(run),
         };
@@ -299,9 +334,9 @@ impl EpochLoop {
         log::info!(
             "epoch {seq}: signed and logged ({} image(s), wipe {}, workloads {:?}, downtime {} ms); phases {}",
             st.subject.len(),
-            if outcome.wipe_ok { "ok" } else { "NOT ok" },
-            outcome.workloads,
-            outcome.downtime_ms,
+            if wipe_ok { "ok" } else { "NOT ok" },
+            workloads,
+            epoch.downtime_ms,
             epoch
                 .phases
                 .list
@@ -319,10 +354,10 @@ impl EpochLoop {
                     EpochChallenge::Unchallenged { reason, .. } => Some(reason.clone()),
                     EpochChallenge::Verifier { .. } => None,
                 },
-                wipe_ok: outcome.wipe_ok,
-                images_ok: outcome.images_ok,
-                workloads: outcome.workloads,
-                downtime_ms: outcome.downtime_ms,
+                wipe_ok,
+                images_ok,
+                workloads,
+                downtime_ms: epoch.downtime_ms,
                 phases: epoch.phases.list,
             });
         }
