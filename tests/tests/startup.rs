@@ -37,3 +37,65 @@ fn a_missing_signing_key_refuses_the_start_before_anything_is_loaded() {
         "a refused start pins nothing:\n{log}"
     );
 }
+
+/// Removes a pin root the fixture does not know about, also when the test fails.
+struct ExtraPinRoot(std::path::PathBuf);
+
+impl Drop for ExtraPinRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_second_daemon_with_its_own_pin_root_refuses_an_interface_that_has_a_policer() {
+    let net = Net::new("two");
+    let first_cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
+    let _first = Daemon::start(&first_cfg, &net.socket_path());
+    let first_prog = net
+        .hook_programs()
+        .into_iter()
+        .find(|p| p.contains("rw_egress"))
+        .expect("the first daemon's egress policer is attached");
+    let second_pins = ExtraPinRoot(std::path::PathBuf::from(format!(
+        "{}-second",
+        net.pin_root.display()
+    )));
+    let second_dir = net.dir.join("second");
+    std::fs::create_dir_all(&second_dir).unwrap();
+    let text = std::fs::read_to_string(&first_cfg)
+        .unwrap()
+        .replace(
+            &format!("pin_root = \"{}\"", net.pin_root.display()),
+            &format!("pin_root = \"{}\"", second_pins.0.display()),
+        )
+        .replace(
+            &net.dir.join("state").display().to_string(),
+            &second_dir.join("state").display().to_string(),
+        )
+        .replace(
+            &net.socket_path().display().to_string(),
+            &second_dir.join("control.sock").display().to_string(),
+        );
+    let second_cfg = second_dir.join("rackwarden.toml");
+    std::fs::write(&second_cfg, text).unwrap();
+    let before = net.hook_programs();
+    let log = Daemon::start_refused(&second_cfg);
+    // "tcx egress: rw_egress #101": the refusal names the program and its id.
+    let id = first_prog.rsplit('#').next().unwrap();
+    assert!(
+        log.contains("another rackwarden policer")
+            && log.contains(&format!("rw_egress #{id}"))
+            && log.contains(&net.pin_root.display().to_string()),
+        "the refusal names the first daemon's program and pin root:\n{log}"
+    );
+    assert_eq!(
+        net.hook_programs(),
+        before,
+        "the refused daemon attached nothing"
+    );
+    assert!(
+        !second_pins.0.join("progs").exists(),
+        "the refused daemon pinned nothing"
+    );
+}

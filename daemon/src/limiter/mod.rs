@@ -2,9 +2,11 @@
 //!
 //! - [`maps`]: read and write caps, bucket state and counters in the pinned maps.
 //! - [`loader`]: load the embedded object (or adopt what is already pinned) and attach it.
+//! - [`exclusive`]: one policer per interface (another daemon's refuses our start).
 //! - [`watch`]: check that each attachment is still ours and first; report enforcement gaps.
 //! - [`protection`]: what stops another root process here, path by path.
 
+pub mod exclusive;
 pub mod loader;
 pub mod maps;
 pub mod protection;

@@ -58,6 +58,20 @@ impl Limiter {
     }
 }
 
+/// Every program on `iface`'s `dir` hook, tcx and clsact alike, whichever this process
+/// would use: how a start finds another daemon's policer before it attaches its own. A
+/// kind the kernel or the interface does not have (no tcx, no clsact qdisc) shows nothing.
+pub(crate) fn programs_on_hook(iface: &str, dir: Direction) -> Vec<SeenProgram> {
+    let mut all = Vec::new();
+    for found in [query_tcx(iface, dir), query_clsact(iface, dir)] {
+        match found {
+            Ok(p) => all.extend(p),
+            Err(e) => log::debug!("{e}"),
+        }
+    }
+    all
+}
+
 fn query_tcx(iface: &str, dir: Direction) -> Result<Vec<SeenProgram>, LimiterError> {
     let (_rev, infos) =
         SchedClassifier::query_tcx(iface, dir.tc()).map_err(|e| LimiterError::Query {

@@ -75,6 +75,8 @@ pub enum AgentError {
     #[error(transparent)]
     Preflight(#[from] crate::config::preflight::PreflightError),
     #[error(transparent)]
+    OtherPolicer(#[from] Box<crate::limiter::exclusive::OtherPolicer>),
+    #[error(transparent)]
     Netns(#[from] crate::netns::NetnsError),
     #[error(transparent)]
     Limiter(#[from] LimiterError),

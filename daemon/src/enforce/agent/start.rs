@@ -1,7 +1,7 @@
 //! Starting: check every file the config names ([`crate::config::preflight`]), enter the
-//! namespace, wait for the interfaces, and only then load or adopt the limiter, take over
-//! every hook, put the bypass refusal in place, write the caps, check the hooks, and
-//! only then start the epoch loop.
+//! namespace, wait for the interfaces, refuse an interface another daemon's policer is on,
+//! and only then load or adopt the limiter, take over every hook, put the bypass refusal in
+//! place, write the caps, check the hooks, and only then start the epoch loop.
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -34,6 +34,7 @@ impl Agent {
             crate::netns::enter(ns)?;
         }
         wait_for_interfaces(&cfg, stop)?;
+        refuse_other_policers(&cfg)?;
         let mut limiter = load_limiter(&cfg)?;
         let gaps = GapLog::open(&cfg.state_paths())?;
         let kind = limiter.choose_kind(cfg.attach_mode, &cfg.interfaces[0]);
@@ -116,6 +117,18 @@ impl Agent {
         );
         Ok(())
     }
+}
+
+/// Another daemon's policer on one of our interfaces refuses the start: two policers on one
+/// hook fight over it. A pin root sealed for another executable is left to [`load_limiter`],
+/// which says so (our own pins cannot be read there, so our programs would look foreign).
+fn refuse_other_policers(cfg: &Config) -> Result<(), AgentError> {
+    let pins = PinPaths::new(&cfg.pin_root);
+    if sealed_against_us(&pins) {
+        return Ok(());
+    }
+    crate::limiter::exclusive::refuse_other_policers(&pins, &cfg.interfaces)?;
+    Ok(())
 }
 
 /// Loads the policer, or adopts the one pinned under `cfg.pin_root`, and says which.

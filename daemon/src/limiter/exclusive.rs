@@ -1,0 +1,139 @@
+//! One policer per interface. Two daemons with different pin roots on one interface would
+//! each see the other's program as a foreign one ahead of or behind its own, fight over the
+//! hook and fill both logs with enforcement gaps. So before a daemon loads or attaches
+//! anything it looks at every hook it is configured for: a rackwarden policer there that is
+//! not pinned under its own pin root belongs to another daemon, and the start is refused,
+//! naming that program and, where it can be found, its pin root.
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+};
+
+use super::{Direction, HookDirection, raw, watch::SeenProgram};
+use crate::pins::PinPaths;
+
+/// Where bpffs is mounted: every daemon's pin root is a directory under it.
+const BPFFS: &str = "/sys/fs/bpf";
+
+/// A rackwarden policer on one of our hooks that our pin root does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{iface} {}: another rackwarden policer is attached (program {} #{}, {}): one policer per interface; stop the daemon that runs it, or remove its pin root, before starting this one",
+    direction.name(),
+    program.name,
+    program.id,
+    match pin_root {
+        Some(r) => format!("pinned under {}", r.display()),
+        None => format!("pinned under no pin root in {BPFFS}"),
+    }
+)]
+pub struct OtherPolicer {
+    pub iface: String,
+    pub direction: Direction,
+    pub program: SeenProgram,
+    /// The pin root that holds it, when one under bpffs does.
+    pub pin_root: Option<PathBuf>,
+}
+
+/// Refuses a start where a rackwarden policer that is not ours is on any of `ifaces`' hooks.
+/// Must run in the daemon's network namespace.
+pub fn refuse_other_policers(pins: &PinPaths, ifaces: &[String]) -> Result<(), Box<OtherPolicer>> {
+    let ours = pinned_program_ids(pins);
+    for iface in ifaces {
+        for direction in Direction::ALL {
+            let other = super::watch::programs_on_hook(iface, direction)
+                .into_iter()
+                .find(|p| is_policer_name(&p.name) && !ours.contains(&p.id));
+            if let Some(program) = other {
+                return Err(Box::new(OtherPolicer {
+                    iface: iface.clone(),
+                    direction,
+                    pin_root: pin_root_of(program.id, pins.root()),
+                    program,
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The names our policer programs carry in the kernel.
+fn is_policer_name(name: &str) -> bool {
+    Direction::ALL.iter().any(|d| d.prog_name() == name)
+}
+
+/// Ids of the policer programs pinned under one pin root, current and next (an upgrade in
+/// progress): ours on a restart, an upgrade or an adopted bare limiter.
+fn pinned_program_ids(pins: &PinPaths) -> BTreeSet<u32> {
+    Direction::ALL
+        .iter()
+        .flat_map(|d| [pins.prog(d.prog_name()), pins.prog_next(d.prog_name())])
+        .filter_map(|p| raw::obj_get(&p).ok())
+        .filter_map(|fd| raw::prog_id(&fd).ok())
+        .collect()
+}
+
+/// The pin root under bpffs, other than `ours`, whose policer pins hold program `id`.
+fn pin_root_of(id: u32, ours: &Path) -> Option<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    collect_pin_roots(Path::new(BPFFS), 0, &mut roots);
+    roots
+        .into_iter()
+        .filter(|r| r != ours)
+        .find(|r| pinned_program_ids(&PinPaths::new(r)).contains(&id))
+}
+
+/// Directories under `dir` (two levels deep: test harnesses nest pin roots) that have a
+/// `progs` directory.
+fn collect_pin_roots(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if PinPaths::new(&path).progs_dir().is_dir() {
+            out.push(path.clone());
+        }
+        if depth < 1 {
+            collect_pin_roots(&path, depth + 1, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_our_two_program_names_are_policers() {
+        assert!(is_policer_name("rw_egress"));
+        assert!(is_policer_name("rw_ingress"));
+        assert!(!is_policer_name("rw_old"));
+        assert!(!is_policer_name("rw_sockopt"));
+    }
+
+    #[test]
+    fn the_refusal_names_program_id_and_pin_root() {
+        let o = OtherPolicer {
+            iface: "eth0".into(),
+            direction: Direction::Egress,
+            program: SeenProgram {
+                id: 42,
+                name: "rw_egress".into(),
+                filter: None,
+            },
+            pin_root: Some(PathBuf::from("/sys/fs/bpf/rackwarden")),
+        };
+        let m = o.to_string();
+        assert!(
+            m.starts_with("eth0 egress: another rackwarden policer")
+                && m.contains("rw_egress #42")
+                && m.contains("pinned under /sys/fs/bpf/rackwarden"),
+            "{m}"
+        );
+    }
+}
