@@ -198,6 +198,7 @@ mod tests {
         let result = AttestationResult {
             status: Status::Warning,
             policy_id: "test-policy".into(),
+            policy_digest: None,
             rack: "rack-a".into(),
             host: "h1".into(),
             seq: 3,

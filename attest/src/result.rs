@@ -387,6 +387,11 @@ pub struct Finding {
 pub struct AttestationResult {
     pub status: Status,
     pub policy_id: String,
+    /// Lowercase hex SHA3-256 of the policy the verdict was made under, so a re-derivation
+    /// can tell a policy edit from a verdict that does not re-derive. Absent in verdicts
+    /// stored before it existed (they still read back byte for byte).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_digest: Option<String>,
     pub rack: String,
     pub host: String,
     pub seq: u64,

@@ -49,7 +49,7 @@ use toml::Spanned;
 
 pub use rackwarden_attest::config_error::{ConfigError, line_of};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct RackAgreement {
     pub egress_bytes_per_s: u64,
     pub ingress_bytes_per_s: u64,
@@ -58,7 +58,8 @@ pub struct RackAgreement {
     pub max_burst_bytes: u64,
 }
 
-#[derive(Debug, Clone)]
+/// Serialised only for its digest ([`Policy::digest`]).
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Policy {
     pub id: String,
     pub nonce_ttl: Duration,
@@ -85,6 +86,18 @@ pub struct Policy {
     /// Digests (merkle_sha3_256) the signed manifest allows, if a manifest is configured.
     pub allowed_images: Option<Vec<String>>,
     pub racks: BTreeMap<String, RackAgreement>,
+}
+
+impl Policy {
+    /// Lowercase hex SHA3-256 of the policy as parsed (every value that can change a
+    /// verdict, in declaration order): each stored verdict names it, so `recheck` tells a
+    /// policy edit from a verdict that does not re-derive under its own policy.
+    pub fn digest(&self) -> String {
+        // Serialising plain data into memory cannot fail (string map keys, no custom
+        // serialisers); an empty body would still be a digest, just never a matching one.
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        hex::encode(rackwarden_attest::sha3(&bytes))
+    }
 }
 
 /// How `serve` speaks to its clients.

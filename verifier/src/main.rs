@@ -304,6 +304,7 @@ fn clearances(cfg: &VerifierConfig, rack: Option<&str>, json: bool) -> anyhow::R
 }
 
 fn recheck(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
+    use recheck::DifferenceCause as Cause;
     let v = open(cfg)?;
     let r = recheck::recheck(&v.store, &cfg.policy)?;
     if json {
@@ -314,14 +315,41 @@ fn recheck(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
             r.statements,
             r.differences.len()
         );
-        for d in &r.differences {
+        let edited = r.count(|c| matches!(c, Cause::PolicyChanged { .. }));
+        let not_rederived = r.count(|c| *c == Cause::NotRederived);
+        let unnamed = r.count(|c| *c == Cause::NoPolicyDigest);
+        if edited > 0 {
             println!(
-                "  {}/{} seq {}: stored {} re-derived {}",
+                "policy changed: {edited} verdicts would differ under the current policy ({})",
+                r.policy_digest.get(..16).unwrap_or(&r.policy_digest)
+            );
+        }
+        if not_rederived > 0 {
+            println!(
+                "{not_rederived} stored verdicts do not re-derive under the policy they were made with (tampering, or an appraisal that changed)"
+            );
+        }
+        if unnamed > 0 {
+            println!(
+                "{unnamed} stored verdicts differ and name no policy (stored before verdicts named it): an edit cannot be told from tampering"
+            );
+        }
+        for d in &r.differences {
+            let why = match &d.cause {
+                Cause::PolicyChanged { stored_digest } => format!(
+                    "policy changed (stored under {})",
+                    stored_digest.get(..16).unwrap_or(stored_digest)
+                ),
+                Cause::NotRederived => "does not re-derive under its own policy".into(),
+                Cause::NoPolicyDigest => "names no policy".into(),
+            };
+            println!(
+                "  {}/{} seq {}: stored {} re-derived {}: {why}",
                 d.rack, d.host, d.seq, d.stored_status, d.rederived_status
             );
         }
     }
-    if !r.differences.is_empty() {
+    if r.untrusted() {
         std::process::exit(1);
     }
     Ok(())

@@ -1140,6 +1140,119 @@ fn host_times_are_anchored_to_the_verifiers_clock() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A stored verdict names the policy it was made under, so `recheck` tells a policy edit
+/// (verdicts that would differ now) from verdicts that do not re-derive under their own
+/// policy (tampering), and says which old rows name no policy.
+#[test]
+fn recheck_tells_a_policy_edit_from_tampering() {
+    use rackwarden_verifier::{
+        config::VerifierConfig,
+        recheck::{DifferenceCause, recheck},
+        service::Verifier,
+        store::Store,
+    };
+    let (dir, config, _) = setup("policydigest", "1 h", None);
+    let cfg = VerifierConfig::load(&config).unwrap();
+    let stricter = {
+        let text = std::fs::read_to_string(&config).unwrap();
+        let p = dir.join("stricter.toml");
+        std::fs::write(
+            &p,
+            text.replace(
+                "max_residue_host = \"2 GiB\"",
+                "max_residue_host = \"512 MiB\"",
+            ),
+        )
+        .unwrap();
+        VerifierConfig::load(&p).unwrap().policy
+    };
+    let db = dir.join("v.sqlite");
+    let mut v = Verifier::new(Store::open(&db).unwrap(), cfg.policy.clone()).unwrap();
+    let key = keys::generate();
+    v.enroll("rack-a", "h1", &keys::public_pem(&key.verifying_key()), 0)
+        .unwrap();
+    let mut h = Host::new(key, "rack-a", "h1");
+    for _ in 0..3 {
+        let t = now();
+        let nonce = v.issue_nonce("rack-a", "h1", t).unwrap().nonce;
+        let out = v
+            .ingest(
+                &h.next(Epoch {
+                    nonce: Some(nonce),
+                    ..Default::default()
+                }),
+                t + 10,
+            )
+            .unwrap();
+        let r = serde_json::to_value(&out).unwrap();
+        assert_eq!(r["result"]["status"], "affirming", "{r}");
+        assert!(
+            r["result"]["policy_digest"]
+                .as_str()
+                .is_some_and(|d| d.len() == 64),
+            "{r}"
+        );
+    }
+    assert!(
+        recheck(&v.store, &cfg.policy)
+            .unwrap()
+            .differences
+            .is_empty()
+    );
+    // The policy was edited: every verdict would differ (1 GiB residue above 512 MiB), and
+    // that is what recheck says.
+    let edited = recheck(&v.store, &stricter).unwrap();
+    assert_eq!(edited.differences.len(), 3, "{edited:?}");
+    assert!(
+        edited
+            .differences
+            .iter()
+            .all(|d| matches!(d.cause, DifferenceCause::PolicyChanged { .. })),
+        "{edited:?}"
+    );
+    // A stored verdict rewritten behind the verifier's back does not re-derive under the
+    // policy it names.
+    let sql = rusqlite::Connection::open(&db).unwrap();
+    sql.execute_batch(
+        "UPDATE statements SET result = replace(result, '\"status\":\"affirming\"', '\"status\":\"warning\"') WHERE seq = 1",
+    )
+    .unwrap();
+    // A row stored before results named their policy.
+    let old: String = sql
+        .query_row("SELECT result FROM statements WHERE seq = 2", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let mut old: Value = serde_json::from_str(&old).unwrap();
+    old.as_object_mut().unwrap().remove("policy_digest");
+    old["status"] = json!("warning");
+    sql.execute(
+        "UPDATE statements SET result = ?1 WHERE seq = 2",
+        [old.to_string()],
+    )
+    .unwrap();
+    let r = recheck(&v.store, &cfg.policy).unwrap();
+    let cause = |seq: u64| &r.differences.iter().find(|d| d.seq == seq).unwrap().cause;
+    assert!(matches!(cause(1), DifferenceCause::NotRederived), "{r:?}");
+    assert!(matches!(cause(2), DifferenceCause::NoPolicyDigest), "{r:?}");
+    assert_eq!(r.differences.len(), 2, "{r:?}");
+    // The CLI says which is which, and exits 1 only where the stored verdicts cannot be
+    // trusted.
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("recheck")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("do not re-derive under the policy they were made with"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn host_device(
     status: &str,
     total: u64,

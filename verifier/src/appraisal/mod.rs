@@ -118,6 +118,7 @@ impl Judge<'_> {
         AttestationResult {
             status: tw.values().copied().max().unwrap_or(Status::Affirming),
             policy_id: self.policy.id.clone(),
+            policy_digest: Some(self.policy.digest()),
             rack: st.predicate.rack_id.clone(),
             host: st.predicate.host_id.clone(),
             seq: st.predicate.seq,
