@@ -3,7 +3,8 @@
 //! - `POST /v1/challenges` `{"rack":R,"host":H}` -> `{"nonce":hex,"expires_at_ms":n}`; 429
 //!   with `Retry-After` beyond 16 unused nonces per host or 50 (then 10/s) per source address
 //! - `POST /v1/statements` one envelope or an array of them -> one outcome per envelope
-//! - `GET /v1/racks`, `GET /v1/racks/{rack}`, `GET /v1/hosts/{rack}/{host}/statements?limit=N`
+//! - `GET /v1/racks` (each rack's status and the findings behind it, by host),
+//!   `GET /v1/racks/{rack}`, `GET /v1/hosts/{rack}/{host}/statements?limit=N`
 //! - `GET /v1/hosts/{rack}/{host}/statements/{seq}` the statements stored at that seq (two
 //!   for a fork)
 //! - `GET /metrics` (Prometheus text)
@@ -167,6 +168,7 @@ struct RackSummary {
     rack: String,
     status: Status,
     hosts: usize,
+    /// What is behind the status: the rack's findings and its hosts', by host.
     findings: Vec<String>,
 }
 
@@ -177,10 +179,10 @@ async fn racks(State(st): State<Arc<AppState>>) -> Response {
         for r in v.racks()? {
             let s = v.rack_standing(&r, now)?;
             list.push(RackSummary {
+                findings: s.reasons(),
                 rack: s.rack,
                 status: s.status,
                 hosts: s.hosts.len(),
-                findings: s.findings,
             });
         }
         Ok::<_, VerifierError>(list)

@@ -50,6 +50,31 @@ pub struct RackStanding {
     pub findings: Vec<String>,
 }
 
+impl RackStanding {
+    /// Everything behind the rack's status, one line each: the rack's own findings, then
+    /// each host's standing (silence, gaps, uncleared statements) and its last statement's
+    /// findings, named by host (what `GET /v1/racks` lists).
+    pub fn reasons(&self) -> Vec<String> {
+        let mut lines = self.findings.clone();
+        for h in &self.hosts {
+            lines.extend(h.findings.iter().map(|f| format!("{}: {f}", h.host)));
+            if let Some(r) = &h.last_result {
+                lines.extend(r.findings.iter().map(|f| {
+                    format!(
+                        "{} seq {}: {} {}: {}",
+                        h.host,
+                        r.seq,
+                        f.severity.name(),
+                        f.code.name(),
+                        f.detail
+                    )
+                }));
+            }
+        }
+        lines
+    }
+}
+
 /// An enrolled key (current or retired) with its host's last statement (`hosts` command).
 #[derive(Debug, Clone, Serialize)]
 pub struct EnrolledHost {

@@ -1430,6 +1430,12 @@ fn a_contraindicated_statement_stays_until_an_operator_clears_it() {
     );
     let racks = get(&s, "/v1/racks");
     assert_eq!(racks[0]["status"], "contraindicated", "{racks}");
+    // The list says why, not only that.
+    let why = racks[0]["findings"].to_string();
+    assert!(
+        why.contains("h1") && why.contains("counters_above_cap") && why.contains("seq 1"),
+        "{racks}"
+    );
 
     // No HTTP endpoint clears anything; the local CLI does, and says what it cleared.
     let out = Command::new(BIN)
