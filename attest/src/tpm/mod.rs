@@ -14,6 +14,7 @@
 //! field-by-field account this follows.
 
 pub mod credential;
+pub mod ekcert;
 pub mod error;
 pub mod kdf;
 pub(crate) mod marshal;
@@ -22,6 +23,7 @@ pub mod public;
 pub mod quote;
 
 pub use credential::{CredentialChallenge, make_credential};
+pub use ekcert::{EkCertError, EkCertificate, verify_ek_certificate};
 pub use error::TpmError;
 pub use kdf::{HashAlg, kdfa, kdfe};
 pub use pcr::{MissingPcr, PcrSelection, PcrValues};
