@@ -14,7 +14,7 @@
 //! # pinned_cert = "/etc/rackwarden/verifier.pem"  # accept exactly this certificate
 //! # (http:// only to a loopback address, with neither)
 //! request_timeout = "10 s"
-//! retry_max = "5 min"              # ceiling of the delivery backoff
+//! retry_max = "15 s"               # ceiling of the delivery backoff
 //!
 //! [wipe]
 //! backends = ["host", "gpu"]       # host, gpu, scratch
@@ -41,6 +41,14 @@ use toml::Spanned;
 
 use super::ConfigError;
 use crate::{units, wipe::Backend};
+
+/// `verifier.request_timeout` unless set.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// `verifier.retry_max` unless set: the ceiling of the delivery backoff. A verifier back
+/// after an outage of any length gets the backlog within this plus one request timeout
+/// (25 s with the defaults); a longer ceiling saves nothing worth the wait (a refused
+/// connection costs the verifier nothing, and `Retry-After` still slows us when it asks).
+pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(15);
 
 /// Everything the epoch loop needs, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -303,7 +311,7 @@ fn verifier(err: Err, v: RawVerifier) -> Result<VerifierEndpoint, ConfigError> {
             err,
             "verifier.request_timeout",
             &v.request_timeout,
-            Duration::from_secs(10),
+            DEFAULT_REQUEST_TIMEOUT,
             Duration::from_millis(100),
             Duration::from_secs(600),
         )?,
@@ -311,7 +319,7 @@ fn verifier(err: Err, v: RawVerifier) -> Result<VerifierEndpoint, ConfigError> {
             err,
             "verifier.retry_max",
             &v.retry_max,
-            Duration::from_secs(300),
+            DEFAULT_RETRY_MAX,
             Duration::from_millis(100),
             Duration::from_secs(3600),
         )?,
@@ -607,7 +615,7 @@ units = ["vllm.service", "router.service"]
         assert_eq!(e.challenge_timeout, Duration::from_secs(10));
         assert_eq!(e.verifier.url, "http://127.0.0.1:7700");
         assert_eq!(e.verifier.trust, VerifierTrust::PlainLoopback);
-        assert_eq!(e.verifier.retry_max, Duration::from_secs(300));
+        assert_eq!(e.verifier.retry_max, DEFAULT_RETRY_MAX);
         assert_eq!(e.wipe.backends, [Backend::Host, Backend::Scratch]);
         assert_eq!(e.wipe.max_bytes, Some(64 << 30), "a bare number is bytes");
         assert_eq!(e.wipe.reserve_bytes, 1 << 30);
@@ -617,6 +625,23 @@ units = ["vllm.service", "router.service"]
             parse(BASE).unwrap().epoch.is_none(),
             "no [epoch]: enforcement only"
         );
+    }
+
+    /// The issue: after an outage, the verifier must get the backlog within 30 s of coming
+    /// back with the default settings. The worst case is a retry that was just scheduled
+    /// (the whole ceiling) followed by one request that times out while it comes up.
+    #[test]
+    fn a_verifier_back_after_a_long_outage_is_reached_within_30_s_by_default() {
+        let e = parse(&format!("{BASE}{EPOCH}")).unwrap().epoch.unwrap();
+        for attempt in [1, 5, 10, 100, u32::MAX] {
+            let worst = crate::epoch::delivery::backoff(attempt, e.verifier.retry_max)
+                + e.verifier.request_timeout;
+            assert!(
+                worst <= Duration::from_secs(30),
+                "attempt {attempt}: the next try may come {} after the verifier is back",
+                units::fmt_duration(worst)
+            );
+        }
     }
 
     #[test]
