@@ -111,7 +111,7 @@ impl HashAlg {
 fn truncate_bits(mut out: Vec<u8>, bits: u32) -> Vec<u8> {
     let bytes = (bits as usize).div_ceil(8);
     out.truncate(bytes);
-    if bits % 8 != 0
+    if !bits.is_multiple_of(8)
         && let Some(first) = out.first_mut()
     {
         *first &= 0xff >> (8 - bits % 8);

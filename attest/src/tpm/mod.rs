@@ -16,6 +16,7 @@
 pub mod credential;
 pub mod ekcert;
 pub mod error;
+pub mod ima;
 pub mod kdf;
 pub(crate) mod marshal;
 pub mod pcr;
@@ -25,6 +26,9 @@ pub mod quote;
 pub use credential::{CredentialChallenge, make_credential};
 pub use ekcert::{EkCertError, EkCertificate, verify_ek_certificate};
 pub use error::TpmError;
+pub use ima::{
+    ImaEntry, ImaError, encode_ima_binary, parse_ima_binary, replay_pcr10, replay_prefix,
+};
 pub use kdf::{HashAlg, kdfa, kdfe};
 pub use pcr::{MissingPcr, PcrSelection, PcrValues};
 pub use public::{AkPublic, EkPublic};
