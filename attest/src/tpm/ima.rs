@@ -432,6 +432,17 @@ mod tests {
             err,
             "IMA entry 0: IMA template data: d-ng at byte 42: sha256 digest of 2 bytes, want 32"
         );
+        // ima-sig (Debian's default template): d-ng, n-ng and a signature field, here empty.
+        let mut data = ImaEntry::ima_ng("/bin/sh", [6; 32]).template_data;
+        push_field(&mut data, b"");
+        let e = ImaEntry {
+            template_name: "ima-sig".into(),
+            template_digest_sha1: Sha1::digest(&data).into(),
+            template_data: data,
+            ..ImaEntry::ima_ng("/bin/sh", [6; 32])
+        };
+        let parsed = parse_ima_binary(&encode_ima_binary(std::slice::from_ref(&e))).unwrap();
+        assert_eq!(parsed, vec![e]);
         // Unknown templates are kept opaque and still replay.
         let e = ImaEntry {
             template_name: "my-template".into(),
