@@ -189,7 +189,11 @@ fn caps_above_agreement(a: &RackAgreement, hosts: &[HostStanding]) -> Vec<String
     .into_iter()
     .filter(|(_, agreed, sum)| sum > agreed)
     .map(|(dir, agreed, sum)| {
-        format!("hosts' {dir} caps sum to {sum} B/s, above the agreed {agreed} B/s")
+        format!(
+            "hosts' {dir} caps sum to {sum} B/s ({}), above the agreed {}",
+            rackwarden_attest::units::fmt_rate(sum as f64),
+            rackwarden_attest::units::fmt_rate(agreed as f64)
+        )
     })
     .collect()
 }
@@ -221,8 +225,9 @@ fn host_standing(
     if now_ms.saturating_sub(since) > max {
         status = Status::Contraindicated;
         findings.push(format!(
-            "silent: no epoch since {since} ms (more than {} s)",
-            max / 1000
+            "silent: no epoch since {} (more than {})",
+            rackwarden_attest::units::fmt_unix_ms(since),
+            rackwarden_attest::units::fmt_duration(policy.max_wipe_interval)
         ));
     } else if last.is_none() {
         findings.push("no statement yet".into());

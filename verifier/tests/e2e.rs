@@ -258,6 +258,8 @@ struct Epoch {
     self_protection: Option<SelfProtection>,
     /// The inference downtime the epoch reports (`epoch.downtime_ms`), if any.
     downtime_ms: Option<u64>,
+    /// What started the epoch (reported with `downtime_ms`).
+    trigger: EpochTrigger,
 }
 
 impl Default for Epoch {
@@ -277,6 +279,7 @@ impl Default for Epoch {
             ingress_cap: None,
             self_protection: None,
             downtime_ms: None,
+            trigger: EpochTrigger::Interval,
         }
     }
 }
@@ -410,7 +413,7 @@ impl Host {
                 images: None,
                 incidents: vec![],
                 epoch: e.downtime_ms.map(|d| EpochRun {
-                    trigger: EpochTrigger::Interval,
+                    trigger: e.trigger,
                     wipe_interval_ms: e.duration_ms,
                     phases: vec![],
                     workloads: WorkloadOutcome::Restarted,
@@ -1545,6 +1548,7 @@ fn every_clearance_is_kept_and_shown(s: &Server, config: &Path) {
         .text()
         .unwrap();
     for want in [
+        "· 1 host ·",
         "cleared by alice@example.org",
         "ticket 4711: mirror traffic, cap lowered",
         "cleared by bob",
@@ -2001,6 +2005,26 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
         let r = post_challenged(&s, &mut h1, epoch());
         assert_eq!(r["result"]["status"], "affirming", "{r}");
     }
+    // An idle epoch (nothing passed), then one an operator forced (`wipe-now`): its
+    // downtime is not the schedule's.
+    post_challenged(
+        &s,
+        &mut h1,
+        Epoch {
+            egress_delta: 0,
+            ingress_delta: 0,
+            ..epoch()
+        },
+    );
+    post_challenged(
+        &s,
+        &mut h1,
+        Epoch {
+            downtime_ms: Some(300),
+            trigger: EpochTrigger::WipeNow,
+            ..epoch()
+        },
+    );
     for _ in 0..3 {
         post_challenged(&s, &mut h2, epoch());
     }
@@ -2060,6 +2084,9 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
     assert!(dom.contains("NOT met"), "the 1000x target is not met here");
     // 2. 20 ms of downtime in every 1 s epoch.
     assert_eq!(value("score-inference"), "2.0000");
+    // The forced epoch apart, with its own numbers.
+    assert_eq!(value("score-inference-forced"), "30.0000");
+    assert!(dom.contains("wipe-now"), "the forced epochs are named");
     // 3. Every field a statement can carry, from the schema.
     assert_eq!(
         value("score-secrets"),
@@ -2082,6 +2109,38 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
         dom.contains("1 missing"),
         "the gap is marked on the timeline"
     );
+    // Findings as a person writes them: sizes with units, no Rust Debug output.
+    assert!(li.contains("100 MB passed"), "{li}");
+    assert!(!dom.contains("Some("), "no Debug output on the page");
+    // The timeline has axes, a legend, and idle epochs that can be seen.
+    assert!(dom.contains(r#"data-axis="seq""#), "a seq axis");
+    let legend = dom
+        .find(r#"class="legend""#)
+        .map(|at| &dom[at..at + dom[at..].find("</ul>").unwrap_or(0)])
+        .unwrap_or_else(|| panic!("no legend: {dom}"));
+    for mark in [
+        "egress",
+        "ingress",
+        "over the agreed bound",
+        "wipe downtime",
+        "idle",
+        "missing",
+        "verdict",
+    ] {
+        assert!(legend.contains(mark), "legend lacks {mark}: {legend}");
+    }
+    assert!(
+        dom.contains(r#"data-idle="true""#),
+        "the idle epoch is drawn"
+    );
+    // 3. The fields that can point at people or processes are flagged with their purpose.
+    let flagged = dom
+        .find(r#"id="identifying-fields""#)
+        .map(|at| &dom[at..at + dom[at..].find("</ul>").unwrap_or(0)])
+        .unwrap_or_else(|| panic!("no identifying fields: {dom}"));
+    for field in ["last_tgid", "last_cgroup_id", "cgroup", "detail"] {
+        assert!(flagged.contains(field), "{field} not flagged: {flagged}");
+    }
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let png = shots.join("rack-page.png");

@@ -2,7 +2,11 @@
 //! directions), and the bytes that passed stay within cap x elapsed + burst, counted from
 //! the last statement stored before this one, across a gap too.
 
-use rackwarden_attest::{evidence::LimiterReport, statement::Statement};
+use rackwarden_attest::{
+    evidence::LimiterReport,
+    statement::Statement,
+    units::{fmt_bytes, fmt_duration, fmt_rate, fmt_size},
+};
 
 use super::{FindingCode as C, Judge, Status};
 
@@ -56,10 +60,10 @@ pub(super) fn check(
                         C::BurstAboveAgreement,
                         Status::Contraindicated,
                         format!(
-                            "{} burst {} B above the agreed {} B",
+                            "{} burst {} above the agreed {}",
                             c.direction.name(),
-                            c.burst_bytes,
-                            agreed.max_burst_bytes
+                            fmt_size(c.burst_bytes),
+                            fmt_size(agreed.max_burst_bytes)
                         ),
                     );
                 }
@@ -68,10 +72,10 @@ pub(super) fn check(
                         C::CapAboveAgreement,
                         Status::Contraindicated,
                         format!(
-                            "{} cap {} B/s above the agreed {} B/s",
+                            "{} cap {} above the agreed {}",
                             c.direction.name(),
-                            c.rate_bytes_per_s,
-                            limit
+                            fmt_rate(c.rate_bytes_per_s as f64),
+                            fmt_rate(limit as f64)
                         ),
                     );
                 }
@@ -81,7 +85,7 @@ pub(super) fn check(
     let (Some(prev), Some(elapsed_ms)) = (baseline, elapsed_ms) else {
         return;
     };
-    let elapsed_s = elapsed_ms as f64 / 1000.0;
+    let elapsed = fmt_duration(std::time::Duration::from_millis(elapsed_ms));
     for dir in ["egress", "ingress"] {
         let (Some((now, rate, burst)), Some((before, prate, _))) =
             (counters_of(st, dir), counters_of(prev, dir))
@@ -92,7 +96,11 @@ pub(super) fn check(
             j.add(
                 C::CountersReset,
                 Status::Contraindicated,
-                format!("{dir} passed bytes went from {before} to {now}"),
+                format!(
+                    "{dir}: the bytes passed went from {} to {}",
+                    fmt_size(before),
+                    fmt_size(now)
+                ),
             );
             continue;
         };
@@ -101,7 +109,11 @@ pub(super) fn check(
             j.add(
                 C::CountersAboveCap,
                 Status::Contraindicated,
-                format!("{dir}: {delta} B passed in {elapsed_s:.3} s, bound {bound:.0} B"),
+                format!(
+                    "{dir}: {} passed in {elapsed}, bound {}",
+                    fmt_size(delta),
+                    fmt_bytes(bound.round())
+                ),
             );
         }
         if dir == "ingress" {
@@ -111,7 +123,9 @@ pub(super) fn check(
                     C::StateBoundExceeded,
                     Status::Contraindicated,
                     format!(
-                        "{delta} B received in one epoch, more than {allowed:.0} B ({} of the trainable state)",
+                        "{} received in one epoch, more than {} ({} of the trainable state)",
+                        fmt_size(delta),
+                        fmt_bytes(allowed.round()),
                         j.policy.max_epoch_fraction
                     ),
                 );

@@ -2,7 +2,7 @@
 //! previous one stored, its digest named as `prev`, and time moving forward. Also what the
 //! host disclosed about its own trail.
 
-use rackwarden_attest::statement::Statement;
+use rackwarden_attest::{statement::Statement, units::fmt_unix_ms};
 
 use super::{Context, FindingCode as C, Judge, Status};
 
@@ -30,8 +30,9 @@ pub(super) fn check(j: &mut Judge, st: &Statement, ctx: &Context) {
                 C::TimeBackwards,
                 Status::Contraindicated,
                 format!(
-                    "epoch starts at {} before the previous one ended at {pred_end}",
-                    p.epoch_start_unix_ms
+                    "the epoch starts at {}, before the previous one ended at {}",
+                    fmt_unix_ms(p.epoch_start_unix_ms),
+                    fmt_unix_ms(*pred_end)
                 ),
             );
         }
@@ -58,7 +59,10 @@ pub(super) fn check_incidents(j: &mut Judge, st: &Statement) {
             | Incident::CorruptLogLine { offset, length, .. } => j.add(
                 C::LogDamageDisclosed,
                 Status::Warning,
-                format!("the host's log has {length} damaged bytes at offset {offset} (disclosed)"),
+                format!(
+                    "the host's log has {} of damaged bytes at offset {offset} (disclosed)",
+                    rackwarden_attest::units::fmt_size(*length)
+                ),
             ),
             Incident::EpochInterrupted {
                 seq,
@@ -69,7 +73,8 @@ pub(super) fn check_incidents(j: &mut Judge, st: &Statement) {
                 C::EpochInterrupted,
                 Status::Warning,
                 format!(
-                    "epoch {seq} (started at {started_unix_ms} ms) was interrupted while {state}; this epoch redid it"
+                    "epoch {seq} (started {}) was interrupted while {state}; this epoch redid it",
+                    fmt_unix_ms(*started_unix_ms)
                 ),
             ),
         }

@@ -1,7 +1,10 @@
 //! Freshness, where a nonce is checked: issued by this verifier, for this host, not used
 //! before, not expired. Returns whether the nonce is fresh (the service then consumes it).
 
-use rackwarden_attest::statement::{Challenge, Statement};
+use rackwarden_attest::{
+    statement::{Challenge, Statement},
+    units::fmt_unix_ms,
+};
 
 use super::{Context, FindingCode as C, Judge, NonceLookup, Status};
 use crate::store::NonceRecord;
@@ -40,15 +43,16 @@ pub(super) fn check(j: &mut Judge, st: &Statement, ctx: &Context, now_ms: u64) -
                 j.add(
                     C::NonceReused,
                     Status::Contraindicated,
-                    format!("nonce already used at {used} ms"),
+                    format!("nonce already used at {}", fmt_unix_ms(*used)),
                 );
             } else if now_ms > n.expires_ms {
                 j.add(
                     C::NonceExpired,
                     Status::Contraindicated,
                     format!(
-                        "nonce expired at {} ms, received at {now_ms} ms",
-                        n.expires_ms
+                        "nonce expired at {}, the statement was received at {}",
+                        fmt_unix_ms(n.expires_ms),
+                        fmt_unix_ms(now_ms)
                     ),
                 );
             } else {

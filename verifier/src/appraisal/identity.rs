@@ -13,7 +13,11 @@ pub(super) fn check_key(j: &mut Judge, st: &Statement, ctx: &Context) {
         j.add(
             C::RetiredKey,
             Status::Contraindicated,
-            format!("key {} was retired at {r} ms", ctx.keyid),
+            format!(
+                "key {} was retired at {}",
+                ctx.keyid,
+                rackwarden_attest::units::fmt_unix_ms(r)
+            ),
         );
     }
 }

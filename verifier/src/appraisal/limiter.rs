@@ -2,8 +2,9 @@
 //! exist, when it was not enforcing, and how well it is protected from other root processes.
 
 use rackwarden_attest::{
-    evidence::{LimiterReport, LsmGuard},
+    evidence::{GapKind, LimiterReport, LsmGuard},
     statement::Statement,
+    units::fmt_unix_ms,
 };
 
 use super::{FindingCode as C, Judge, Status};
@@ -33,8 +34,12 @@ pub(super) fn check(j: &mut Judge, st: &Statement) {
                 C::ForeignAhead,
                 Status::Contraindicated,
                 format!(
-                    "programs {:?} run before ours on {} {}",
-                    a.foreign_ahead,
+                    "programs with ids {} run before ours on {} {}",
+                    a.foreign_ahead
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     a.interface,
                     a.direction.name()
                 ),
@@ -68,11 +73,11 @@ pub(super) fn check(j: &mut Judge, st: &Statement) {
                     );
                 }
             }
-            if b.af_xdp_sockets.unwrap_or(0) > 0 {
+            if let Some(n) = b.af_xdp_sockets.filter(|n| *n > 0) {
                 j.add(
                     C::AfXdpSockets,
                     Status::Warning,
-                    format!("{:?} AF_XDP sockets open", b.af_xdp_sockets),
+                    format!("{n} AF_XDP sockets open"),
                 );
             }
         }
@@ -86,8 +91,35 @@ pub(super) fn check(j: &mut Judge, st: &Statement) {
         j.add(
             C::EnforcementGap,
             sev,
-            format!("{:?} at {} ms: {}", g.kind, g.detected_at_ms, g.detail),
+            format!(
+                "{}{} detected at {}{}: {}",
+                gap_kind(g.kind),
+                match (&g.interface, g.direction) {
+                    (Some(i), Some(d)) => format!(" on {i} {}", d.name()),
+                    (Some(i), None) => format!(" on {i}"),
+                    _ => String::new(),
+                },
+                fmt_unix_ms(g.detected_at_ms),
+                if g.restored {
+                    ", restored"
+                } else {
+                    ", not restored"
+                },
+                g.detail
+            ),
         );
+    }
+}
+
+/// A gap's kind as an operator reads it.
+fn gap_kind(k: GapKind) -> &'static str {
+    match k {
+        GapKind::Detached => "policer detached",
+        GapKind::Replaced => "policer replaced",
+        GapKind::ForeignAhead => "a foreign program ahead of the policer",
+        GapKind::ConfigChanged => "cap rewritten",
+        GapKind::CheckFailed => "hook check failed",
+        GapKind::CountersRewound => "counters rewound",
     }
 }
 

@@ -5,6 +5,7 @@
 use rackwarden_attest::{
     evidence::{WipeReport, WipeStatus},
     statement::{Challenge, Statement},
+    units::{fmt_duration, fmt_size, fmt_unix_ms},
 };
 
 use super::{Aspect, Context, FindingCode as C, Judge, Status};
@@ -39,8 +40,9 @@ pub(super) fn check(j: &mut Judge, st: &Statement, ctx: &Context, end_ms: u64) -
                 C::WipeOverdue,
                 Status::Contraindicated,
                 format!(
-                    "last complete wipe at {since} ms, more than {} s before this epoch's end",
-                    max / 1000
+                    "last complete wipe at {}, more than {} before this epoch's end",
+                    fmt_unix_ms(since),
+                    fmt_duration(j.policy.max_wipe_interval)
                 ),
             );
         }
@@ -110,8 +112,13 @@ fn judge_report(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
                 C::WipeInconsistent,
                 Status::Contraindicated,
                 format!(
-                    "{}: total {} B, filled {} B, verified {} B, residue claimed {} B (total - verified = {recomputed} B)",
-                    d.device, d.bytes_total, d.bytes_filled, d.bytes_verified, d.residue_bytes
+                    "{}: total {}, filled {}, verified {}, residue claimed {} (total - verified = {})",
+                    d.device,
+                    fmt_size(d.bytes_total),
+                    fmt_size(d.bytes_filled),
+                    fmt_size(d.bytes_verified),
+                    fmt_size(d.residue_bytes),
+                    fmt_size(recomputed)
                 ),
             );
             ok = false;
@@ -151,8 +158,11 @@ fn judge_report(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
                 C::ResidueAboveMax,
                 Status::Contraindicated,
                 format!(
-                    "{}: residue {} B above the allowed {} B ({})",
-                    d.device, residue, max, d.status
+                    "{}: residue {} above the allowed {} ({})",
+                    d.device,
+                    fmt_size(residue),
+                    fmt_size(max),
+                    d.status
                 ),
             );
             ok = false;

@@ -2,6 +2,8 @@
 //! epochs on the timeline and the findings to explain. `view` fills it from the store,
 //! `scorecard` computes from it, `render` draws it.
 
+use rackwarden_attest::evidence::EpochTrigger;
+
 use crate::{
     appraisal::{Finding, Status},
     standing::HostStanding,
@@ -35,6 +37,8 @@ pub struct EpochPoint {
     /// The host's own bound over `elapsed_ms` (its caps), for the tooltip.
     pub host_egress_bound: Option<f64>,
     pub downtime_ms: Option<u64>,
+    /// What started the epoch, as the statement says (`None`: it does not say).
+    pub trigger: Option<EpochTrigger>,
     /// Seqs missing between the previous stored statement and this one.
     pub missing_before: u64,
     /// Another statement with the same seq is stored.
@@ -42,6 +46,19 @@ pub struct EpochPoint {
 }
 
 impl EpochPoint {
+    /// Nothing passed in either direction since the previous stored statement.
+    pub fn idle(&self) -> bool {
+        self.egress_bytes == Some(0) && self.ingress_bytes == Some(0)
+    }
+
+    /// An operator or an interruption forced the epoch, rather than the schedule.
+    pub fn forced(&self) -> bool {
+        matches!(
+            self.trigger,
+            Some(EpochTrigger::WipeNow | EpochTrigger::AfterInterruption)
+        )
+    }
+
     pub fn measured_rate_bytes_per_s(&self) -> Option<f64> {
         let e = self.elapsed_ms.filter(|e| *e > 0)? as f64 / 1000.0;
         Some(self.egress_bytes.max(self.ingress_bytes)? as f64 / e)

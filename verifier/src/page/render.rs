@@ -20,6 +20,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px} h3{font-s
 .affirming{background:#1a7f37}.warning{background:#9a6700}.contraindicated{background:#cf222e}
 .cards{display:flex;gap:14px;flex-wrap:wrap}.card{border:1px solid #d0d7de;border-radius:8px;padding:12px 14px;flex:1 1 300px}
 .number{font-size:26px;font-weight:700}.math{font-family:ui-monospace,monospace;font-size:12px;color:#24292f;white-space:pre-wrap}
+.legend{list-style:none;padding:0;margin:2px 0 8px;display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px;color:#57606a}
+.swatch{display:inline-block;width:10px;height:10px;margin:0 4px 0 2px;border-radius:2px;vertical-align:middle}
 .finding code{font-weight:600}.why{color:#57606a}.host{border-top:1px solid #d0d7de;margin-top:18px}
 "#;
 
@@ -124,25 +126,48 @@ largest ingress one host measured in one epoch = {}",
     }
 }
 
-fn inference_card(i: &Option<InferenceOverhead>) -> Markup {
+fn inference_card(i: &Option<InferenceOverhead>, forced: &Option<InferenceOverhead>) -> Markup {
     html! {
         div.card #score-inference {
             h3 { "2. Inference overhead" }
             @match i {
-                None => { p.number data-value="" { "no data" } p { "No statement in the window reports its epoch's downtime." } },
+                None => { p.number data-value="" { "no data" } p { "No scheduled epoch in the window reports its downtime." } },
                 Some(i) => {
                     p.number data-value=(format!("{:.4}", i.fraction * 100.0)) { (format!("{:.3}%", i.fraction * 100.0)) }
-                    p { "of the time inference was stopped for wipes: serving takes " (factor(i.factor)) " as long" }
+                    p { "of the time inference was stopped for scheduled wipes: serving takes " (factor(i.factor)) " as long" }
                     div.math { (format!(
-"downtime / epoch time over the last {} epochs (all hosts)
-  = {} ms / {} ms = {:.6}
+"downtime / epoch time over the last {} scheduled epochs (all hosts)
+  = {} / {} = {:.6}
 factor = elapsed / (elapsed − downtime) = {}
 the limiter's own cost is not in the statements: not counted here",
-                        i.epochs, i.downtime_ms, i.elapsed_ms, i.fraction, factor(i.factor))) }
+                        i.epochs, fmt_ms(i.downtime_ms), fmt_ms(i.elapsed_ms), i.fraction, factor(i.factor))) }
+                }
+            }
+            @match forced {
+                None => { p.meta { "No forced epoch (wipe-now, or redone after an interruption) in the window." } },
+                Some(f) => {
+                    p #score-inference-forced data-value=(format!("{:.4}", f.fraction * 100.0)) data-epochs=(f.epochs) {
+                        "Apart from the schedule: " (count(f.epochs, "forced epoch", "forced epochs"))
+                        " (wipe-now, or redone after an interruption) stopped inference for " (fmt_ms(f.downtime_ms))
+                        " of " (fmt_ms(f.elapsed_ms)) " (" (format!("{:.3}%", f.fraction * 100.0)) ")."
+                    }
                 }
             }
         }
     }
+}
+
+/// `1 host`, `2 hosts`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+fn fmt_ms(ms: u64) -> String {
+    fmt_duration(std::time::Duration::from_millis(ms))
 }
 
 fn secrets_card(v: &RackView) -> Markup {
@@ -154,11 +179,65 @@ fn secrets_card(v: &RackView) -> Markup {
             p { "are all a statement can carry, each a name, digest, nonce, counter, time, setting or diagnostic line. "
                 strong { "No weights, prompts or outputs leave the rack" } ": images appear only as their Merkle SHA3-256 digest." }
             p.math { "shared secrets: none. The host holds its ed25519 signing key; the verifier holds only public keys." }
+            p { strong { "Fields that can point at people or processes" } " (what they are for):" }
+            ul #identifying-fields {
+                @for (field, what, why) in IDENTIFYING {
+                    li { code { (field) } ": " (what) ". " span.why { (why) } }
+                }
+            }
             @if !inv.unclassified.is_empty() {
                 p { strong { "Unclassified fields: " } (inv.unclassified.join(", ")) }
             }
         }
     }
+}
+
+/// Statement fields that can identify a person or a process on the host: what each can
+/// reveal, and why the statement carries it.
+const IDENTIFYING: [(&str, &str, &str); 4] = [
+    (
+        "last_tgid",
+        "the process id of the last process refused a path around the policer",
+        "so an operator can find who tried to bypass the cap",
+    ),
+    (
+        "last_cgroup_id",
+        "the cgroup (service, container or user session) of that process",
+        "so the refusal can be tied to a workload",
+    ),
+    (
+        "cgroup",
+        "the cgroup path the refusal programs are attached to (it can name a service or a user slice)",
+        "so a verifier can tell whether they cover the workloads or only a test cgroup",
+    ),
+    (
+        "detail, reason, finding",
+        "free text the daemon wrote (it can quote paths, device names or commands)",
+        "to say why something failed or was refused; nothing else is put in it",
+    ),
+];
+
+const EGRESS: &str = "#0969da";
+const INGRESS: &str = "#1f883d";
+const OVER: &str = "#cf222e";
+const DOWNTIME: &str = "#9a6700";
+const IDLE: &str = "#8c959f";
+
+fn status_colour(s: Status) -> &'static str {
+    match s {
+        Status::Affirming => "#1a7f37",
+        Status::Warning => DOWNTIME,
+        Status::Contraindicated => OVER,
+    }
+}
+
+/// The seqs the x axis labels: the first, the last, and one between when there is room.
+fn axis_ticks(epochs: &[EpochPoint]) -> Vec<(usize, &EpochPoint)> {
+    let mut idx = vec![0, epochs.len() / 2, epochs.len().saturating_sub(1)];
+    idx.dedup();
+    idx.into_iter()
+        .filter_map(|i| Some((i, epochs.get(i)?)))
+        .collect()
 }
 
 fn svg_timeline(epochs: &[EpochPoint]) -> Markup {
@@ -167,35 +246,61 @@ fn svg_timeline(epochs: &[EpochPoint]) -> Markup {
     let col = (w - 20.0) / n;
     let y_of = |ratio: f64| top + band - ratio.min(1.25) * band / 1.0 * 0.8;
     html! {
-        svg.timeline xmlns="http://www.w3.org/2000/svg" width=(w) height="150" viewBox={"0 0 " (w) " 150"} role="img" {
-            title { "bytes passed per epoch against the agreed cap × elapsed + burst; wipe downtime below" }
-            line x1="10" x2=(w - 10.0) y1=(y_of(1.0)) y2=(y_of(1.0)) stroke="#cf222e" stroke-dasharray="4 3" {}
-            text x="12" y=(y_of(1.0) - 3.0) font-size="10" fill="#cf222e" { "agreed bound" }
-            line x1="10" x2=(w - 10.0) y1=(top + band) y2=(top + band) stroke="#8c959f" {}
+        svg.timeline xmlns="http://www.w3.org/2000/svg" width=(w) height="190" viewBox={"0 0 " (w) " 190"} role="img" {
+            title { "bytes passed per epoch against the agreed cap × elapsed + burst; wipe downtime below; x: seq" }
+            line x1="10" x2=(w - 10.0) y1=(y_of(1.0)) y2=(y_of(1.0)) stroke=(OVER) stroke-dasharray="4 3" {}
+            text x="12" y=(y_of(1.0) - 3.0) font-size="10" fill=(OVER) { "agreed bound (100%)" }
+            line x1="10" x2=(w - 10.0) y1=(top + band) y2=(top + band) stroke=(IDLE) {}
+            text x=(w - 12.0) y=(top + band - 3.0) font-size="10" fill="#57606a" text-anchor="end" { "0 B" }
             @for (i, e) in epochs.iter().enumerate() {
                 @let x = 10.0 + i as f64 * col;
                 @let eg = e.egress_bytes.zip(e.agreed_egress_bound).map(|(b, m)| b as f64 / m.max(1.0));
                 @let ing = e.ingress_bytes.zip(e.agreed_ingress_bound).map(|(b, m)| b as f64 / m.max(1.0));
                 @let down = e.downtime_ms.filter(|_| e.duration_ms > 0).map(|d| d as f64 / e.duration_ms as f64);
-                g.epoch data-seq=(e.seq) data-status=(e.status.name()) {
+                g.epoch data-seq=(e.seq) data-status=(e.status.name()) data-idle=(e.idle()) {
                     title { (epoch_tooltip(e, eg, ing, down)) }
                     @if e.missing_before > 0 {
-                        rect.gap x=(x - 1.0) y=(top - 10.0) width="2" height=(band + 14.0) fill="#cf222e" {}
-                        text x=(x + 2.0) y=(top - 2.0) font-size="9" fill="#cf222e" { (e.missing_before) " missing" }
+                        rect.gap x=(x - 1.0) y=(top - 10.0) width="2" height=(band + 14.0) fill=(OVER) {}
+                        text x=(x + 2.0) y=(top - 2.0) font-size="9" fill=(OVER) { (e.missing_before) " missing" }
                     }
-                    @if let Some(r) = eg {
-                        rect x=(x + col * 0.1) y=(y_of(r)) width=(col * 0.38) height=(top + band - y_of(r)) fill=(if r > 1.0 { "#cf222e" } else { "#0969da" }) {}
+                    @if e.idle() {
+                        rect.idle x=(x + col * 0.1) y=(top + band - 3.0) width=(col * 0.78) height="3" fill=(IDLE) {}
                     }
-                    @if let Some(r) = ing {
-                        rect x=(x + col * 0.5) y=(y_of(r)) width=(col * 0.38) height=(top + band - y_of(r)) fill=(if r > 1.0 { "#cf222e" } else { "#1f883d" }) {}
+                    @if let Some(r) = eg.filter(|_| !e.idle()) {
+                        rect x=(x + col * 0.1) y=(y_of(r)) width=(col * 0.38) height=(top + band - y_of(r)) fill=(if r > 1.0 { OVER } else { EGRESS }) {}
+                    }
+                    @if let Some(r) = ing.filter(|_| !e.idle()) {
+                        rect x=(x + col * 0.5) y=(y_of(r)) width=(col * 0.38) height=(top + band - y_of(r)) fill=(if r > 1.0 { OVER } else { INGRESS }) {}
                     }
                     @if let Some(d) = down {
-                        rect x=(x + col * 0.1) y="104" width=(col * 0.78) height=(d.min(1.0) * 30.0 + 0.5) fill="#9a6700" {}
+                        rect x=(x + col * 0.1) y="104" width=(col * 0.78) height=(d.min(1.0) * 30.0 + 0.5) fill=(DOWNTIME) {}
                     }
-                    circle cx=(x + col * 0.5) cy="142" r=(col.min(8.0) * 0.4) fill=(match e.status { Status::Affirming => "#1a7f37", Status::Warning => "#9a6700", Status::Contraindicated => "#cf222e" }) {}
+                    circle cx=(x + col * 0.5) cy="142" r=(col.min(8.0) * 0.4) fill=(status_colour(e.status)) {}
                 }
             }
             text x="12" y="100" font-size="10" fill="#57606a" { "wipe downtime / epoch" }
+            g.axis.x data-axis="seq" {
+                line x1="10" x2=(w - 10.0) y1="154" y2="154" stroke=(IDLE) {}
+                @for (i, e) in axis_ticks(epochs) {
+                    @let x = 10.0 + (i as f64 + 0.5) * col;
+                    @let anchor = if i == 0 && epochs.len() > 1 { "start" } else if i + 1 == epochs.len() && i > 0 { "end" } else { "middle" };
+                    line x1=(x) x2=(x) y1="154" y2="158" stroke=(IDLE) {}
+                    text x=(x) y="169" font-size="10" fill="#57606a" text-anchor=(anchor) { "seq " (e.seq) }
+                    text x=(x) y="182" font-size="9" fill="#57606a" text-anchor=(anchor) { (fmt_unix_ms(e.end_ms)) }
+                }
+            }
+        }
+        ul.legend {
+            li { span.swatch style={"background:" (EGRESS)} {} "egress bytes / agreed bound" }
+            li { span.swatch style={"background:" (INGRESS)} {} "ingress bytes / agreed bound" }
+            li { span.swatch style={"background:" (OVER)} {} "over the agreed bound" }
+            li { span.swatch style={"background:" (IDLE)} {} "idle epoch (nothing passed)" }
+            li { span.swatch style={"background:" (DOWNTIME)} {} "wipe downtime / epoch time" }
+            li { span.swatch style={"background:" (OVER)} {} "| n missing: seqs that never arrived" }
+            li { "dot: the epoch's verdict (" span.swatch style={"background:" (status_colour(Status::Affirming))} {} "affirming "
+                span.swatch style={"background:" (status_colour(Status::Warning))} {} "warning "
+                span.swatch style={"background:" (status_colour(Status::Contraindicated))} {} "contraindicated)" }
+            li { "x axis: seq, with each labelled epoch's end (UTC)" }
         }
     }
 }
@@ -212,6 +317,12 @@ fn epoch_tooltip(e: &EpochPoint, eg: Option<f64>, ing: Option<f64>, down: Option
     }
     if e.missing_before > 0 {
         s += &format!(", {} seq(s) missing before it", e.missing_before);
+    }
+    if e.idle() {
+        s += ", idle: nothing passed";
+    }
+    if e.forced() {
+        s += ", forced (wipe-now, or redone after an interruption)";
     }
     for (dir, bytes, ratio, bound) in [
         ("egress", e.egress_bytes, eg, e.agreed_egress_bound),
@@ -298,7 +409,7 @@ pub fn rack(v: &RackView) -> Markup {
         html! {
             p { a href="/" { "← all racks" } }
             h1 { "Rack " (st.rack) " " span #verdict data-status=(st.status.name()) { (badge(st.status)) } }
-            p.meta { "policy " (st.policy_id) " · " (st.hosts.len()) " hosts · last " (v.window) " epochs each · "
+            p.meta { "policy " (st.policy_id) " · " (count(st.hosts.len(), "host", "hosts")) " · last " (v.window) " epochs each · "
                 (fmt_unix_ms(v.generated_ms)) " · reloads every 30 s" }
             @if let Some(a) = v.policy.racks.get(&st.rack) {
                 p { "Agreement: egress " (fmt_rate(a.egress_bytes_per_s as f64)) ", ingress " (fmt_rate(a.ingress_bytes_per_s as f64))
@@ -311,7 +422,7 @@ pub fn rack(v: &RackView) -> Markup {
             h2 { "Scorecard" }
             div.cards {
                 (training_card(&v.score.training))
-                (inference_card(&v.score.inference))
+                (inference_card(&v.score.inference, &v.score.forced))
                 (secrets_card(v))
             }
             h2 { "Hosts" }

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::model::{HostCaps, HostView};
+use super::model::{EpochPoint, HostCaps, HostView};
 use crate::config::Policy;
 
 /// The note's target: training at least this many times slower than with free syncing.
@@ -54,14 +54,19 @@ pub struct InferenceOverhead {
 pub struct Scorecard {
     /// `None`: no host has reported caps yet.
     pub training: Option<TrainingBound>,
-    /// `None`: no statement in the window reports its epoch's downtime.
+    /// What the schedule costs: epochs started by the interval (or at startup). `None`: no
+    /// such statement in the window reports its epoch's downtime.
     pub inference: Option<InferenceOverhead>,
+    /// Epochs forced by an operator (`wipe-now`) or redone after an interruption, apart:
+    /// they are not what the policy's interval costs.
+    pub forced: Option<InferenceOverhead>,
 }
 
 pub fn compute(policy: &Policy, hosts: &[HostView]) -> Scorecard {
     Scorecard {
         training: training(policy, hosts),
-        inference: inference(hosts),
+        inference: inference(hosts, |e| !e.forced()),
+        forced: inference(hosts, EpochPoint::forced),
     }
 }
 
@@ -116,9 +121,10 @@ fn training(policy: &Policy, hosts: &[HostView]) -> Option<TrainingBound> {
     })
 }
 
-fn inference(hosts: &[HostView]) -> Option<InferenceOverhead> {
+/// Downtime over epoch time of the epochs `which` keeps.
+fn inference(hosts: &[HostView], which: impl Fn(&EpochPoint) -> bool) -> Option<InferenceOverhead> {
     let (mut n, mut down, mut elapsed) = (0usize, 0u64, 0u64);
-    for e in hosts.iter().flat_map(|h| &h.epochs) {
+    for e in hosts.iter().flat_map(|h| &h.epochs).filter(|e| which(e)) {
         if let (Some(d), true) = (e.downtime_ms, e.duration_ms > 0) {
             n += 1;
             down += d;

@@ -140,6 +140,10 @@ fn epochs(parsed: &[Row], agreement: Option<&RackAgreement>, window: u32) -> Vec
                     .as_ref()
                     .and_then(|s| s.predicate.epoch.as_ref())
                     .map(|r| r.downtime_ms),
+                trigger: st
+                    .as_ref()
+                    .and_then(|s| s.predicate.epoch.as_ref())
+                    .map(|r| r.trigger),
                 missing_before: base.map_or(0, |(p, _)| row.seq - p.seq - 1),
                 forked,
             });
