@@ -30,7 +30,10 @@ pub enum PreflightError {
     #[error("{}: `images.manifest_key`: {source}", config.display())]
     ManifestKey { config: PathBuf, source: KeyError },
     #[error("{}: `images.manifest`: {source}", config.display())]
-    Manifest { config: PathBuf, source: ImageError },
+    Manifest {
+        config: PathBuf,
+        source: Box<ImageError>,
+    },
     #[error("{}: `{key}`: {} is not a directory", config.display(), path.display())]
     NotADirectory {
         config: PathBuf,
@@ -74,7 +77,7 @@ pub fn check_files(cfg: &Config) -> Result<Checked, PreflightError> {
         let m = crate::images::read_manifest(&i.manifest, &vk).map_err(|source| {
             PreflightError::Manifest {
                 config: config(),
-                source,
+                source: Box::new(source),
             }
         })?;
         checked.manifest_images = Some(m.manifest.images.len());
