@@ -4,7 +4,9 @@
 //! ```toml
 //! listen = "10.0.0.5:7700"
 //! tls_cert = "/etc/rackwarden-verifier/tls/server.pem"   # PEM chain, leaf first
-//! tls_key = "/etc/rackwarden-verifier/tls/server.key"    # PEM private key
+//! tls_key = "/etc/rackwarden-verifier/tls/server.key"    # PEM private key, or
+//! # tls_key = "credential:tls-key"   # read from $CREDENTIALS_DIRECTORY/tls-key (systemd's
+//! #                                  # LoadCredential=, for a DynamicUser= service)
 //! # insecure_http = true          # plain HTTP instead: refused unless `listen` is loopback
 //! database = "/var/lib/rackwarden-verifier/verifier.sqlite"
 //! max_body = "4 MiB"
@@ -100,11 +102,48 @@ impl Policy {
     }
 }
 
+/// Where the TLS private key is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsKey {
+    /// A PEM file.
+    File(PathBuf),
+    /// A systemd credential (`tls_key = "credential:<name>"`): the file `<name>` in
+    /// `$CREDENTIALS_DIRECTORY`, which systemd fills from `LoadCredential=` readable by the
+    /// service's (dynamic) user alone, so the key on disk can stay 0600 root.
+    Credential(String),
+}
+
+/// The prefix of a `tls_key` that names a systemd credential.
+pub const CREDENTIAL_PREFIX: &str = "credential:";
+
+/// A `tls_key = "credential:<name>"` that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    #[error(
+        "tls_key names the credential `{0}` but $CREDENTIALS_DIRECTORY is not set (the unit needs LoadCredential={0}:<path of the key>)"
+    )]
+    NoDirectory(String),
+}
+
+impl TlsKey {
+    /// The file to read the key from (for a credential, resolved now: systemd sets the
+    /// directory for the service's process only).
+    pub fn path(&self) -> Result<PathBuf, CredentialError> {
+        match self {
+            TlsKey::File(p) => Ok(p.clone()),
+            TlsKey::Credential(name) => std::env::var_os("CREDENTIALS_DIRECTORY")
+                .filter(|d| !d.is_empty())
+                .map(|d| PathBuf::from(d).join(name))
+                .ok_or_else(|| CredentialError::NoDirectory(name.clone())),
+        }
+    }
+}
+
 /// How `serve` speaks to its clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transport {
-    /// TLS with this certificate chain and key (PEM files).
-    Tls { cert: PathBuf, key: PathBuf },
+    /// TLS with this certificate chain (PEM file) and key.
+    Tls { cert: PathBuf, key: TlsKey },
     /// Plain HTTP, only ever on a loopback address (`insecure_http = true`).
     InsecureHttp,
 }
@@ -258,7 +297,7 @@ fn transport(src: &Source, raw: &Raw, listen: SocketAddr) -> Result<Transport, C
     match (&raw.tls_cert, &raw.tls_key, insecure) {
         (Some(c), Some(k), None) => Ok(Transport::Tls {
             cert: PathBuf::from(c.get_ref()),
-            key: PathBuf::from(k.get_ref()),
+            key: tls_key(src, k)?,
         }),
         (Some(_), Some(_), Some(i)) => Err(src.err(
             Some(i.span()),
@@ -280,6 +319,21 @@ fn transport(src: &Source, raw: &Raw, listen: SocketAddr) -> Result<Transport, C
             ),
         )),
     }
+}
+
+/// A key file, or `credential:<name>`: a plain file name (systemd's credential names hold
+/// no `/`).
+fn tls_key(src: &Source, k: &Spanned<String>) -> Result<TlsKey, ConfigError> {
+    let Some(name) = k.get_ref().strip_prefix(CREDENTIAL_PREFIX) else {
+        return Ok(TlsKey::File(PathBuf::from(k.get_ref())));
+    };
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(src.err(
+            Some(k.span()),
+            format!("`tls_key`: `{name}` is not a credential name (a file name, as in LoadCredential=<name>:<path>)"),
+        ));
+    }
+    Ok(TlsKey::Credential(name.into()))
 }
 
 fn max_connections(src: &Source, n: &Option<Spanned<i64>>) -> Result<usize, ConfigError> {
@@ -498,6 +552,21 @@ mod tests {
         let c = VerifierConfig::parse(
             Path::new("v.toml"),
             &GOOD.replace(
+                "insecure_http = true",
+                "tls_cert = \"/c\"\ntls_key = \"credential:tls-key\"",
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            c.transport,
+            Transport::Tls {
+                cert: "/c".into(),
+                key: TlsKey::Credential("tls-key".into())
+            }
+        );
+        let c = VerifierConfig::parse(
+            Path::new("v.toml"),
+            &GOOD.replace(
                 "max_epoch_fraction = 0.01",
                 "max_epoch_fraction = 0.01\nmax_clock_skew = \"2 min\"",
             ),
@@ -588,6 +657,11 @@ mod tests {
                 "insecure_http = true",
                 "insecure_http = true\ntls_cert = \"/c\"\ntls_key = \"/k\"",
                 "v.toml:2: `insecure_http = true` and `tls_cert`/`tls_key` together",
+            ),
+            (
+                "insecure_http = true",
+                "tls_cert = \"/c\"\ntls_key = \"credential:../k\"",
+                "v.toml:3: `tls_key`: `../k` is not a credential name",
             ),
             (
                 "max_epoch_fraction = 0.01",

@@ -144,7 +144,7 @@ fn main() -> anyhow::Result<()> {
 
 fn serve(cfg: VerifierConfig) -> anyhow::Result<()> {
     let tls = match &cfg.transport {
-        Transport::Tls { cert, key } => Some(tls::server_config(cert, key)?),
+        Transport::Tls { cert, key } => Some(tls::server_config(cert, &key.path()?)?),
         Transport::InsecureHttp => {
             log::warn!(
                 "plain HTTP on {} (insecure_http = true, loopback only)",
