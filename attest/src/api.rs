@@ -79,14 +79,16 @@ pub enum FailedStatus {
 }
 
 /// One element of an [`IngestResponse`]: `index` is the statement's place in the request.
+/// `R` is the verdict: the verifier writes an [`AttestationResult`]; the daemon reads a
+/// [`ReceivedVerdict`], which keeps codes as text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum IngestItem {
+pub enum IngestItem<R = AttestationResult> {
     /// Accepted, duplicate or rejected (`result` and `reason` are present, maybe `null`).
     Judged {
         index: usize,
         status: IngestStatus,
-        result: Option<AttestationResult>,
+        result: Option<R>,
         reason: Option<String>,
     },
     /// The verifier failed on this statement; nothing of it was kept (no `result` key).
@@ -114,7 +116,9 @@ impl IngestItem {
             reason,
         }
     }
+}
 
+impl<R> IngestItem<R> {
     pub fn index(&self) -> usize {
         match self {
             IngestItem::Judged { index, .. } | IngestItem::Failed { index, .. } => *index,
@@ -124,16 +128,39 @@ impl IngestItem {
 
 /// The answer to `POST /v1/statements`: one item per statement sent, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IngestResponse {
-    pub results: Vec<IngestItem>,
+pub struct IngestResponse<R = AttestationResult> {
+    pub results: Vec<IngestItem<R>>,
 }
 
-impl IngestResponse {
+impl<R> IngestResponse<R> {
     /// The item for the statement at `index` of the request, if the verifier answered it.
-    pub fn item(&self, index: usize) -> Option<&IngestItem> {
+    pub fn item(&self, index: usize) -> Option<&IngestItem<R>> {
         self.results.iter().find(|r| r.index() == index)
     }
 }
+
+/// A verdict as the daemon reads it: its status and findings with their codes as text, and
+/// nothing it does not need. A newer verifier may judge with codes, aspects or fields this
+/// build does not know; reading them as [`AttestationResult`] would fail the whole answer
+/// (and delivery would retry it forever), so they are kept as their names instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceivedVerdict {
+    pub status: String,
+    pub findings: Vec<ReceivedFinding>,
+}
+
+/// One finding of a [`ReceivedVerdict`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceivedFinding {
+    /// The code's name (`counters_above_cap`), known to this build or not.
+    pub code: String,
+    pub severity: String,
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// The verifier's answer to a POST of statements, as the daemon reads it.
+pub type ReceivedResponse = IngestResponse<ReceivedVerdict>;
 
 /// The body of every 4xx/5xx the API answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

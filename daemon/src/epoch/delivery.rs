@@ -22,7 +22,7 @@ use std::{
     time::Duration,
 };
 
-use rackwarden_attest::api::{IngestItem, IngestResponse, IngestStatus};
+use rackwarden_attest::api::{IngestItem, IngestStatus, ReceivedResponse, ReceivedVerdict};
 use serde::{Deserialize, Serialize};
 
 use super::spool::{Cursor, Spool, SpoolLine};
@@ -321,7 +321,7 @@ fn post_batch(
     client: &reqwest::blocking::Client,
     ep: &VerifierEndpoint,
     batch: &[&SpoolLine],
-) -> Result<IngestResponse, PostFailed> {
+) -> Result<ReceivedResponse, PostFailed> {
     let failed = |error: String| PostFailed {
         error,
         retry_after: None,
@@ -357,8 +357,14 @@ fn post_batch(
             retry_after,
         });
     }
-    serde_json::from_str(&text)
-        .map_err(|e| failed(format!("{url}: answer is not an ingest response: {e}")))
+    read_answer(&text).map_err(|e| failed(format!("{url}: answer is not an ingest response: {e}")))
+}
+
+/// The verifier's answer to a POST of statements. Verdicts are read with their codes as
+/// text: a code this build does not know (a newer verifier) is kept by name, not a reason to
+/// refuse the whole answer.
+fn read_answer(text: &str) -> Result<ReceivedResponse, serde_json::Error> {
+    serde_json::from_str(text)
 }
 
 /// The verifier did not acknowledge a statement: what it answered instead.
@@ -373,7 +379,7 @@ struct Refused {
 
 /// The verdict for the statement at `seq` if the verifier acknowledged it (`accepted` or
 /// `duplicate`).
-fn verdict_of(item: Option<&IngestItem>, seq: u64) -> Result<Verdict, Refused> {
+fn verdict_of(item: Option<&IngestItem<ReceivedVerdict>>, seq: u64) -> Result<Verdict, Refused> {
     let refused = |answered, reason: Option<&String>| Refused {
         seq,
         answered,
@@ -390,11 +396,11 @@ fn verdict_of(item: Option<&IngestItem>, seq: u64) -> Result<Verdict, Refused> {
         Some(IngestItem::Judged { status, result, .. }) => Ok(Verdict {
             seq,
             ingest: status.name().into(),
-            status: result.as_ref().map(|r| r.status.name().into()),
+            status: result.as_ref().map(|r| r.status.clone()),
             findings: result
                 .iter()
                 .flat_map(|r| &r.findings)
-                .map(|f| f.code.name().into())
+                .map(|f| f.code.clone())
                 .collect(),
         }),
     }
@@ -420,7 +426,7 @@ mod tests {
             r#"{"index":2,"reason":"signature: bad","result":null,"status":"rejected"},"#,
             r#"{"index":3,"reason":"database: full","status":"error"}]}"#
         );
-        let answer: IngestResponse = serde_json::from_str(body).unwrap();
+        let answer = read_answer(body).unwrap();
         let v = verdict_of(answer.item(0), 4).unwrap();
         assert_eq!(
             (v.ingest.as_str(), v.status.as_deref(), v.findings),
@@ -443,6 +449,28 @@ mod tests {
         assert_eq!(
             verdict_of(answer.item(9), 8).unwrap_err().to_string(),
             "the verifier answered `missing` for seq 8: no reason given"
+        );
+    }
+
+    #[test]
+    fn a_finding_code_this_build_does_not_know_is_kept_as_text() {
+        // From a newer verifier: a code (and an aspect) this daemon was built without. The
+        // answer must still be read, or delivery would retry the same batch forever.
+        let body = concat!(
+            r#"{"results":[{"index":0,"reason":null,"result":{"findings":["#,
+            r#"{"aspect":"chain","code":"time_backwards","detail":"d","severity":"contraindicated"},"#,
+            r#"{"aspect":"provenance","code":"sbom_missing","detail":"newer","severity":"warning"}],"#,
+            r#""host":"h1","policy_digest":"00","policy_id":"p","rack":"r","seq":4,"status":"contraindicated","#,
+            r#""trustworthiness":{"chain":"contraindicated","provenance":"warning"}},"status":"accepted"}]}"#
+        );
+        let answer = read_answer(body).unwrap();
+        let v = verdict_of(answer.item(0), 4).unwrap();
+        assert_eq!(
+            (v.status.as_deref(), v.findings),
+            (
+                Some("contraindicated"),
+                vec!["time_backwards".to_string(), "sbom_missing".to_string()]
+            )
         );
     }
 
