@@ -2,11 +2,17 @@
 //! the verifier's pure-Rust side (`rackwarden_attest::tpm`): what a host sends is what the
 //! verifier accepts, and what it must refuse is refused. Root is not needed.
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use rackwarden::tpm::{AkSource, RootOfTrust, Tpm, TpmError, open_root_of_trust};
-use rackwarden_attest::tpm::{AkPublic, EkPublic, PcrValues, QuoteError, verify_quote};
-use rackwarden_tests::tpm::{SwTpm, manufactured};
+use rackwarden::tpm::{
+    AkSource, RootOfTrust, Tpm, TpmError, Tss2ResponseCodeKind, open_root_of_trust,
+};
+use rackwarden_attest::tpm::{
+    AkPublic, EkCertError, EkPublic, ImaEntry, PcrValues, QuoteError, encode_ima_binary,
+    make_credential, parse_ima_binary, replay_pcr10, replay_prefix, verify_ek_certificate,
+    verify_quote,
+};
+use rackwarden_tests::tpm::{Manufactured, SwTpm, manufactured};
 use sha2::{Digest, Sha256};
 
 /// PCRs a statement quotes: the firmware's 0-7 and IMA's 10.
@@ -16,37 +22,31 @@ fn open(t: &SwTpm) -> Tpm {
     Tpm::open(&t.tcti).unwrap_or_else(|e| panic!("{e}\nswtpm log:\n{}", t.log()))
 }
 
-/// An ima-ng entry's template data (d-ng "sha256:\0" + digest, n-ng path + NUL; each field
-/// a u32 little-endian length first) and what IMA extends PCR 10 with: its SHA-256.
-fn ima_ng_template_digest(path: &str, file_sha256: [u8; 32]) -> [u8; 32] {
-    let mut d_ng = b"sha256:\0".to_vec();
-    d_ng.extend(file_sha256);
-    let mut n_ng = path.as_bytes().to_vec();
-    n_ng.push(0);
-    let mut data = Vec::new();
-    for field in [d_ng, n_ng] {
-        data.extend((field.len() as u32).to_le_bytes());
-        data.extend(field);
-    }
-    Sha256::digest(&data).into()
-}
-
-fn synthetic_ima() -> Vec<[u8; 32]> {
+/// A synthetic IMA list: what the kernel would have measured, as the verifier will read it.
+fn synthetic_ima() -> Vec<ImaEntry> {
     (0..5u8)
         .map(|i| {
-            let file = Sha256::digest([i; 100]).into();
-            ima_ng_template_digest(&format!("/usr/bin/tool{i}"), file)
+            ImaEntry::ima_ng(
+                &format!("/usr/bin/tool{i}"),
+                Sha256::digest([i; 100]).into(),
+            )
         })
         .collect()
 }
 
-fn replay(extends: &[[u8; 32]]) -> [u8; 32] {
-    extends.iter().fold([0u8; 32], |pcr, e| {
-        let mut h = Sha256::new();
-        h.update(pcr);
-        h.update(e);
-        h.finalize().into()
-    })
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// 32 bytes nobody can predict (the verifier's credential is random).
+fn random32() -> [u8; 32] {
+    let mut b = [0u8; 32];
+    let mut f = std::fs::File::open("/dev/urandom").unwrap();
+    std::io::Read::read_exact(&mut f, &mut b).unwrap();
+    b
 }
 
 #[test]
@@ -62,9 +62,89 @@ fn ek_certificate_in_nv_is_the_one_the_ca_issued_for_this_ek() {
     assert_eq!(cert, issued);
     let ek_public = EkPublic::parse(&ek.public).unwrap();
     assert_eq!(ek_public.modulus().len(), 256);
+
+    // The verifier's check: leaf key = this EK, chained to the swtpm CA's root.
+    let root = std::fs::read(&t.ca_root).unwrap();
+    let intermediate = std::fs::read(&t.ca_intermediate).unwrap();
+    let checked = verify_ek_certificate(&cert, &ek_public, &root, &intermediate, now_unix())
+        .unwrap_or_else(|e| panic!("the swtpm EK certificate is refused: {e}"));
+    assert_eq!(checked.chain.len(), 2, "{:?}", checked.chain);
+
+    // Another manufacturer's CA (same names, other keys) does not anchor it.
+    let other = Manufactured::new("other-ca");
+    let other_root = std::fs::read(other.ca_root()).unwrap();
+    let other_intermediate = std::fs::read(other.ca_intermediate()).unwrap();
+    let e = verify_ek_certificate(
+        &cert,
+        &ek_public,
+        &other_root,
+        &other_intermediate,
+        now_unix(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, EkCertError::BadSignature { .. }), "{e}");
+    // Nor the right intermediate under another root.
+    let e = verify_ek_certificate(&cert, &ek_public, &other_root, &intermediate, now_unix())
+        .unwrap_err();
+    assert!(matches!(e, EkCertError::BadSignature { .. }), "{e}");
+    // Nor does the right CA vouch for another TPM's EK.
+    let t2 = SwTpm::start_from(&other);
+    let other_ek = EkPublic::parse(&open(&t2).ek().unwrap().public).unwrap();
+    let e = verify_ek_certificate(&cert, &other_ek, &root, &intermediate, now_unix()).unwrap_err();
+    assert!(matches!(e, EkCertError::KeyMismatch), "{e}");
+
     // The same EK again (deterministic template): same TPMT_PUBLIC.
     drop(tpm);
     assert_eq!(open(&t).ek().unwrap().public, ek.public);
+}
+
+#[test]
+fn credential_activates_only_for_the_ak_it_was_made_for() {
+    let t = SwTpm::start();
+    let mut tpm = open(&t);
+    let ek = EkPublic::parse(&tpm.ek().unwrap().public).unwrap();
+    let ak = tpm.load_or_create_ak(&t.dir.join("ak.json")).unwrap();
+
+    // Several rounds: sessions and handles are flushed each time (swtpm has a few slots).
+    for _ in 0..4 {
+        let secret = random32();
+        let ch = make_credential(&ek, &ak.name, &secret).unwrap();
+        let got = tpm
+            .activate_credential(&ch.id_object, &ch.encrypted_secret)
+            .unwrap_or_else(|e| panic!("activation refused: {e}"));
+        assert_eq!(got, secret);
+    }
+
+    // Made for another AK's Name: the TPM's integrity check fails, nothing is released.
+    let mut other_name = ak.name.clone();
+    let last = other_name.len() - 1;
+    other_name[last] ^= 0x01;
+    let ch = make_credential(&ek, &other_name, &random32()).unwrap();
+    let e = tpm
+        .activate_credential(&ch.id_object, &ch.encrypted_secret)
+        .unwrap_err();
+    assert_eq!(
+        e.response_code(),
+        Some(Tss2ResponseCodeKind::Integrity),
+        "{e}"
+    );
+    assert!(e.to_string().contains("TPM2_ActivateCredential"), "{e}");
+
+    // A tampered blob is refused the same way; and the TPM still works afterwards.
+    let secret = random32();
+    let mut ch = make_credential(&ek, &ak.name, &secret).unwrap();
+    let last = ch.id_object.len() - 1;
+    ch.id_object[last] ^= 0x80;
+    assert!(
+        tpm.activate_credential(&ch.id_object, &ch.encrypted_secret)
+            .is_err()
+    );
+    let ch = make_credential(&ek, &ak.name, &secret).unwrap();
+    assert_eq!(
+        tpm.activate_credential(&ch.id_object, &ch.encrypted_secret)
+            .unwrap(),
+        secret
+    );
 }
 
 #[test]
@@ -76,17 +156,23 @@ fn quote_binds_the_statement_and_the_pcrs() {
     let ak_public = AkPublic::parse(&ak.public).unwrap();
     assert_eq!(ak_public.name(), ak.name, "Name(AK) computed = the TPM's");
 
-    let extends = synthetic_ima();
-    for e in &extends {
-        tpm.extend_pcr(10, *e).unwrap();
+    let entries = synthetic_ima();
+    for e in &entries {
+        tpm.extend_pcr(10, e.sha256_bank_extend_value()).unwrap();
     }
     let statement = br#"{"statement":"rack-test epoch 7"}"#;
     let nonce: [u8; 32] = Sha256::digest(statement).into();
     let quote = tpm.quote(&nonce, &PCRS).unwrap();
     assert_eq!(
         quote.pcr_values[&10],
-        replay(&extends),
+        replay_pcr10([0; 32], &entries),
         "PCR 10 = IMA replay"
+    );
+    // What the verifier does with the list it is sent: parse, and replay up to the quote.
+    let list = parse_ima_binary(&encode_ima_binary(&entries)).unwrap();
+    assert_eq!(
+        replay_prefix([0; 32], &list, &quote.pcr_values[&10]),
+        Some(5)
     );
 
     let values = PcrValues::from(quote.pcr_values.clone());
@@ -101,7 +187,7 @@ fn quote_binds_the_statement_and_the_pcrs() {
 
     // A PCR value changed after quoting (a hidden measurement): refused.
     let mut changed = quote.pcr_values.clone();
-    changed.insert(10, replay(&extends[..4]));
+    changed.insert(10, replay_pcr10([0; 32], &entries[..4]));
     let e = verify_quote(
         &ak_public,
         &quote.attest,
@@ -165,7 +251,7 @@ fn ak_of_another_tpm_is_replaced_not_used() {
     let path = t.dir.join("ak.json");
     let first = open(&t).load_or_create_ak(&path).unwrap();
     // Another TPM (another EK seed) cannot load this AK: it makes and stores its own.
-    let other = rackwarden_tests::tpm::Manufactured::new("other-ek");
+    let other = Manufactured::new("other-ek");
     let t2 = SwTpm::start_from(&other);
     let replaced = open(&t2).load_or_create_ak(&path).unwrap();
     assert!(

@@ -29,6 +29,9 @@ pub use device::{AkInfo, AkSource, EkInfo, Quote, SharedTpm, Tpm};
 pub use error::TpmError;
 #[cfg(feature = "tpm")]
 pub use root::open_root_of_trust;
+/// What [`TpmError::response_code`] returns (re-exported so callers need no tss-esapi).
+#[cfg(feature = "tpm")]
+pub use tss_esapi::constants::Tss2ResponseCodeKind;
 
 /// The kernel's resource manager: it flushes our transient objects when the fd closes and lets
 /// other TPM users share the chip (`/dev/tpm0` is exclusive).
