@@ -32,6 +32,7 @@
 pub mod caps;
 pub mod epoch;
 pub mod preflight;
+pub mod report;
 
 use std::{
     ops::Range,
