@@ -16,6 +16,8 @@ pub mod config_edit;
 pub mod control;
 pub mod enforce;
 pub mod epoch;
+pub mod error_chain;
+pub use error_chain::error_chain;
 pub mod guard;
 pub mod images;
 pub mod limiter;

@@ -19,9 +19,21 @@ struct Args {
     config: PathBuf,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = Args::parse();
+    match run(&args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The cause chain once, on one line, never a backtrace: this is what the journal
+            // keeps of a refused start.
+            log::error!("{}", rackwarden::error_chain(e.as_ref()));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
     let cfg = Config::load(&args.config)?;
     // Signals first: a SIGTERM during start must not kill us between pin and attach.
     let stop = signals::stop_on_signals();

@@ -12,14 +12,103 @@ pub const EXIT_CODES: &str = "Exit status: 0 success; 1 a failure the output nam
 #[derive(Parser)]
 #[command(version, about = "Operate and inspect rackwarden", after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Configuration file (names the control socket, pins and state directory).
-    #[arg(long, global = true, default_value = rackwarden::config::DEFAULT_PATH)]
-    pub config: PathBuf,
-    /// Control socket; overrides the one named in the config.
-    #[arg(long, global = true)]
-    pub socket: Option<PathBuf>,
+    /// Older scripts write `rackwarden --config X status`: taken for the commands that read
+    /// a config, a usage error for the others ([`Cli::command_with_flags`]).
+    #[arg(long, hide = true)]
+    config: Option<PathBuf>,
+    /// As `config`, for the commands that talk to the daemon.
+    #[arg(long, hide = true)]
+    socket: Option<PathBuf>,
     #[command(subcommand)]
-    pub cmd: Cmd,
+    cmd: Cmd,
+}
+
+/// The configuration file, for the commands that read it.
+#[derive(clap::Args)]
+pub struct ConfigArg {
+    /// Configuration file [default: /etc/rackwarden/rackwarden.toml].
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl ConfigArg {
+    pub fn path(&self) -> PathBuf {
+        self.config
+            .clone()
+            .unwrap_or_else(|| rackwarden::config::DEFAULT_PATH.into())
+    }
+}
+
+/// How a command reaches the running daemon: the control socket the config names, or
+/// `--socket`.
+#[derive(clap::Args)]
+pub struct DaemonArgs {
+    /// Configuration file (names the control socket, pins and state directory)
+    /// [default: /etc/rackwarden/rackwarden.toml].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Control socket; overrides the one named in the config.
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+}
+
+impl DaemonArgs {
+    pub fn config_path(&self) -> PathBuf {
+        self.config
+            .clone()
+            .unwrap_or_else(|| rackwarden::config::DEFAULT_PATH.into())
+    }
+}
+
+impl Cli {
+    /// The command, with a `--config`/`--socket` written before it moved into it. Exits 2
+    /// (a usage error) where the command does not use the flag.
+    pub fn command_with_flags(self) -> Cmd {
+        let Cli {
+            config,
+            socket,
+            mut cmd,
+        } = self;
+        let (config_slot, socket_slot) = match &mut cmd {
+            Cmd::Status { daemon, .. }
+            | Cmd::WipeNow { daemon }
+            | Cmd::Cap {
+                cmd: CapCmd::Set { daemon, .. },
+            } => (Some(&mut daemon.config), Some(&mut daemon.socket)),
+            Cmd::Attest { config, .. } | Cmd::CheckConfig { config, .. } => {
+                (Some(&mut config.config), None)
+            }
+            _ => (None, None),
+        };
+        for (flag, given, slot) in [
+            ("--config", config, config_slot),
+            ("--socket", socket, socket_slot),
+        ] {
+            match (given, slot) {
+                (None, _) => {}
+                (Some(v), Some(slot)) => {
+                    slot.get_or_insert(v);
+                }
+                (Some(_), None) => {
+                    use clap::CommandFactory as _;
+                    Cli::command()
+                        .error(
+                            clap::error::ErrorKind::UnknownArgument,
+                            format!("this command does not use {flag}"),
+                        )
+                        .exit()
+                }
+            }
+        }
+        cmd
+    }
+}
+
+/// A cap as the config writes it (`"5 MB/s"`, `"8 Mbit/s"`, `"200000 tokens/s"`): checked
+/// here so a malformed one is a usage error (exit 2); the daemon converts it.
+fn cap_value(s: &str) -> Result<String, rackwarden::units::UnitError> {
+    rackwarden::units::parse_rate(s)?;
+    Ok(s.to_string())
 }
 
 #[derive(Subcommand)]
@@ -27,6 +116,8 @@ pub enum Cmd {
     /// Caps, counters, recent rates, attachments, enforcement gaps, the epoch loop and
     /// delivery. With the daemon down, what the pinned limiter shows.
     Status {
+        #[command(flatten)]
+        daemon: DaemonArgs,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -37,7 +128,10 @@ pub enum Cmd {
         cmd: CapCmd,
     },
     /// Start an epoch now: challenge, drain, wipe, stage, sign, deliver.
-    WipeNow,
+    WipeNow {
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
     /// Write a new ed25519 key pair: DIR/NAME.key (PKCS#8 PEM, 0600) and DIR/NAME.pub.
     Keygen {
         /// Directory to write the pair into.
@@ -50,6 +144,8 @@ pub enum Cmd {
     /// Append one signed statement describing the current enforcement state to a log (no
     /// wipe, no images: the epoch loop of rackwardend makes the full statements).
     Attest {
+        #[command(flatten)]
+        config: ConfigArg,
         /// The host's private key (PKCS#8 PEM).
         #[arg(long)]
         key: PathBuf,
@@ -105,10 +201,16 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ManifestCmd,
     },
-    /// Check a configuration file as the daemon would (interfaces, keys, manifest) and print
-    /// what it means.
+    /// Check a configuration file as the daemon would (keys, manifest, CA, directories,
+    /// interfaces) and print what it means, each value with its unit, and warnings.
     CheckConfig {
-        /// Print JSON.
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The verifier's configuration file, where it is at hand: warns where this config
+        /// cannot meet its policy (the rack's agreed caps, max_residue_host).
+        #[arg(long)]
+        verifier_config: Option<PathBuf>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -154,12 +256,15 @@ pub struct BudgetArgs {
 #[derive(Subcommand)]
 pub enum CapCmd {
     /// Set the rack cap (this host enforces cap x host_share), e.g. --egress "5 MB/s".
+    #[command(group(clap::ArgGroup::new("caps").required(true).multiple(true)))]
     Set {
+        #[command(flatten)]
+        daemon: DaemonArgs,
         /// New rack egress cap.
-        #[arg(long)]
+        #[arg(long, group = "caps", value_parser = cap_value)]
         egress: Option<String>,
         /// New rack ingress cap.
-        #[arg(long)]
+        #[arg(long, group = "caps", value_parser = cap_value)]
         ingress: Option<String>,
         /// Also rewrite the config file so the cap survives a restart.
         #[arg(long)]

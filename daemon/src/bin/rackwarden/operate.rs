@@ -5,21 +5,23 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use rackwarden::{
-    config::Config,
+    config::{
+        Config, GuardMode, preflight,
+        report::{self, HostFacts, VerifierPolicy},
+    },
     control::{self, Request, Response},
-    limiter::Direction,
 };
 
-use crate::args::Cli;
+use crate::args::DaemonArgs;
 
-fn socket(cli: &Cli) -> anyhow::Result<PathBuf> {
+fn socket(cli: &DaemonArgs) -> anyhow::Result<PathBuf> {
     if let Some(s) = &cli.socket {
         return Ok(s.clone());
     }
-    Ok(Config::load(&cli.config)?.control_socket)
+    Ok(Config::load(&cli.config_path())?.control_socket)
 }
 
-pub fn status(cli: &Cli, json: bool) -> anyhow::Result<()> {
+pub fn status(cli: &DaemonArgs, json: bool) -> anyhow::Result<()> {
     let sock = socket(cli)?;
     match control::call(&sock, &Request::Status) {
         Ok(Response::Status(s)) if json => println!("{}", serde_json::to_string_pretty(&s)?),
@@ -32,8 +34,8 @@ pub fn status(cli: &Cli, json: bool) -> anyhow::Result<()> {
 }
 
 /// The daemon is down: the limiter is not (it is pinned). Show what the kernel holds.
-fn pinned_status(cli: &Cli, why: &str, json: bool) -> anyhow::Result<()> {
-    let cfg = Config::load(&cli.config)
+fn pinned_status(cli: &DaemonArgs, why: &str, json: bool) -> anyhow::Result<()> {
+    let cfg = Config::load(&cli.config_path())
         .with_context(|| format!("rackwardend is not answering ({why}), and the config"))?;
     if let Some(ns) = &cfg.netns {
         rackwarden::netns::enter(ns)?;
@@ -99,7 +101,7 @@ fn pinned_status(cli: &Cli, why: &str, json: bool) -> anyhow::Result<()> {
 }
 
 pub fn cap_set(
-    cli: &Cli,
+    cli: &DaemonArgs,
     egress: Option<String>,
     ingress: Option<String>,
     persist: bool,
@@ -115,8 +117,10 @@ pub fn cap_set(
         Response::CapSet(o) if json => println!("{}", serde_json::to_string_pretty(&o)?),
         Response::CapSet(o) => {
             println!(
-                "applied: host egress {} B/s, ingress {} B/s (generation {})",
-                o.egress_host_bytes_per_s, o.ingress_host_bytes_per_s, o.generation
+                "applied: host egress {}, ingress {} (generation {})",
+                rackwarden::units::fmt_rate(o.egress_host_bytes_per_s as f64),
+                rackwarden::units::fmt_rate(o.ingress_host_bytes_per_s as f64),
+                o.generation
             );
             println!(
                 "persisted: {} ({})",
@@ -130,7 +134,7 @@ pub fn cap_set(
     Ok(())
 }
 
-pub fn wipe_now(cli: &Cli) -> anyhow::Result<()> {
+pub fn wipe_now(cli: &DaemonArgs) -> anyhow::Result<()> {
     let sock = socket(cli)?;
     match control::call(&sock, &Request::WipeNow).context("is rackwardend running?")? {
         Response::WipeNow { state } => {
@@ -150,54 +154,28 @@ pub fn wipe_now(cli: &Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Everything the daemon checks at start, checked here the same way.
-pub fn check_config(path: &Path, json: bool) -> anyhow::Result<()> {
+/// Everything the daemon checks at start, checked here the same way, then what the
+/// configuration means, each value with its unit, and where it cannot meet its policy.
+pub fn check_config(path: &Path, verifier_config: Option<&Path>, json: bool) -> anyhow::Result<()> {
     let cfg = Config::load(path)?;
+    let checked = preflight::check_files(&cfg)?;
+    let policy = verifier_config
+        .map(|p| VerifierPolicy::read(p, &cfg.rack_id))
+        .transpose()?;
     if let Some(ns) = &cfg.netns {
         rackwarden::netns::enter(ns)?;
     }
     cfg.check_interfaces_exist()?;
-    let mut epoch = serde_json::Value::Null;
-    if let Some(e) = &cfg.epoch {
-        let key = rackwarden_attest::keys::load_signing_key(&e.signing_key)
-            .with_context(|| format!("epoch.signing_key {}", e.signing_key.display()))?;
-        if let Some(i) = &e.images {
-            let vk = rackwarden_attest::keys::load_verifying_key(&i.manifest_key)
-                .with_context(|| format!("images.manifest_key {}", i.manifest_key.display()))?;
-            let m = rackwarden::images::read_manifest(&i.manifest, &vk)?;
-            if !i.source.is_dir() {
-                bail!("images.source {}: not a directory", i.source.display());
-            }
-            epoch["images"] = serde_json::json!({"manifest_images": m.manifest.images.len()});
-        }
-        for s in &e.wipe.scratch {
-            if !s.is_dir() {
-                bail!("wipe.scratch {}: not a directory", s.display());
-            }
-        }
-        epoch["wipe_interval"] = rackwarden::units::fmt_duration(e.wipe_interval).into();
-        epoch["verifier"] = e.verifier.url.clone().into();
-        epoch["host_keyid"] = rackwarden_attest::keys::keyid(&key.verifying_key()).into();
-        epoch["wipe_backends"] = format!("{:?}", e.wipe.backends).into();
-        epoch["workloads"] = format!("{:?}", e.workloads).into();
+    let facts = HostFacts {
+        memory_bytes: rackwarden::wipe::host::meminfo("MemTotal"),
+        guard_available: cfg.self_protection == GuardMode::Auto
+            && rackwarden::guard::probe().is_ok(),
+    };
+    let r = report::report(&cfg, &checked, policy.as_ref(), facts);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", r.render());
     }
-    let v = serde_json::json!({
-        "rack_id": cfg.rack_id, "host_id": cfg.host_id, "host_share": cfg.host_share,
-        "interfaces": cfg.interfaces,
-        "rack_egress_bytes_per_s": cfg.caps.rack_egress_bytes_per_s,
-        "rack_ingress_bytes_per_s": cfg.caps.rack_ingress_bytes_per_s,
-        "host_egress_bytes_per_s": cfg.host_bytes_per_s(Direction::Egress),
-        "host_ingress_bytes_per_s": cfg.host_bytes_per_s(Direction::Ingress),
-        "burst": rackwarden::units::ByteSize(cfg.caps.burst_bytes).to_string(),
-        "pin_root": cfg.pin_root,
-        "epoch": epoch,
-    });
-    if !json {
-        println!(
-            "{}: ok (checked as rackwardend checks it)",
-            cfg.path.display()
-        );
-    }
-    println!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())
 }

@@ -17,7 +17,45 @@ pub enum CapSetError {
     Write(#[from] AgentError),
 }
 
+/// Whether a cap change survives a daemon restart, and why.
+enum Persistence {
+    /// `--persist`: `[cap]` was rewritten.
+    Written,
+    /// Not asked, but the file already holds these caps (a change back to its values).
+    AlreadyInFile,
+    /// Not asked, and the file holds other caps: a restart restores those.
+    NotPersisted,
+    /// `--persist`, and the file could not be rewritten.
+    Failed(crate::config_edit::ConfigEditError),
+}
+
+impl Persistence {
+    fn survives_restart(&self) -> bool {
+        matches!(self, Persistence::Written | Persistence::AlreadyInFile)
+    }
+
+    fn detail(&self, path: &std::path::Path) -> String {
+        let path = path.display();
+        match self {
+            Persistence::Written => format!("written to {path}"),
+            Persistence::AlreadyInFile => {
+                format!("{path} already holds these caps; a daemon restart keeps them")
+            }
+            Persistence::NotPersisted => format!(
+                "not persisted: {path} still holds the old cap; a daemon restart restores it (use --persist)"
+            ),
+            Persistence::Failed(e) => format!("NOT persisted: {e}"),
+        }
+    }
+}
+
 impl Agent {
+    /// Whether the config file, read now, holds the caps that run (a file that cannot be
+    /// read holds nothing we can count on).
+    fn file_holds_running_caps(&self) -> bool {
+        crate::config::Config::load(&self.cfg.path).is_ok_and(|f| f.caps == self.cfg.caps)
+    }
+
     fn cap_set(
         &mut self,
         egress: Option<String>,
@@ -30,24 +68,22 @@ impl Agent {
             self.cfg.host_share,
         )?;
         self.write_caps_from_config()?;
-        let (persisted, persist_detail) = if persist {
+        let persistence = if persist {
             match crate::config_edit::set_caps(
                 &self.cfg.path,
                 egress.as_deref(),
                 ingress.as_deref(),
             ) {
-                Ok(()) => (true, format!("written to {}", self.cfg.path.display())),
-                Err(e) => (false, format!("NOT persisted: {e}")),
+                Ok(()) => Persistence::Written,
+                Err(e) => Persistence::Failed(e),
             }
+        } else if self.file_holds_running_caps() {
+            Persistence::AlreadyInFile
         } else {
-            (
-                false,
-                format!(
-                    "not persisted: {} still holds the old cap; a daemon restart restores it (use --persist)",
-                    self.cfg.path.display()
-                ),
-            )
+            Persistence::NotPersisted
         };
+        let persisted = persistence.survives_restart();
+        let persist_detail = persistence.detail(&self.cfg.path);
         log::info!("cap set via control socket; {persist_detail}");
         Ok(CapSetOutcome {
             egress_host_bytes_per_s: self.host_cap(Direction::Egress),
