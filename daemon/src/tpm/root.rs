@@ -29,6 +29,11 @@ impl RootOfTrust {
         }
     }
 
+    /// What a daemon built without the `tpm` feature reports (no libtss2 on the build host).
+    pub fn not_built() -> RootOfTrust {
+        RootOfTrust::none("this rackwarden was built without the `tpm` feature (libtss2)")
+    }
+
     pub fn is_tpm(&self) -> bool {
         matches!(self, RootOfTrust::Tpm { .. })
     }
@@ -92,6 +97,7 @@ mod tests {
         assert_eq!(v["ak_name"], "000b00");
         assert_eq!(serde_json::from_value::<RootOfTrust>(v).unwrap(), tpm);
         assert!(tpm.is_tpm() && !none.is_tpm());
+        assert!(!RootOfTrust::not_built().is_tpm());
     }
 
     #[cfg(feature = "tpm")]
