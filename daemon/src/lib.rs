@@ -7,7 +7,7 @@
 //! - the enforcement state machine: [`enforce::agent`]; enforcement gaps: [`enforce::gaps`];
 //! - what statements report of the limiter and the bypass surface: [`collect`];
 //! - the epoch loop (challenge, drain, wipe, stage, sign, deliver): [`epoch`];
-//! - the control socket: [`control`]; what `status` shows: [`status`].
+//! - the control socket: [`control`]; what `status` shows: [`status`]; Prometheus: [`metrics`].
 
 pub mod atomic_file;
 pub mod collect;
@@ -21,6 +21,7 @@ pub use error_chain::error_chain;
 pub mod guard;
 pub mod images;
 pub mod limiter;
+pub mod metrics;
 pub mod netns;
 pub mod notify;
 pub mod pins;

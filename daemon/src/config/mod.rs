@@ -108,6 +108,8 @@ pub struct Config {
     pub netns: Option<String>,
     /// Where the bypass refusal attaches; `None`: the cgroup v2 root (every process).
     pub refusal_cgroup: Option<PathBuf>,
+    /// `[metrics] listen`: where Prometheus text is served (a loopback address only).
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// The epoch loop; `None`: this daemon only enforces the caps.
     pub epoch: Option<epoch::EpochConfig>,
 }
@@ -172,6 +174,7 @@ impl Config {
         .map_err(|(span, m)| err(Some(span), m))?;
         let pin_root = pin_root(&err, &raw.pin_root)?;
         let refusal_cgroup = refusal_cgroup(&err, &raw.refusal_cgroup)?;
+        let metrics_listen = metrics_listen(&err, raw.metrics.as_ref())?;
         let epoch = epoch::validate(
             &err,
             epoch::RawSections {
@@ -198,6 +201,7 @@ impl Config {
             self_protection,
             netns: raw.netns.map(|s| s.into_inner()),
             refusal_cgroup,
+            metrics_listen,
             epoch,
         })
     }
@@ -356,6 +360,41 @@ fn refusal_cgroup(
     Ok(Some(p))
 }
 
+/// `[metrics]`: the Prometheus listener.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Spanned<String>,
+}
+
+/// `metrics.listen`: an IP address and port on loopback. The metrics are served without
+/// authentication or TLS, so they never leave the host (a local agent or proxy exports them).
+fn metrics_listen(
+    err: epoch::Err,
+    raw: Option<&Spanned<RawMetrics>>,
+) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    let Some(m) = raw else { return Ok(None) };
+    let v = &m.get_ref().listen;
+    let addr: std::net::SocketAddr = v.get_ref().parse().map_err(|e| {
+        err(
+            Some(v.span()),
+            format!(
+                "`metrics.listen`: `{}` is not an address and port ({e}), e.g. \"127.0.0.1:9464\"",
+                v.get_ref()
+            ),
+        )
+    })?;
+    if !addr.ip().is_loopback() {
+        return Err(err(
+            Some(v.span()),
+            format!(
+                "`metrics.listen`: {addr} is not a loopback address: the metrics have no authentication, so they are served to this host only (127.0.0.1 or [::1])"
+            ),
+        ));
+    }
+    Ok(Some(addr))
+}
+
 /// The dotted key (`cap.burst`) written on the line holding `offset`, if the line is a
 /// `key = value` line.
 fn key_at(text: &str, offset: usize) -> Option<String> {
@@ -434,6 +473,7 @@ struct RawConfig {
     self_protection: Option<Spanned<String>>,
     netns: Option<Spanned<String>>,
     refusal_cgroup: Option<Spanned<String>>,
+    metrics: Option<Spanned<RawMetrics>>,
     epoch: Option<Spanned<epoch::RawEpoch>>,
     verifier: Option<Spanned<epoch::RawVerifier>>,
     wipe: Option<Spanned<epoch::RawWipe>>,
@@ -610,6 +650,22 @@ burst = "256 KiB"
                 "case {to:?}: got `{e}`, want {line} and {text:?}"
             );
         }
+    }
+
+    #[test]
+    fn metrics_listen_only_on_loopback() {
+        let c = Config::parse(Path::new("x.toml"), GOOD).unwrap();
+        assert_eq!(c.metrics_listen, None, "off unless configured");
+        let on = format!("{GOOD}\n[metrics]\nlisten = \"127.0.0.1:9464\"\n");
+        let c = Config::parse(Path::new("x.toml"), &on).unwrap();
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        let e = err_of(&on.replace("127.0.0.1", "0.0.0.0"));
+        assert!(
+            e.contains(":12:") && e.contains("not a loopback address"),
+            "{e}"
+        );
+        let e = err_of(&on.replace("127.0.0.1:9464", "localhost"));
+        assert!(e.contains("`metrics.listen`"), "{e}");
     }
 
     #[test]

@@ -85,6 +85,8 @@ pub enum AgentError {
     #[error(transparent)]
     Control(#[from] crate::control::ControlError),
     #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
+    #[error(transparent)]
     Epoch(#[from] crate::epoch::EpochError),
     #[error(
         "{root} is sealed by the BPF LSM guard for another daemon executable (an older build, before its file was replaced?): this one may not open it ({detail}). The policer there keeps enforcing; reboot to run this build"
@@ -204,6 +206,9 @@ impl Agent {
     pub fn run(mut self, stop: &AtomicBool) -> Result<(), AgentError> {
         let (tx, rx) = mpsc::channel::<Wake>();
         control::serve(&self.cfg.control_socket, tx.clone())?;
+        if let Some(addr) = self.cfg.metrics_listen {
+            crate::metrics::serve(addr, tx.clone())?;
+        }
         // Without the guard, the watch reports another process's attach/detach at once.
         let _watch = self.start_watch(tx);
         let mut next_sample = Instant::now();
