@@ -3,7 +3,8 @@
 //! messages at a few KB/s) beside a bulk "gradient" flow; the first must pass untouched, the
 //! second must be held to the cap. [`full`] adds the rest of the product around it: a
 //! verifier on the rack namespace's loopback, an epoch (challenge, drain, bounded host wipe,
-//! image check, restart, sign) delivered and judged.
+//! image check, restart, sign) delivered and judged, and [`FullDemo::hold`] keeps it all up
+//! (the page forwarded to this host's loopback) until Ctrl-C, or ends it at once.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -123,6 +124,23 @@ pub fn traffic(net: &Net, secs: f64) -> DemoReport {
     }
 }
 
+/// The demo host's `wipe_interval`, and the longest its verifier's policy allows between
+/// complete wipes (`max_wipe_interval`). An epoch ends an interval plus its own run (drain,
+/// wipe, image check, restart: a minute at most here) after the last, so the policy leaves
+/// that room; equal values would make every scheduled epoch `wipe_overdue`.
+pub const DEMO_WIPE_INTERVAL: &str = "10 min";
+pub const DEMO_MAX_WIPE_INTERVAL: &str = "15 min";
+
+/// What keeps the demo running after it has printed its story: the namespaces, the verifier
+/// and the daemon (dropped in this order: daemon, verifier, then the namespaces).
+struct Live {
+    _daemon: Daemon,
+    daemon_config: std::path::PathBuf,
+    verifier: crate::epoch::Verifier,
+    _fixture: crate::epoch::EpochFixture,
+    _net: Net,
+}
+
 /// The whole story: what [`full`] saw.
 pub struct FullDemo {
     pub traffic: DemoReport,
@@ -134,6 +152,7 @@ pub struct FullDemo {
     pub wipe_bytes: u64,
     /// The rack's page at the verifier, where it was, and what became of the screenshot.
     pub page: PageShot,
+    live: Live,
 }
 
 /// The auditor's page of the demo rack, captured before the namespaces go.
@@ -206,15 +225,29 @@ pub fn full(secs: f64) -> FullDemo {
     // The demo wipes 256 MiB of this machine's RAM, not all of it: its verifier policy
     // accepts the rest as residue, and the table below shows how much that is.
     let mut v = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
+    // The policy and the daemon's interval agree (see DEMO_MAX_WIPE_INTERVAL).
+    let policy = std::fs::read_to_string(&v.config).unwrap_or_default();
+    let policy = policy
+        .lines()
+        .map(|l| {
+            if l.starts_with("max_wipe_interval =") {
+                format!("max_wipe_interval = \"{DEMO_MAX_WIPE_INTERVAL}\"")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&v.config, policy + "\n").unwrap();
     let (rack, host) = ids(&net);
     v.enroll(&rack, &host, &fx.host_pub);
     v.start();
     let sections = fx
-        .sections(&v.daemon_lines(), "15 min", DEMO_WIPE)
+        .sections(&v.daemon_lines(), DEMO_WIPE_INTERVAL, DEMO_WIPE)
         .replace("backends = [\"host\"]", "backends = [\"host\", \"gpu\"]");
     let cfg = write_epoch_config(&net, &sections);
     let sock = net.socket_path();
-    let _daemon = Daemon::start(&cfg, &sock);
+    let daemon = Daemon::start(&cfg, &sock);
     wait_epoch(
         &sock,
         std::time::Duration::from_secs(120),
@@ -243,10 +276,137 @@ pub fn full(secs: f64) -> FullDemo {
         status,
         rack: v.get(&format!("/v1/racks/{rack}")).unwrap_or_default(),
         wipe_bytes: rackwarden::units::parse_size(DEMO_WIPE).unwrap_or(0),
+        live: Live {
+            _daemon: daemon,
+            daemon_config: cfg,
+            verifier: v,
+            _fixture: fx,
+            _net: net,
+        },
     }
 }
 
+/// What the demo does once it has told its story.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Tear everything down now (tests, scripts, `--exit`).
+    ExitNow,
+    /// Keep the verifier and its page up, forwarded to this host's loopback, until Ctrl-C.
+    UntilInterrupted,
+}
+
+impl Hold {
+    /// `--exit`, or no terminal on stdin: exit at once; otherwise hold until Ctrl-C.
+    pub fn from_args(args: &[String]) -> Hold {
+        use std::io::IsTerminal as _;
+        if args.iter().any(|a| a == "--exit") || !std::io::stdin().is_terminal() {
+            Hold::ExitNow
+        } else {
+            Hold::UntilInterrupted
+        }
+    }
+}
+
+/// A TCP port on this host's loopback that forwards into the demo's rack namespace, where the
+/// verifier listens (one thread per direction per connection; stops with the process).
+pub struct Forward {
+    pub port: u16,
+    path: String,
+}
+
+impl Forward {
+    /// The rack's page through the forward.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}{}", self.port, self.path)
+    }
+}
+
+/// Copies one direction of a forwarded connection until either side closes.
+fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream) {
+    let _ = std::io::copy(&mut from, &mut to);
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+fn forward_one(client: std::net::TcpStream, ns: &str, port: u16) -> std::io::Result<()> {
+    // Connected from a thread inside the namespace; the socket stays there.
+    let upstream = crate::in_netns(ns, move || {
+        std::net::TcpStream::connect((crate::epoch::VERIFIER_ADDR, port))
+    })?;
+    let (c2, u2) = (client.try_clone()?, upstream.try_clone()?);
+    std::thread::spawn(move || pump(client, upstream));
+    std::thread::spawn(move || pump(u2, c2));
+    Ok(())
+}
+
+/// Set by SIGINT while the demo holds.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 impl FullDemo {
+    /// The verifier's and the daemon's config files (alive while the demo is).
+    pub fn configs(&self) -> (std::path::PathBuf, std::path::PathBuf) {
+        (
+            self.live.verifier.config.clone(),
+            self.live.daemon_config.clone(),
+        )
+    }
+
+    /// The CA the demo verifier's certificate chains to.
+    pub fn ca(&self) -> std::path::PathBuf {
+        self.live.verifier.ca()
+    }
+
+    /// Forwards a port on this host's loopback to the verifier in the rack namespace, so the
+    /// printed address opens in a browser here.
+    pub fn forward(&self) -> std::io::Result<Forward> {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        let port = listener.local_addr()?.port();
+        let (ns, upstream) = (self.live.verifier.ns.clone(), self.live.verifier.port);
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                if let Err(e) = forward_one(conn, &ns, upstream) {
+                    eprintln!("demo forward: {e}");
+                }
+            }
+        });
+        let path = self
+            .page
+            .url
+            .split_once("://")
+            .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
+            .unwrap_or_else(|| "/".into());
+        Ok(Forward { port, path })
+    }
+
+    /// Keeps the demo up until Ctrl-C (the verifier, its page forwarded to this host, the
+    /// daemon and its epochs), or returns at once; everything is torn down when `self` goes.
+    pub fn hold(self, how: Hold) {
+        if how == Hold::ExitNow {
+            return;
+        }
+        let fwd = match self.forward() {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("cannot forward the page to this host: {e}");
+                return;
+            }
+        };
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+        println!(
+            "\nthe demo keeps running: open {} (the certificate is the demo CA's: {});\nthe daemon's next epoch is due in {DEMO_WIPE_INTERVAL}. Ctrl-C ends the demo and removes everything.",
+            fwd.url(),
+            self.ca().display()
+        );
+        while !INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        println!("\ninterrupted: stopping the daemon and the verifier, removing the namespaces");
+    }
+
     /// Every statement affirming, both wipes bound to the verifier's nonce and complete,
     /// inference untouched, the bulk flow held to the cap.
     pub fn ok(&self) -> bool {
@@ -267,6 +427,45 @@ impl FullDemo {
             })
             && infer.delivered_frame_bytes == infer.offered_frame_bytes
             && total as f64 <= self.traffic.bound()
+    }
+
+    /// Inference overhead computed as the rack page's scorecard does: downtime over epoch
+    /// time (end − start) of the epochs that report both, scheduled ones apart from forced.
+    fn overhead_as_the_page_counts_it(&self) -> String {
+        let mut sums = [(0usize, 0u64, 0u64); 2]; // [scheduled, forced]: (epochs, down, time)
+        for r in &self.history {
+            let p = crate::epoch::predicate_of(r);
+            let time = p["epoch_end_unix_ms"]
+                .as_u64()
+                .unwrap_or(0)
+                .saturating_sub(p["epoch_start_unix_ms"].as_u64().unwrap_or(0));
+            let (Some(down), true) = (p["epoch"]["downtime_ms"].as_u64(), time > 0) else {
+                continue;
+            };
+            let forced = matches!(
+                p["epoch"]["trigger"].as_str(),
+                Some("wipe_now" | "after_interruption")
+            );
+            let e = &mut sums[usize::from(forced)];
+            *e = (e.0 + 1, e.1 + down, e.2 + time);
+        }
+        let line = |(n, down, time): (usize, u64, u64)| {
+            if n == 0 {
+                "none in the window".to_string()
+            } else {
+                let d = rackwarden::units::fmt_duration(std::time::Duration::from_millis(down));
+                let t = rackwarden::units::fmt_duration(std::time::Duration::from_millis(time));
+                format!(
+                    "{n} epoch(s), {d} of {t} = {:.3}%",
+                    100.0 * down as f64 / time as f64
+                )
+            }
+        };
+        format!(
+            "\ninference overhead as the rack's page counts it: scheduled {}; forced (wipe-now, interruptions) {}\n",
+            line(sums[0]),
+            line(sums[1])
+        )
     }
 
     pub fn render(&self) -> String {
@@ -302,14 +501,26 @@ impl FullDemo {
                 })
                 .unwrap_or_default();
             s += &format!("  phases: {}\n", phases.join(", "));
-            s += &format!(
-                "  inference downtime {} of a {} interval = {:.4}% ; workloads {}\n",
-                ms(&run["downtime_ms"]),
-                ms(&run["wipe_interval_ms"]),
-                100.0 * run["downtime_ms"].as_f64().unwrap_or(0.0)
-                    / run["wipe_interval_ms"].as_f64().unwrap_or(1.0),
-                run["workloads"]["state"].as_str().unwrap_or("-")
-            );
+            s += &match run["trigger"].as_str() {
+                Some(t @ ("wipe_now" | "after_interruption")) => format!(
+                    "  inference downtime {}, forced by {}: not the schedule's cost (the page counts it apart); workloads {}\n",
+                    ms(&run["downtime_ms"]),
+                    if t == "wipe_now" {
+                        "wipe-now"
+                    } else {
+                        "an interruption"
+                    },
+                    run["workloads"]["state"].as_str().unwrap_or("-")
+                ),
+                _ => format!(
+                    "  inference downtime {} of a {} interval = {:.4}% (scheduled); workloads {}\n",
+                    ms(&run["downtime_ms"]),
+                    ms(&run["wipe_interval_ms"]),
+                    100.0 * run["downtime_ms"].as_f64().unwrap_or(0.0)
+                        / run["wipe_interval_ms"].as_f64().unwrap_or(1.0),
+                    run["workloads"]["state"].as_str().unwrap_or("-")
+                ),
+            };
             s += &format!(
                 "  {:<14} {:<10} {:>14} {:>14} {:>10} {:>16}\n",
                 "wipe device", "status", "total", "verified", "mismatch", "residue"
@@ -367,6 +578,7 @@ impl FullDemo {
                 }
             );
         }
+        s += &self.overhead_as_the_page_counts_it();
         s += &format!(
             "\nthe demo policy accepts a bounded {} host wipe (max_residue_host 64 GiB); a production\npolicy sets a few GiB and the daemon wipes all it safely can.\n",
             ByteSize(self.wipe_bytes)
@@ -376,7 +588,7 @@ impl FullDemo {
             self.rack["status"].as_str().unwrap_or("-").to_uppercase()
         );
         s += &format!(
-            "the rack's page: {} (inside namespace {}, gone with the demo)\n",
+            "the rack's page: {} (inside namespace {}; while the demo holds, forwarded to this host)\n",
             self.page.url, self.page.ns
         );
         match &self.page.saved {
