@@ -48,7 +48,20 @@ struct Attempt<'a> {
     flood: bool,
 }
 
-impl Attempt<'_> {
+/// The errno every guarded path expects.
+const EPERM: &[i32] = &[libc::EPERM];
+
+impl<'a> Attempt<'a> {
+    /// Each attack followed by a flood through the cap.
+    fn flooding(net: &'a Net) -> Self {
+        Attempt { net, flood: true }
+    }
+
+    /// Attacks on ids and the daemon's process: nothing to flood through.
+    fn quick(net: &'a Net) -> Self {
+        Attempt { net, flood: false }
+    }
+
     fn row(
         &self,
         path: &'static str,
@@ -83,34 +96,50 @@ impl Attempt<'_> {
 /// serves all rows); the last rows stop the daemon and show the seal outlives it.
 pub fn run() -> Vec<Row> {
     let net = Net::new("grd");
+    let (mut d, st) = start_sealed(&net);
+    let hook = Hook::of(&net);
+    let mut rows = Vec::new();
+    rows.extend(link_rows(&net, hook));
+    rows.extend(map_rows(&net));
+    rows.extend(by_id_rows(&net, hook, &st));
+    rows.push(unlink_pins_row(&net));
+    let pid = d.pid();
+    rows.extend(process_rows(&net, pid));
+    rows.push(cap_change_row(&net, &st));
+    assert!(
+        d.log_text().matches("sealed by the BPF LSM guard").count() >= 3,
+        "sealed at start and after each cap change:\n{}",
+        d.log_text()
+    );
+    rows.extend(after_kill_rows(&net, hook, &mut d));
+    rows
+}
+
+/// Starts the daemon with the guard, which must report itself sealed once started; returns
+/// the daemon and that status (its map and program ids, for the by-id rows).
+fn start_sealed(net: &Net) -> (Daemon, serde_json::Value) {
     let cfg = net.write_config_guarded("1 MB/s", "1 MB/s", "256 KiB");
-    let mut d = Daemon::start(&cfg, &net.socket_path());
+    let d = Daemon::start(&cfg, &net.socket_path());
     let st = status_json(&net.socket_path());
     assert_eq!(
         st["self_protection"]["lsm_guard"]["state"], "sealed",
         "{:#}",
         st["self_protection"]
     );
-    let hook = Hook::of(&net);
-    let pins = net.pins();
-    let flood = Attempt {
-        net: &net,
-        flood: true,
-    };
-    let quick = Attempt {
-        net: &net,
-        flood: false,
-    };
-    let mut rows = Vec::new();
-    let eperm = &[libc::EPERM][..];
+    (d, st)
+}
 
+/// Our policer's attachment: detached, replaced, or bypassed by a program ahead of it.
+fn link_rows(net: &Net, hook: Hook) -> Vec<Row> {
+    let flood = Attempt::flooding(net);
+    let mut rows = Vec::new();
     rows.push(flood.row(
         match hook {
             Hook::Tcx => "detach: BPF_LINK_DETACH via our pin",
             Hook::Clsact => "detach: tc filter del (netlink)",
         },
-        eperm,
-        || errno(&tamper::detach(&net, hook, Direction::Egress)),
+        EPERM,
+        || errno(&tamper::detach(net, hook, Direction::Egress)),
         || "the pin cannot be opened / the netlink request is refused".into(),
     ));
 
@@ -120,10 +149,10 @@ pub fn run() -> Vec<Row> {
             Hook::Tcx => "replace: BPF_LINK_UPDATE of our link",
             Hook::Clsact => "replace: netlink replace of our filter",
         },
-        eperm,
+        EPERM,
         || {
             errno(&tamper::replace(
-                &net,
+                net,
                 hook,
                 Direction::Egress,
                 &prog,
@@ -137,12 +166,19 @@ pub fn run() -> Vec<Row> {
             Hook::Tcx => "foreign ahead: tcx BPF_F_BEFORE",
             Hook::Clsact => "foreign ahead: filter at our priority",
         },
-        eperm,
-        || errno(&tamper::attach_ahead(&net, hook, &prog, &prog_pin)),
+        EPERM,
+        || errno(&tamper::attach_ahead(net, hook, &prog, &prog_pin)),
         || "a pass-all program before ours".into(),
     ));
     let _ = std::fs::remove_file(&prog_pin);
+    rows
+}
 
+/// Our maps, written through their pins or zeroed by a program of the attacker's.
+fn map_rows(net: &Net) -> Vec<Row> {
+    let flood = Attempt::flooding(net);
+    let pins = net.pins();
+    let mut rows = Vec::new();
     for (path, map) in [
         ("write the config map (via its pin)", map_names::CONFIG),
         ("refill the bucket (via its pin)", map_names::STATE),
@@ -150,14 +186,14 @@ pub fn run() -> Vec<Row> {
     ] {
         rows.push(flood.row(
             path,
-            eperm,
+            EPERM,
             || errno(&tamper::write_map(&pins.map(map), 0)),
             || "bpf(BPF_OBJ_GET) of the pin".into(),
         ));
     }
     rows.push(flood.row(
         "a BPF program zeroes the counters",
-        eperm,
+        EPERM,
         || {
             errno(&tamper::zero_counters_by_program(
                 &pins.map(map_names::COUNTERS),
@@ -165,7 +201,12 @@ pub fn run() -> Vec<Row> {
         },
         || "it needs a map fd to load".into(),
     ));
+    rows
+}
 
+/// Our maps, programs and links opened by id, as `bpftool` does, without any pin.
+fn by_id_rows(net: &Net, hook: Hook, st: &serde_json::Value) -> Vec<Row> {
+    let quick = Attempt::quick(net);
     let ids = &st["map_ids"];
     let map_ids: Vec<u32> = ["config", "state", "counters"]
         .iter()
@@ -184,15 +225,16 @@ pub fn run() -> Vec<Row> {
             .count();
         if refused == ids.len() { libc::EPERM } else { 0 }
     };
+    let mut rows = Vec::new();
     rows.push(quick.row(
         "our maps by id (BPF_MAP_GET_FD_BY_ID)",
-        eperm,
+        EPERM,
         || refused_all(tamper::BPF_MAP_GET_FD_BY_ID, &map_ids),
         || format!("map ids {map_ids:?}"),
     ));
     rows.push(quick.row(
         "our programs by id (BPF_PROG_GET_FD_BY_ID)",
-        eperm,
+        EPERM,
         || refused_all(tamper::BPF_PROG_GET_FD_BY_ID, &prog_ids),
         || format!("program ids {prog_ids:?}"),
     ));
@@ -201,7 +243,7 @@ pub fn run() -> Vec<Row> {
     let seen = std::cell::Cell::new((0, 0));
     rows.push(quick.row(
         "our links by id (BPF_LINK_GET_FD_BY_ID)",
-        eperm,
+        EPERM,
         || {
             let links = tamper::all_link_ids();
             let refused = links
@@ -218,19 +260,30 @@ pub fn run() -> Vec<Row> {
             format!("{refused} of {all} link ids refused, {ours} are ours")
         },
     ));
-    rows.push(flood.row(
+    rows
+}
+
+/// The pin root removed, which would leave the daemon's objects unreachable by path.
+fn unlink_pins_row(net: &Net) -> Row {
+    let pins = net.pins();
+    Attempt::flooding(net).row(
         "unlink our pins (rm -r of the pin root)",
-        eperm,
+        EPERM,
         || errno(&std::fs::remove_dir_all(&net.pin_root)),
         || {
             let stat = std::fs::metadata(pins.prog("rw_egress"));
             format!("stat of our program pin afterwards: errno {}", errno(&stat))
         },
-    ));
-    let pid = d.pid();
+    )
+}
+
+/// The daemon's process: traced, its memory or fds taken, or its identity assumed.
+fn process_rows(net: &Net, pid: i32) -> Vec<Row> {
+    let quick = Attempt::quick(net);
+    let mut rows = Vec::new();
     rows.push(quick.row(
         "ptrace the daemon (PTRACE_ATTACH)",
-        eperm,
+        EPERM,
         // SAFETY: ptrace(2) on the daemon we started; detached again if it ever succeeded.
         || unsafe {
             let r = libc::ptrace(libc::PTRACE_ATTACH, pid, 0, 0);
@@ -257,32 +310,14 @@ pub fn run() -> Vec<Row> {
     ));
     rows.push(quick.row(
         "the daemon's fds (pidfd_getfd)",
-        eperm,
-        // SAFETY: pidfd_open/pidfd_getfd syscalls on the daemon we started; fds closed.
-        || unsafe {
-            let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
-            if pidfd < 0 {
-                return -1;
-            }
-            let mut e = 0;
-            for target in 3..16 {
-                let r = libc::syscall(libc::SYS_pidfd_getfd, pidfd, target, 0);
-                if r >= 0 {
-                    libc::close(r as i32);
-                    e = 0;
-                    break;
-                }
-                e = std::io::Error::last_os_error().raw_os_error().unwrap_or(-1);
-            }
-            libc::close(pidfd as i32);
-            e
-        },
+        EPERM,
+        || pidfd_getfd_errno(pid),
         || "fds 3..15".into(),
     ));
     let exe = bin("rackwardend");
     rows.push(quick.row(
         "become the daemon: prctl(PR_SET_MM_EXE_FILE)",
-        eperm,
+        EPERM,
         || {
             let f = std::fs::File::open(&exe).expect("open the daemon binary read-only");
             // SAFETY: prctl(2) with an fd we hold; refused before it changes anything.
@@ -299,9 +334,37 @@ pub fn run() -> Vec<Row> {
         },
         || "this test process would run as the daemon's executable".into(),
     ));
+    rows
+}
 
-    // A cap change under the seal: new programs and a new frozen config map, which the next
-    // check seals again (a new guard generation, in force before the old one goes).
+/// Tries to take one of the daemon's fds 3..15 with pidfd_getfd: 0 if one was taken, else
+/// the last errno (-1 if the daemon's pidfd could not be opened).
+fn pidfd_getfd_errno(pid: i32) -> i32 {
+    // SAFETY: pidfd_open/pidfd_getfd syscalls on the daemon we started; fds closed.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+        if pidfd < 0 {
+            return -1;
+        }
+        let mut e = 0;
+        for target in 3..16 {
+            let r = libc::syscall(libc::SYS_pidfd_getfd, pidfd, target, 0);
+            if r >= 0 {
+                libc::close(r as i32);
+                e = 0;
+                break;
+            }
+            e = std::io::Error::last_os_error().raw_os_error().unwrap_or(-1);
+        }
+        libc::close(pidfd as i32);
+        e
+    }
+}
+
+/// A cap change under the seal: new programs and a new frozen config map, which the next
+/// check seals again (a new guard generation, in force before the old one goes).
+fn cap_change_row(net: &Net, st: &serde_json::Value) -> Row {
+    let pins = net.pins();
     let old_config = st["map_ids"]["config"].as_u64().unwrap();
     let set_cap = |rate: &str| {
         let out = std::process::Command::new(bin("rackwarden"))
@@ -316,9 +379,9 @@ pub fn run() -> Vec<Row> {
         );
     };
     let seen = std::cell::Cell::new(0u64);
-    rows.push(quick.row(
+    Attempt::quick(net).row(
         "cap change: the new generation is sealed",
-        eperm,
+        EPERM,
         || {
             set_cap("2 MB/s");
             // The next hook check (500 ms) seals the new generation.
@@ -353,14 +416,11 @@ pub fn run() -> Vec<Row> {
                 seen.get()
             )
         },
-    ));
-    assert!(
-        d.log_text().matches("sealed by the BPF LSM guard").count() >= 3,
-        "sealed at start and after each cap change:\n{}",
-        d.log_text()
-    );
+    )
+}
 
-    // The daemon dies: the seal is pinned and stays in force.
+/// The daemon dies: the seal is pinned and stays in force.
+fn after_kill_rows(net: &Net, hook: Hook, d: &mut Daemon) -> Vec<Row> {
     d.kill9();
     std::thread::sleep(Duration::from_millis(200));
     let after_kill = |path, r: i32, note: String| {
@@ -374,12 +434,14 @@ pub fn run() -> Vec<Row> {
             note,
         }
     };
-    let r = errno(&tamper::detach(&net, hook, Direction::Egress));
+    let mut rows = Vec::new();
+    let r = errno(&tamper::detach(net, hook, Direction::Egress));
     rows.push(after_kill(
         "daemon killed (-9), then detach",
         r,
         format!("errno {r}; no daemon runs"),
     ));
+    let exe = bin("rackwardend");
     let r = errno(&std::fs::OpenOptions::new().write(true).open(&exe));
     rows.push(after_kill(
         "daemon killed, then write its binary",
