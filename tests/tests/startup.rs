@@ -99,3 +99,42 @@ fn a_second_daemon_with_its_own_pin_root_refuses_an_interface_that_has_a_policer
         "the refused daemon pinned nothing"
     );
 }
+
+/// A failure that only shows once the policer is loaded (here: the evidence log is locked by
+/// another writer, which the epoch loop finds when it opens it) takes back what this start
+/// loaded: a first start that fails leaves no policer behind.
+#[test]
+fn a_start_that_fails_after_loading_takes_its_new_policer_back() {
+    let net = Net::new("pfl");
+    let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
+    let keys = net.dir.join("keys");
+    let o = std::process::Command::new(rackwarden_tests::bin("rackwarden"))
+        .args(["keygen", "--out"])
+        .arg(&keys)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(&format!(
+        "\n[epoch]\nwipe_interval = \"1 min\"\nsigning_key = \"{}\"\n\n[verifier]\nurl = \"http://127.0.0.1:9\"\n",
+        keys.join("host.key").display()
+    ));
+    std::fs::write(&cfg, text).unwrap();
+    let state = net.dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let log = std::fs::File::create(state.join("evidence.jsonl")).unwrap();
+    log.lock().unwrap();
+    let out = Daemon::start_refused(&cfg);
+    assert!(out.contains("in use by another process"), "{out}");
+    assert_eq!(
+        net.hook_programs(),
+        Vec::<String>::new(),
+        "the refused start took its policer back:\n{out}"
+    );
+    assert_eq!(
+        net.pinned_entries(),
+        Vec::<std::path::PathBuf>::new(),
+        "the refused start took its pins back:\n{out}"
+    );
+    drop(log);
+}

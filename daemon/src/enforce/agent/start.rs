@@ -35,7 +35,22 @@ impl Agent {
         }
         wait_for_interfaces(&cfg, stop)?;
         refuse_other_policers(&cfg)?;
-        let mut limiter = load_limiter(&cfg)?;
+        let limiter = load_limiter(&cfg)?;
+        let fresh = FreshLoad::of(&limiter, &cfg);
+        Agent::enforce(cfg, limiter, stop).inspect_err(|e| {
+            if let Some(f) = &fresh {
+                f.take_back(e);
+            }
+        })
+    }
+
+    /// The steps after the limiter is loaded: attach, refuse the bypass, write the caps,
+    /// check, start the epoch loop.
+    fn enforce(
+        cfg: Config,
+        mut limiter: Limiter,
+        stop: &'static AtomicBool,
+    ) -> Result<Agent, AgentError> {
         let gaps = GapLog::open(&cfg.state_paths())?;
         let kind = limiter.choose_kind(cfg.attach_mode, &cfg.interfaces[0]);
         let mut agent = Agent {
@@ -116,6 +131,58 @@ impl Agent {
             ecfg.verifier.url
         );
         Ok(())
+    }
+}
+
+/// A policer this start loaded where none was pinned. If the start then fails, it is taken
+/// back: a first start that fails must not leave a policer that no daemon runs (a restart
+/// or an upgrade adopts what was pinned before it, and leaves that in place).
+struct FreshLoad {
+    pins: PinPaths,
+    interfaces: Vec<String>,
+    program_ids: Vec<u32>,
+}
+
+impl FreshLoad {
+    fn of(limiter: &Limiter, cfg: &Config) -> Option<FreshLoad> {
+        (limiter.version == ProgramVersion::Loaded).then(|| FreshLoad {
+            pins: limiter.pins().clone(),
+            interfaces: cfg.interfaces.clone(),
+            program_ids: Direction::ALL
+                .iter()
+                .map(|d| limiter.identity(*d).id)
+                .collect(),
+        })
+    }
+
+    /// Deletes our clsact filters (they hold the program without a pin), then the pin root:
+    /// unpinning the tcx and cgroup links detaches them, and the programs and maps go with
+    /// their last reference.
+    fn take_back(&self, why: &AgentError) {
+        use crate::limiter::watch;
+        for iface in &self.interfaces {
+            for dir in Direction::ALL {
+                for p in watch::programs_on_hook(iface, dir) {
+                    if let (Some((pref, handle)), true) =
+                        (p.filter, self.program_ids.contains(&p.id))
+                        && let Err(e) = watch::delete_clsact_filter(iface, dir, pref, handle)
+                    {
+                        log::error!("taking back the policer: {e}");
+                    }
+                }
+            }
+        }
+        match self.pins.remove_all() {
+            Ok(()) => log::warn!(
+                "start failed after loading a new policer ({why}); took it back: nothing is left under {} or on {}",
+                self.pins.root().display(),
+                self.interfaces.join(", ")
+            ),
+            Err(e) => log::error!(
+                "start failed after loading a new policer ({why}), and removing {} failed: {e}; the policer stays",
+                self.pins.root().display()
+            ),
+        }
     }
 }
 
