@@ -194,142 +194,12 @@ fn watch_note(d: &Daemon) -> String {
 
 /// Runs every path; each on a fresh fixture and daemon.
 pub fn run() -> Vec<Row> {
-    let mut rows = Vec::new();
-    let fresh = |tag: &str| {
-        let net = Net::new(tag);
-        // The refusal under test is the system-wide one, at the cgroup v2 root.
-        // With the tamper watch (no guard): what a host without BPF LSM gets.
-        let cfg = net.write_config_watched("1 MB/s", "1 MB/s", "256 KiB");
-        let d = Daemon::start(&cfg, &net.socket_path());
-        (net, d)
-    };
-
-    // 1. Plain UDP.
-    let (net, _d) = fresh("rudp");
-    let (b, t) = net.egress_flood(SECS);
-    rows.push(Row {
-        path: "UDP socket",
-        expected: "capped",
-        bytes_through: b,
-        window_s: t,
-        counted: true,
-        note: "policed at tc".into(),
-    });
-    drop(_d);
-    drop(net);
-
-    // 2 and 3. AF_PACKET without and with PACKET_QDISC_BYPASS.
+    let mut rows = vec![udp_row()];
     for bypass in [false, true] {
-        let (net, _d) = fresh(if bypass { "rbyp" } else { "rpkt" });
-        let before = refusals(&net);
-        let (fd, errno) = packet_socket(&net, bypass);
-        let sink = UdpSink::start(&net.out_ns, OUT_ADDR);
-        let frame = udp_frame(
-            mac(&net.rack_ns, &net.rack_if),
-            mac(&net.out_ns, &net.out_if),
-            sink.port,
-            1400,
-        );
-        let t = packet_flood(&fd, &frame, SECS);
-        let (b, p) = sink.finish();
-        let after = refusals(&net);
-        if bypass {
-            rows.push(Row {
-                path: "AF_PACKET + PACKET_QDISC_BYPASS",
-                expected: "refused (EPERM), cap held",
-                bytes_through: b + p * UDP_FRAME_OVERHEAD,
-                window_s: t,
-                counted: errno == libc::EPERM && after.0 == before.0 + 1,
-                note: format!(
-                    "setsockopt errno {errno}; refusals {} -> {}",
-                    before.0, after.0
-                ),
-            });
-        } else {
-            rows.push(Row {
-                path: "raw AF_PACKET",
-                expected: "capped",
-                bytes_through: b + p * UDP_FRAME_OVERHEAD,
-                window_s: t,
-                counted: true,
-                note: "policed at tc".into(),
-            });
-        }
+        rows.push(packet_row(bypass));
     }
-
-    // 4. AF_XDP UMEM registration.
-    let (net, _d) = fresh("rxdp");
-    let before = refusals(&net);
-    let errno = in_netns(&net.rack_ns, || {
-        // SAFETY: plain socket calls on our own buffers; results checked.
-        unsafe {
-            let fd = libc::socket(44, libc::SOCK_RAW, 0); // AF_XDP
-            if fd < 0 {
-                return -std::io::Error::last_os_error().raw_os_error().unwrap_or(1);
-            }
-            let mut area = vec![0u8; 1 << 16];
-            // struct xdp_umem_reg { u64 addr, u64 len, u32 chunk_size, u32 headroom, u32 flags, u32 tx_metadata_len }
-            let mut reg = [0u8; 32];
-            reg[0..8].copy_from_slice(&(area.as_mut_ptr() as u64).to_ne_bytes());
-            reg[8..16].copy_from_slice(&(area.len() as u64).to_ne_bytes());
-            reg[16..20].copy_from_slice(&2048u32.to_ne_bytes());
-            let r = libc::setsockopt(fd, 283, 4, reg.as_ptr() as *const libc::c_void, 24);
-            let e = if r == 0 {
-                0
-            } else {
-                std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
-            };
-            libc::close(fd);
-            e
-        }
-    });
-    let after = refusals(&net);
-    rows.push(Row {
-        path: "AF_XDP UMEM registration",
-        expected: "refused (EPERM): no AF_XDP sends",
-        bytes_through: 0,
-        window_s: SECS,
-        counted: errno == libc::EPERM && after.1 == before.1 + 1,
-        note: format!(
-            "setsockopt errno {errno}; refusals {} -> {}",
-            before.1, after.1
-        ),
-    });
-    drop(_d);
-    drop(net);
-
-    // 5. Another process detaches our policer: bpf(BPF_LINK_DETACH) on tcx, a netlink
-    // filter delete on clsact.
-    let (net, _d) = fresh("rdet");
-    let hook = Hook::of(&net);
-    tamper::detach(&net, hook, rackwarden::limiter::Direction::Egress).expect("detach");
-    let (b, t) = net.egress_flood(SECS);
-    let gaps = gaps_of(&net, "detached");
-    let st = status_json(&net.socket_path());
-    let restored = st["hooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|h| h["attached"] == true);
-    rows.push(Row {
-        path: match hook {
-            Hook::Tcx => "detach via bpf(BPF_LINK_DETACH)",
-            Hook::Clsact => "detach via netlink (tc filter del)",
-        },
-        expected: "gap detected, limiter restored",
-        bytes_through: b,
-        window_s: t,
-        counted: gaps >= 1 && restored,
-        note: format!(
-            "{gaps} detached gap(s); restored: {restored}; {}",
-            watch_note(&_d)
-        ),
-    });
-    drop(_d);
-    drop(net);
-
-    // 6. Another process rewrites the cap, resets the bucket or zeroes the counters in the
-    // pinned maps (what `bpftool map update` does). Every map is frozen.
+    rows.push(af_xdp_row());
+    rows.push(detach_row());
     for (path, map, tag) in [
         (
             "write to the config map (cap x 1000)",
@@ -347,80 +217,246 @@ pub fn run() -> Vec<Row> {
             "rcnt",
         ),
     ] {
-        let (net, _d) = fresh(tag);
-        let pins = PinPaths::new(&net.pin_root);
-        let before = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
-        let was = before
-            .counters(rackwarden::limiter::Direction::Egress)
-            .unwrap();
-        let errno = match map {
-            rackwarden_common::map_names::CONFIG => {
-                let mut maps = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
-                let spec = rackwarden::config::CapSpec {
-                    rate_bytes_per_s: CAP * 1000,
-                    burst_bytes: 1 << 30,
-                    small_reserve_bytes: 0,
-                    small_max_len: 1024,
-                };
-                maps.set_config(
-                    rackwarden::limiter::Direction::Egress,
-                    &rackwarden::limiter::maps::bucket_config(&spec, 77),
-                )
-                .err()
-                .and_then(|e| tamper::errno(&e))
-                .unwrap_or(0)
-            }
-            _ => tamper::write_map(&pins.map(map), 0)
-                .err()
-                .and_then(|e| e.raw_os_error())
-                .unwrap_or(0),
-        };
-        let (b, t) = net.egress_flood(SECS);
-        let now = before
-            .counters(rackwarden::limiter::Direction::Egress)
-            .unwrap();
-        let rate = before
-            .config(rackwarden::limiter::Direction::Egress)
-            .unwrap()
-            .rate_bytes_per_s;
-        rows.push(Row {
-            path,
-            expected: "refused (EPERM): map frozen",
-            bytes_through: b,
-            window_s: t,
-            counted: errno == libc::EPERM
-                && rate == CAP
-                && now.passed_bytes >= was.passed_bytes + b,
-            note: format!(
-                "bpf(BPF_MAP_UPDATE_ELEM) errno {errno}; cap still {rate} B/s; counters {} -> {} B",
-                was.passed_bytes, now.passed_bytes
-            ),
-        });
-        drop(_d);
-        drop(net);
+        rows.push(frozen_map_row(path, map, tag));
     }
+    rows.push(counters_zeroed_row());
+    rows.push(foreign_ahead_row());
+    rows
+}
 
-    // 6b. Another process's own BPF program zeroes the counters (programs may write a frozen
-    // map): the daemon's next sample sees them go down and records a gap.
-    let (net, _d) = fresh("rrew");
+/// A fixture and a daemon capping 1 MB/s for one path.
+fn fresh(tag: &str) -> (Net, Daemon) {
+    let net = Net::new(tag);
+    // The refusal under test is the system-wide one, at the cgroup v2 root.
+    // With the tamper watch (no guard): what a host without BPF LSM gets.
+    let cfg = net.write_config_watched("1 MB/s", "1 MB/s", "256 KiB");
+    let d = Daemon::start(&cfg, &net.socket_path());
+    (net, d)
+}
+
+/// 1. Plain UDP.
+fn udp_row() -> Row {
+    let (net, d) = fresh("rudp");
+    let (b, t) = net.egress_flood(SECS);
+    let row = Row {
+        path: "UDP socket",
+        expected: "capped",
+        bytes_through: b,
+        window_s: t,
+        counted: true,
+        note: "policed at tc".into(),
+    };
+    drop(d);
+    drop(net);
+    row
+}
+
+/// 2 and 3. AF_PACKET without and with PACKET_QDISC_BYPASS.
+fn packet_row(bypass: bool) -> Row {
+    let (net, _d) = fresh(if bypass { "rbyp" } else { "rpkt" });
+    let before = refusals(&net);
+    let (fd, errno) = packet_socket(&net, bypass);
+    let sink = UdpSink::start(&net.out_ns, OUT_ADDR);
+    let frame = udp_frame(
+        mac(&net.rack_ns, &net.rack_if),
+        mac(&net.out_ns, &net.out_if),
+        sink.port,
+        1400,
+    );
+    let t = packet_flood(&fd, &frame, SECS);
+    let (b, p) = sink.finish();
+    let after = refusals(&net);
+    if bypass {
+        Row {
+            path: "AF_PACKET + PACKET_QDISC_BYPASS",
+            expected: "refused (EPERM), cap held",
+            bytes_through: b + p * UDP_FRAME_OVERHEAD,
+            window_s: t,
+            counted: errno == libc::EPERM && after.0 == before.0 + 1,
+            note: format!(
+                "setsockopt errno {errno}; refusals {} -> {}",
+                before.0, after.0
+            ),
+        }
+    } else {
+        Row {
+            path: "raw AF_PACKET",
+            expected: "capped",
+            bytes_through: b + p * UDP_FRAME_OVERHEAD,
+            window_s: t,
+            counted: true,
+            note: "policed at tc".into(),
+        }
+    }
+}
+
+/// 4. AF_XDP UMEM registration.
+fn af_xdp_row() -> Row {
+    let (net, d) = fresh("rxdp");
+    let before = refusals(&net);
+    let errno = in_netns(&net.rack_ns, xdp_umem_reg_errno);
+    let after = refusals(&net);
+    let row = Row {
+        path: "AF_XDP UMEM registration",
+        expected: "refused (EPERM): no AF_XDP sends",
+        bytes_through: 0,
+        window_s: SECS,
+        counted: errno == libc::EPERM && after.1 == before.1 + 1,
+        note: format!(
+            "setsockopt errno {errno}; refusals {} -> {}",
+            before.1, after.1
+        ),
+    };
+    drop(d);
+    drop(net);
+    row
+}
+
+/// Registers a UMEM on a fresh AF_XDP socket (the step before any AF_XDP send): the
+/// setsockopt errno (0 if it succeeded), or minus the socket's errno if none was made.
+fn xdp_umem_reg_errno() -> i32 {
+    // SAFETY: plain socket calls on our own buffers; results checked.
+    unsafe {
+        let fd = libc::socket(44, libc::SOCK_RAW, 0); // AF_XDP
+        if fd < 0 {
+            return -std::io::Error::last_os_error().raw_os_error().unwrap_or(1);
+        }
+        let mut area = vec![0u8; 1 << 16];
+        // struct xdp_umem_reg { u64 addr, u64 len, u32 chunk_size, u32 headroom, u32 flags, u32 tx_metadata_len }
+        let mut reg = [0u8; 32];
+        reg[0..8].copy_from_slice(&(area.as_mut_ptr() as u64).to_ne_bytes());
+        reg[8..16].copy_from_slice(&(area.len() as u64).to_ne_bytes());
+        reg[16..20].copy_from_slice(&2048u32.to_ne_bytes());
+        let r = libc::setsockopt(fd, 283, 4, reg.as_ptr() as *const libc::c_void, 24);
+        let e = if r == 0 {
+            0
+        } else {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+        };
+        libc::close(fd);
+        e
+    }
+}
+
+/// 5. Another process detaches our policer: bpf(BPF_LINK_DETACH) on tcx, a netlink
+/// filter delete on clsact.
+fn detach_row() -> Row {
+    let (net, d) = fresh("rdet");
+    let hook = Hook::of(&net);
+    tamper::detach(&net, hook, rackwarden::limiter::Direction::Egress).expect("detach");
+    let (b, t) = net.egress_flood(SECS);
+    let gaps = gaps_of(&net, "detached");
+    let st = status_json(&net.socket_path());
+    let restored = st["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|h| h["attached"] == true);
+    let row = Row {
+        path: match hook {
+            Hook::Tcx => "detach via bpf(BPF_LINK_DETACH)",
+            Hook::Clsact => "detach via netlink (tc filter del)",
+        },
+        expected: "gap detected, limiter restored",
+        bytes_through: b,
+        window_s: t,
+        counted: gaps >= 1 && restored,
+        note: format!(
+            "{gaps} detached gap(s); restored: {restored}; {}",
+            watch_note(&d)
+        ),
+    };
+    drop(d);
+    drop(net);
+    row
+}
+
+/// 6. Another process rewrites the cap, resets the bucket or zeroes the counters in the
+/// pinned maps (what `bpftool map update` does). Every map is frozen.
+fn frozen_map_row(path: &'static str, map: &str, tag: &str) -> Row {
+    let (net, d) = fresh(tag);
+    let pins = PinPaths::new(&net.pin_root);
+    let before = rackwarden::limiter::LimiterMaps::open(&pins).unwrap();
+    let was = before
+        .counters(rackwarden::limiter::Direction::Egress)
+        .unwrap();
+    let errno = write_frozen_map_errno(&pins, map);
+    let (b, t) = net.egress_flood(SECS);
+    let now = before
+        .counters(rackwarden::limiter::Direction::Egress)
+        .unwrap();
+    let rate = before
+        .config(rackwarden::limiter::Direction::Egress)
+        .unwrap()
+        .rate_bytes_per_s;
+    let row = Row {
+        path,
+        expected: "refused (EPERM): map frozen",
+        bytes_through: b,
+        window_s: t,
+        counted: errno == libc::EPERM && rate == CAP && now.passed_bytes >= was.passed_bytes + b,
+        note: format!(
+            "bpf(BPF_MAP_UPDATE_ELEM) errno {errno}; cap still {rate} B/s; counters {} -> {} B",
+            was.passed_bytes, now.passed_bytes
+        ),
+    };
+    drop(d);
+    drop(net);
+    row
+}
+
+/// Writes `map` through its pin: the config map as the daemon would (the cap x 1000),
+/// the others with a zero. The errno (0 if the write went through).
+fn write_frozen_map_errno(pins: &PinPaths, map: &str) -> i32 {
+    match map {
+        rackwarden_common::map_names::CONFIG => {
+            let mut maps = rackwarden::limiter::LimiterMaps::open(pins).unwrap();
+            let spec = rackwarden::config::CapSpec {
+                rate_bytes_per_s: CAP * 1000,
+                burst_bytes: 1 << 30,
+                small_reserve_bytes: 0,
+                small_max_len: 1024,
+            };
+            maps.set_config(
+                rackwarden::limiter::Direction::Egress,
+                &rackwarden::limiter::maps::bucket_config(&spec, 77),
+            )
+            .err()
+            .and_then(|e| tamper::errno(&e))
+            .unwrap_or(0)
+        }
+        _ => tamper::write_map(&pins.map(map), 0)
+            .err()
+            .and_then(|e| e.raw_os_error())
+            .unwrap_or(0),
+    }
+}
+
+/// 6b. Another process's own BPF program zeroes the counters (programs may write a frozen
+/// map): the daemon's next sample sees them go down and records a gap.
+fn counters_zeroed_row() -> Row {
+    let (net, d) = fresh("rrew");
     let pins = PinPaths::new(&net.pin_root);
     let (b, t) = net.egress_flood(SECS);
     tamper::zero_counters_by_program(&pins.map(rackwarden_common::map_names::COUNTERS))
         .expect("open the counters map");
     std::thread::sleep(Duration::from_millis(1500));
     let gaps = gaps_of(&net, "counters_rewound");
-    rows.push(Row {
+    let row = Row {
         path: "a BPF program zeroes the counters",
         expected: "detected at the next sample (gap)",
         bytes_through: b,
         window_s: t,
         counted: gaps >= 1,
         note: format!("{gaps} counters_rewound gap(s), not restorable: the statement carries it"),
-    });
-    drop(_d);
+    };
+    drop(d);
     drop(net);
+    row
+}
 
-    // 7. A foreign tc program attached ahead of ours (it passes everything).
+/// 7. A foreign tc program attached ahead of ours (it passes everything).
+fn foreign_ahead_row() -> Row {
     let (net, _d) = fresh("rfor");
     let hook = Hook::of(&net);
     let prog = crate::load_pass_all_classifier();
@@ -437,7 +473,7 @@ pub fn run() -> Vec<Row> {
             .map(|a| a.is_empty())
             .unwrap_or(false)
     });
-    rows.push(Row {
+    let row = Row {
         path: "foreign tc program ahead of ours",
         expected: match hook {
             Hook::Tcx => "gap detected, ours moved first",
@@ -446,8 +482,10 @@ pub fn run() -> Vec<Row> {
         bytes_through: b,
         window_s: t,
         counted: gaps >= 1 && first_again,
-        note: format!("{gaps} foreign_ahead gap(s); ours first again: {first_again}; BPF LSM would refuse the attach"),
-    });
+        note: format!(
+            "{gaps} foreign_ahead gap(s); ours first again: {first_again}; BPF LSM would refuse the attach"
+        ),
+    };
     drop(link);
-    rows
+    row
 }
