@@ -234,7 +234,7 @@ fn fresh(tag: &str) -> (Net, Daemon) {
     (net, d)
 }
 
-/// 1. Plain UDP.
+/// Path 1: plain UDP.
 fn udp_row() -> Row {
     let (net, d) = fresh("rudp");
     let (b, t) = net.egress_flood(SECS);
@@ -251,7 +251,7 @@ fn udp_row() -> Row {
     row
 }
 
-/// 2 and 3. AF_PACKET without and with PACKET_QDISC_BYPASS.
+/// Paths 2 and 3: AF_PACKET without and with PACKET_QDISC_BYPASS.
 fn packet_row(bypass: bool) -> Row {
     let (net, _d) = fresh(if bypass { "rbyp" } else { "rpkt" });
     let before = refusals(&net);
@@ -290,7 +290,7 @@ fn packet_row(bypass: bool) -> Row {
     }
 }
 
-/// 4. AF_XDP UMEM registration.
+/// Path 4: AF_XDP UMEM registration.
 fn af_xdp_row() -> Row {
     let (net, d) = fresh("rxdp");
     let before = refusals(&net);
@@ -338,7 +338,7 @@ fn xdp_umem_reg_errno() -> i32 {
     }
 }
 
-/// 5. Another process detaches our policer: bpf(BPF_LINK_DETACH) on tcx, a netlink
+/// Path 5: another process detaches our policer: bpf(BPF_LINK_DETACH) on tcx, a netlink
 /// filter delete on clsact.
 fn detach_row() -> Row {
     let (net, d) = fresh("rdet");
@@ -371,7 +371,7 @@ fn detach_row() -> Row {
     row
 }
 
-/// 6. Another process rewrites the cap, resets the bucket or zeroes the counters in the
+/// Path 6: another process rewrites the cap, resets the bucket or zeroes the counters in the
 /// pinned maps (what `bpftool map update` does). Every map is frozen.
 fn frozen_map_row(path: &'static str, map: &str, tag: &str) -> Row {
     let (net, d) = fresh(tag);
@@ -432,7 +432,7 @@ fn write_frozen_map_errno(pins: &PinPaths, map: &str) -> i32 {
     }
 }
 
-/// 6b. Another process's own BPF program zeroes the counters (programs may write a frozen
+/// Path 6b: another process's own BPF program zeroes the counters (programs may write a frozen
 /// map): the daemon's next sample sees them go down and records a gap.
 fn counters_zeroed_row() -> Row {
     let (net, d) = fresh("rrew");
@@ -455,7 +455,7 @@ fn counters_zeroed_row() -> Row {
     row
 }
 
-/// 7. A foreign tc program attached ahead of ours (it passes everything).
+/// Path 7: a foreign tc program attached ahead of ours (it passes everything).
 fn foreign_ahead_row() -> Row {
     let (net, _d) = fresh("rfor");
     let hook = Hook::of(&net);
