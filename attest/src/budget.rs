@@ -49,8 +49,17 @@ pub struct BudgetOutput {
     pub tokens_per_s: f64,
 }
 
+/// An input the arithmetic cannot take.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BudgetError {
+    #[error("`{name}` must be a positive number (it is {value})")]
+    NotPositive { name: &'static str, value: f64 },
+    #[error("state bytes per parameter must not be negative")]
+    NegativeState,
+}
+
 impl BudgetInput {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BudgetError> {
         for (name, v) in [
             ("params", self.params),
             ("bytes_per_param", self.bytes_per_param),
@@ -62,11 +71,11 @@ impl BudgetInput {
             ("bytes_per_token", self.bytes_per_token),
         ] {
             if !(v.is_finite() && v > 0.0) {
-                return Err(format!("`{name}` must be a positive number (it is {v})"));
+                return Err(BudgetError::NotPositive { name, value: v });
             }
         }
         if !(self.optimizer_bytes_per_param >= 0.0 && self.weight_bytes_per_param >= 0.0) {
-            return Err("state bytes per parameter must not be negative".into());
+            return Err(BudgetError::NegativeState);
         }
         Ok(())
     }
@@ -152,7 +161,12 @@ mod tests {
     fn garbage_is_refused() {
         let mut i = design_case();
         i.cap_bytes_per_s = 0.0;
-        assert!(i.validate().unwrap_err().contains("cap_bytes_per_s"));
+        assert!(
+            i.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("cap_bytes_per_s")
+        );
         i.cap_bytes_per_s = f64::NAN;
         assert!(i.validate().is_err());
     }

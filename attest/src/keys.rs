@@ -133,14 +133,14 @@ pub fn load_verifying_key(path: &Path) -> Result<VerifyingKey, KeyError> {
         path: path.to_path_buf(),
         source,
     })?;
-    parse_verifying_key(&text).map_err(|detail| KeyError::BadPublic {
+    parse_verifying_key(&text).map_err(|e| KeyError::BadPublic {
         path: path.to_path_buf(),
-        detail,
+        detail: e.to_string(),
     })
 }
 
-pub fn parse_verifying_key(pem: &str) -> Result<VerifyingKey, String> {
-    VerifyingKey::from_public_key_pem(pem).map_err(|e| e.to_string())
+pub fn parse_verifying_key(pem: &str) -> Result<VerifyingKey, ed25519_dalek::pkcs8::spki::Error> {
+    VerifyingKey::from_public_key_pem(pem)
 }
 
 #[cfg(test)]

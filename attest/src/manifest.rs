@@ -53,14 +53,23 @@ pub enum ManifestError {
 }
 
 /// A relative path that cannot escape its directory.
-pub fn check_relative_path(p: &str) -> Result<(), String> {
+pub fn check_relative_path(p: &str) -> Result<(), PathError> {
     if p.is_empty() || p.starts_with('/') || p.contains('\0') || p.contains('\\') {
-        return Err(format!("`{p}` is not a relative path"));
+        return Err(PathError::NotRelative(p.to_string()));
     }
     if p.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
-        return Err(format!("`{p}` has an empty, `.` or `..` component"));
+        return Err(PathError::Component(p.to_string()));
     }
     Ok(())
+}
+
+/// A manifest path that could name a file outside the image directory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("`{0}` is not a relative path")]
+    NotRelative(String),
+    #[error("`{0}` has an empty, `.` or `..` component")]
+    Component(String),
 }
 
 fn is_hex64(s: &str) -> bool {
@@ -89,7 +98,7 @@ impl Manifest {
             if im.name.is_empty() || !names.insert(&im.name) {
                 return Err(bad("empty or duplicate name".into()));
             }
-            check_relative_path(&im.path).map_err(bad)?;
+            check_relative_path(&im.path).map_err(|e| bad(e.to_string()))?;
             if !paths.insert(&im.path) {
                 return Err(bad(format!("path `{}` is listed twice", im.path)));
             }
@@ -97,7 +106,7 @@ impl Manifest {
                 return Err(bad("merkle_sha3_256 is not 64 lowercase hex digits".into()));
             }
             if let Some(l) = &im.leaves {
-                check_relative_path(&l.path).map_err(bad)?;
+                check_relative_path(&l.path).map_err(|e| bad(e.to_string()))?;
                 if !is_hex64(&l.sha3_256) {
                     return Err(bad("leaves.sha3_256 is not 64 lowercase hex digits".into()));
                 }

@@ -87,22 +87,24 @@ impl Statement {
     }
 
     /// Parses verified payload bytes and checks the fixed type fields.
-    pub fn from_verified(payload: &[u8]) -> Result<Statement, String> {
-        let s: Statement = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
+    pub fn from_verified(payload: &[u8]) -> Result<Statement, StatementError> {
+        let s: Statement = serde_json::from_slice(payload)?;
         if s.type_ != STATEMENT_TYPE {
-            return Err(format!(
-                "_type is `{}`, expected `{STATEMENT_TYPE}`",
-                s.type_
-            ));
+            return Err(StatementError::Type {
+                field: "_type",
+                got: s.type_,
+                want: STATEMENT_TYPE,
+            });
         }
         if s.predicate_type != PREDICATE_TYPE {
-            return Err(format!(
-                "predicateType is `{}`, expected `{PREDICATE_TYPE}`",
-                s.predicate_type
-            ));
+            return Err(StatementError::Type {
+                field: "predicateType",
+                got: s.predicate_type,
+                want: PREDICATE_TYPE,
+            });
         }
         if s.predicate.epoch_end_unix_ms < s.predicate.epoch_start_unix_ms {
-            return Err("epoch ends before it starts".into());
+            return Err(StatementError::EndsBeforeStart);
         }
         let prev_ok = s.predicate.prev.len() == 64
             && s.predicate
@@ -110,11 +112,31 @@ impl Statement {
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if !prev_ok {
-            return Err("`prev` is not 64 lowercase hex digits".into());
+            return Err(StatementError::PrevNotHex);
         }
         if s.predicate.seq == 0 && s.predicate.prev != GENESIS_PREV {
-            return Err("seq 0 must have the all-zero `prev`".into());
+            return Err(StatementError::GenesisPrev);
         }
         Ok(s)
     }
+}
+
+/// Why verified payload bytes are not a statement of ours (the messages are the ones the
+/// verifier stores in its refusals).
+#[derive(Debug, thiserror::Error)]
+pub enum StatementError {
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{field} is `{got}`, expected `{want}`")]
+    Type {
+        field: &'static str,
+        got: String,
+        want: &'static str,
+    },
+    #[error("epoch ends before it starts")]
+    EndsBeforeStart,
+    #[error("`prev` is not 64 lowercase hex digits")]
+    PrevNotHex,
+    #[error("seq 0 must have the all-zero `prev`")]
+    GenesisPrev,
 }

@@ -164,7 +164,9 @@ pub fn verify_log(log: &[u8], key: &VerifyingKey) -> LogReport {
                     damaged.push((lines.len(), offset as u64));
                 }
                 Ok(v) => match Statement::from_verified(&v.payload) {
-                    Err(d) => r.findings.push(Finding::BadStatement { detail: d }),
+                    Err(d) => r.findings.push(Finding::BadStatement {
+                        detail: d.to_string(),
+                    }),
                     Ok(s) => {
                         let p = &s.predicate;
                         r.seq = Some(p.seq);

@@ -138,9 +138,9 @@ pub fn create_manifest(
     let out_dir = out.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut images = Vec::new();
     for (i, (rel, path)) in files.iter().enumerate() {
-        manifest::check_relative_path(rel).map_err(|detail| ImageError::Invalid {
+        manifest::check_relative_path(rel).map_err(|e| ImageError::Invalid {
             path: path.clone(),
-            detail,
+            detail: e.to_string(),
         })?;
         let f = File::open(path).map_err(io(path))?;
         let size = f.metadata().map_err(io(path))?.len();

@@ -66,7 +66,8 @@ pub fn prepare(keys: &KeyTable, raw: &[u8]) -> Result<Prepared, PrepareError> {
         .ok_or(PrepareError::UnknownKey)?;
     let verified =
         dsse::verify_envelope(&env, vk, INTOTO_PAYLOAD_TYPE).map_err(PrepareError::Signature)?;
-    let st = Statement::from_verified(&verified.payload).map_err(PrepareError::Statement)?;
+    let st = Statement::from_verified(&verified.payload)
+        .map_err(|e| PrepareError::Statement(e.to_string()))?;
     let p = &st.predicate;
     if p.rack_id != hk.rack || p.host_id != hk.host {
         return Err(PrepareError::Misattributed {

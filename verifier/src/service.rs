@@ -115,7 +115,8 @@ impl Verifier {
     pub fn reload_keys(&mut self) -> Result<(), VerifierError> {
         let mut t = HashMap::new();
         for k in self.store.host_keys()? {
-            let vk = keys::parse_verifying_key(&k.pubkey_pem).map_err(VerifierError::Key)?;
+            let vk = keys::parse_verifying_key(&k.pubkey_pem)
+                .map_err(|e| VerifierError::Key(e.to_string()))?;
             t.insert(k.keyid.clone(), (k, vk));
         }
         self.keys = Arc::new(t);
@@ -138,7 +139,8 @@ impl Verifier {
         pubkey_pem: &str,
         now_ms: u64,
     ) -> Result<Enrolled, VerifierError> {
-        let vk = keys::parse_verifying_key(pubkey_pem).map_err(VerifierError::Key)?;
+        let vk =
+            keys::parse_verifying_key(pubkey_pem).map_err(|e| VerifierError::Key(e.to_string()))?;
         let keyid = keys::keyid(&vk);
         let mut warnings = Vec::new();
         if !self.policy.racks.contains_key(rack) {
