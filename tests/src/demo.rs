@@ -469,114 +469,13 @@ impl FullDemo {
     }
 
     pub fn render(&self) -> String {
-        use rackwarden::units::{ByteSize, fmt_duration};
-        use std::time::Duration;
-        let ms =
-            |v: &serde_json::Value| fmt_duration(Duration::from_millis(v.as_u64().unwrap_or(0)));
+        use rackwarden::units::ByteSize;
         let mut s = String::new();
         s += "== 1. the limiter: inference beside a bulk flow ==\n";
         s += &self.traffic.render();
         s += "\n== 2. epochs: challenge, drain, wipe, image check, restart, sign, deliver ==\n";
         for r in &self.history {
-            let p = crate::epoch::predicate_of(r);
-            let run = &p["epoch"];
-            s += &format!(
-                "\nstatement seq {} ({}), verifier nonce {}..., verdict: {}\n",
-                p["seq"],
-                run["trigger"].as_str().unwrap_or("-"),
-                &p["challenge"]["nonce"].as_str().unwrap_or("UNCHALLENGED")[..16.min(
-                    p["challenge"]["nonce"]
-                        .as_str()
-                        .unwrap_or("UNCHALLENGED")
-                        .len()
-                )],
-                r["status"].as_str().unwrap_or("-").to_uppercase()
-            );
-            let phases: Vec<String> = run["phases"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|x| format!("{} {}", x["phase"].as_str().unwrap_or(""), ms(&x["ms"])))
-                        .collect()
-                })
-                .unwrap_or_default();
-            s += &format!("  phases: {}\n", phases.join(", "));
-            s += &match run["trigger"].as_str() {
-                Some(t @ ("wipe_now" | "after_interruption")) => format!(
-                    "  inference downtime {}, forced by {}: not the schedule's cost (the page counts it apart); workloads {}\n",
-                    ms(&run["downtime_ms"]),
-                    if t == "wipe_now" {
-                        "wipe-now"
-                    } else {
-                        "an interruption"
-                    },
-                    run["workloads"]["state"].as_str().unwrap_or("-")
-                ),
-                _ => format!(
-                    "  inference downtime {} of a {} interval = {:.4}% (scheduled); workloads {}\n",
-                    ms(&run["downtime_ms"]),
-                    ms(&run["wipe_interval_ms"]),
-                    100.0 * run["downtime_ms"].as_f64().unwrap_or(0.0)
-                        / run["wipe_interval_ms"].as_f64().unwrap_or(1.0),
-                    run["workloads"]["state"].as_str().unwrap_or("-")
-                ),
-            };
-            s += &format!(
-                "  {:<14} {:<10} {:>14} {:>14} {:>10} {:>16}\n",
-                "wipe device", "status", "total", "verified", "mismatch", "residue"
-            );
-            for d in p["wipe"]["devices"].as_array().into_iter().flatten() {
-                s += &format!(
-                    "  {:<14} {:<10} {:>14} {:>14} {:>10} {:>16}\n",
-                    d["device"].as_str().unwrap_or(""),
-                    d["status"].as_str().unwrap_or(""),
-                    ByteSize(d["bytes_total"].as_u64().unwrap_or(0)).to_string(),
-                    ByteSize(d["bytes_verified"].as_u64().unwrap_or(0)).to_string(),
-                    d["mismatches"].as_u64().unwrap_or(0),
-                    ByteSize(d["residue_bytes"].as_u64().unwrap_or(0)).to_string(),
-                );
-                if let Some(x) = d["detail"].as_str()
-                    && d["status"] != "complete"
-                {
-                    s += &format!("    {x}\n");
-                }
-            }
-            for i in p["images"]["images"].as_array().into_iter().flatten() {
-                s += &format!(
-                    "  image {:<22} {:>10} B  merkle_sha3_256 {}...  {}\n",
-                    i["name"].as_str().unwrap_or(""),
-                    i["size"],
-                    &i["merkle_sha3_256"].as_str().unwrap_or("")
-                        [..16.min(i["merkle_sha3_256"].as_str().unwrap_or("").len())],
-                    if i["ok"] == true {
-                        "verified"
-                    } else {
-                        "REFUSED"
-                    }
-                );
-            }
-            let findings: Vec<String> = r["result"]["findings"]
-                .as_array()
-                .map(|f| {
-                    f.iter()
-                        .map(|x| {
-                            format!(
-                                "{} ({})",
-                                x["code"].as_str().unwrap_or(""),
-                                x["severity"].as_str().unwrap_or("")
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            s += &format!(
-                "  verifier findings: {}\n",
-                if findings.is_empty() {
-                    "none".to_string()
-                } else {
-                    findings.join(", ")
-                }
-            );
+            s += &render_statement(r);
         }
         s += &self.overhead_as_the_page_counts_it();
         s += &format!(
@@ -613,4 +512,112 @@ impl FullDemo {
         );
         s
     }
+}
+
+/// One delivered statement of the demo: its epoch, wipe, images and verdict.
+fn render_statement(r: &serde_json::Value) -> String {
+    use rackwarden::units::{ByteSize, fmt_duration};
+    use std::time::Duration;
+    let ms = |v: &serde_json::Value| fmt_duration(Duration::from_millis(v.as_u64().unwrap_or(0)));
+    let mut s = String::new();
+    let p = crate::epoch::predicate_of(r);
+    let run = &p["epoch"];
+    s += &format!(
+        "\nstatement seq {} ({}), verifier nonce {}..., verdict: {}\n",
+        p["seq"],
+        run["trigger"].as_str().unwrap_or("-"),
+        &p["challenge"]["nonce"].as_str().unwrap_or("UNCHALLENGED")[..16.min(
+            p["challenge"]["nonce"]
+                .as_str()
+                .unwrap_or("UNCHALLENGED")
+                .len()
+        )],
+        r["status"].as_str().unwrap_or("-").to_uppercase()
+    );
+    let phases: Vec<String> = run["phases"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| format!("{} {}", x["phase"].as_str().unwrap_or(""), ms(&x["ms"])))
+                .collect()
+        })
+        .unwrap_or_default();
+    s += &format!("  phases: {}\n", phases.join(", "));
+    s += &match run["trigger"].as_str() {
+        Some(t @ ("wipe_now" | "after_interruption")) => format!(
+            "  inference downtime {}, forced by {}: not the schedule's cost (the page counts it apart); workloads {}\n",
+            ms(&run["downtime_ms"]),
+            if t == "wipe_now" {
+                "wipe-now"
+            } else {
+                "an interruption"
+            },
+            run["workloads"]["state"].as_str().unwrap_or("-")
+        ),
+        _ => format!(
+            "  inference downtime {} of a {} interval = {:.4}% (scheduled); workloads {}\n",
+            ms(&run["downtime_ms"]),
+            ms(&run["wipe_interval_ms"]),
+            100.0 * run["downtime_ms"].as_f64().unwrap_or(0.0)
+                / run["wipe_interval_ms"].as_f64().unwrap_or(1.0),
+            run["workloads"]["state"].as_str().unwrap_or("-")
+        ),
+    };
+    s += &format!(
+        "  {:<14} {:<10} {:>14} {:>14} {:>10} {:>16}\n",
+        "wipe device", "status", "total", "verified", "mismatch", "residue"
+    );
+    for d in p["wipe"]["devices"].as_array().into_iter().flatten() {
+        s += &format!(
+            "  {:<14} {:<10} {:>14} {:>14} {:>10} {:>16}\n",
+            d["device"].as_str().unwrap_or(""),
+            d["status"].as_str().unwrap_or(""),
+            ByteSize(d["bytes_total"].as_u64().unwrap_or(0)).to_string(),
+            ByteSize(d["bytes_verified"].as_u64().unwrap_or(0)).to_string(),
+            d["mismatches"].as_u64().unwrap_or(0),
+            ByteSize(d["residue_bytes"].as_u64().unwrap_or(0)).to_string(),
+        );
+        if let Some(x) = d["detail"].as_str()
+            && d["status"] != "complete"
+        {
+            s += &format!("    {x}\n");
+        }
+    }
+    for i in p["images"]["images"].as_array().into_iter().flatten() {
+        s += &format!(
+            "  image {:<22} {:>10} B  merkle_sha3_256 {}...  {}\n",
+            i["name"].as_str().unwrap_or(""),
+            i["size"],
+            &i["merkle_sha3_256"].as_str().unwrap_or("")
+                [..16.min(i["merkle_sha3_256"].as_str().unwrap_or("").len())],
+            if i["ok"] == true {
+                "verified"
+            } else {
+                "REFUSED"
+            }
+        );
+    }
+    let findings: Vec<String> = r["result"]["findings"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .map(|x| {
+                    format!(
+                        "{} ({})",
+                        x["code"].as_str().unwrap_or(""),
+                        x["severity"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    s += &format!(
+        "  verifier findings: {}\n",
+        if findings.is_empty() {
+            "none".to_string()
+        } else {
+            findings.join(", ")
+        }
+    );
+    s
 }

@@ -3,7 +3,7 @@
 //! Returns whether this statement's wipe counts (resets the wipe clock).
 
 use rackwarden_attest::{
-    evidence::{WipeReport, WipeStatus},
+    evidence::{WipeDeviceReport, WipeReport, WipeStatus},
     statement::{Challenge, Statement},
     units::{fmt_duration, fmt_size, fmt_unix_ms},
 };
@@ -101,72 +101,80 @@ fn judge_report(j: &mut Judge, w: &WipeReport, challenge: &Challenge) -> bool {
         }
     }
     for d in &w.devices {
-        // What can be recomputed is: a report that does not add up counts for nothing, and
-        // residue is judged on total - verified whatever the report claims.
-        let recomputed = d.bytes_total.saturating_sub(d.bytes_verified);
-        if d.bytes_verified > d.bytes_filled
-            || d.bytes_filled > d.bytes_total
-            || d.residue_bytes != recomputed
-        {
-            j.add(
-                C::WipeInconsistent,
-                Status::Contraindicated,
-                format!(
-                    "{}: total {}, filled {}, verified {}, residue claimed {} (total - verified = {})",
-                    d.device,
-                    fmt_size(d.bytes_total),
-                    fmt_size(d.bytes_filled),
-                    fmt_size(d.bytes_verified),
-                    fmt_size(d.residue_bytes),
-                    fmt_size(recomputed)
-                ),
-            );
-            ok = false;
-        }
-        // A failed device says nothing of its memory (a GPU whose driver would not start
-        // reports no size at all), so its residue cannot be judged: it was not wiped.
-        if d.status == WipeStatus::Failed {
-            j.add(
-                C::WipeFailed,
-                Status::Contraindicated,
-                format!(
-                    "{}: the wipe failed: {}",
-                    d.device,
-                    d.detail.as_deref().unwrap_or("no detail")
-                ),
-            );
-            ok = false;
-        }
-        if d.mismatches > 0 {
-            j.add(
-                C::WipeMismatch,
-                Status::Contraindicated,
-                format!("{}: {} mismatching blocks", d.device, d.mismatches),
-            );
-            ok = false;
-        }
-        let max = match d.backend.as_str() {
-            "host" => Some(j.policy.max_residue_host),
-            "gpu" => Some(j.policy.max_residue_gpu),
-            _ => None,
-        };
-        let residue = d.residue_bytes.max(recomputed);
-        if let Some(max) = max
-            && residue > max
-        {
-            j.add(
-                C::ResidueAboveMax,
-                Status::Contraindicated,
-                format!(
-                    "{}: residue {} above the allowed {} ({})",
-                    d.device,
-                    fmt_size(residue),
-                    fmt_size(max),
-                    d.status
-                ),
-            );
-            ok = false;
-        }
+        ok &= judge_device(j, d);
+    }
+    ok
+}
+
+/// One device of a wipe report: whether it adds up, completed, matched and left no more
+/// residue than the policy allows.
+fn judge_device(j: &mut Judge, d: &WipeDeviceReport) -> bool {
+    let mut ok = true;
+    // What can be recomputed is: a report that does not add up counts for nothing, and
+    // residue is judged on total - verified whatever the report claims.
+    let recomputed = d.bytes_total.saturating_sub(d.bytes_verified);
+    if d.bytes_verified > d.bytes_filled
+        || d.bytes_filled > d.bytes_total
+        || d.residue_bytes != recomputed
+    {
+        j.add(
+            C::WipeInconsistent,
+            Status::Contraindicated,
+            format!(
+                "{}: total {}, filled {}, verified {}, residue claimed {} (total - verified = {})",
+                d.device,
+                fmt_size(d.bytes_total),
+                fmt_size(d.bytes_filled),
+                fmt_size(d.bytes_verified),
+                fmt_size(d.residue_bytes),
+                fmt_size(recomputed)
+            ),
+        );
+        ok = false;
+    }
+    // A failed device says nothing of its memory (a GPU whose driver would not start
+    // reports no size at all), so its residue cannot be judged: it was not wiped.
+    if d.status == WipeStatus::Failed {
+        j.add(
+            C::WipeFailed,
+            Status::Contraindicated,
+            format!(
+                "{}: the wipe failed: {}",
+                d.device,
+                d.detail.as_deref().unwrap_or("no detail")
+            ),
+        );
+        ok = false;
+    }
+    if d.mismatches > 0 {
+        j.add(
+            C::WipeMismatch,
+            Status::Contraindicated,
+            format!("{}: {} mismatching blocks", d.device, d.mismatches),
+        );
+        ok = false;
+    }
+    let max = match d.backend.as_str() {
+        "host" => Some(j.policy.max_residue_host),
+        "gpu" => Some(j.policy.max_residue_gpu),
+        _ => None,
+    };
+    let residue = d.residue_bytes.max(recomputed);
+    if let Some(max) = max
+        && residue > max
+    {
+        j.add(
+            C::ResidueAboveMax,
+            Status::Contraindicated,
+            format!(
+                "{}: residue {} above the allowed {} ({})",
+                d.device,
+                fmt_size(residue),
+                fmt_size(max),
+                d.status
+            ),
+        );
+        ok = false;
     }
     ok
 }
