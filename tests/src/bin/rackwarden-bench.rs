@@ -178,8 +178,14 @@ fn bench_tls(dir: &std::path::Path) -> Vec<u8> {
     std::fs::read(dir.join("tls/ca.pem")).unwrap()
 }
 
+/// One statement's signed bytes for the raw-verify anchor: key, PAE and signature.
+type SignedPae = (
+    ed25519_dalek::VerifyingKey,
+    Vec<u8>,
+    ed25519_dalek::Signature,
+);
+
 fn bench_verifier() {
-    use rackwarden_attest::{dsse, keys, statement::*};
     use std::time::Instant;
     let hosts = 100usize;
     let per_host = 100usize;
@@ -199,55 +205,9 @@ fn bench_verifier() {
         .port();
     let config = dir.join("verifier.toml");
     let ca = bench_tls(&dir);
-    std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\ntls_cert = \"{tls}/server.pem\"\ntls_key = \"{tls}/server.key\"\ndatabase = \"{}\"\nmax_body = \"16 MiB\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display(), tls = dir.join("tls").display())).unwrap();
+    write_bench_verifier_config(&dir, &config, port);
     // Enroll and pre-sign everything before the clock starts.
-    let mut bodies: Vec<Vec<u8>> = Vec::new();
-    let mut paes: Vec<(
-        ed25519_dalek::VerifyingKey,
-        Vec<u8>,
-        ed25519_dalek::Signature,
-    )> = Vec::new();
-    {
-        let cfg = rackwarden_verifier::config::VerifierConfig::load(&config).unwrap();
-        let store = rackwarden_verifier::store::Store::open(&cfg.database).unwrap();
-        let mut v = rackwarden_verifier::service::Verifier::new(store, cfg.policy).unwrap();
-        let mut per_host_lines: Vec<Vec<Vec<u8>>> = Vec::new();
-        for h in 0..hosts {
-            let key = keys::generate();
-            let host = format!("host-{h:03}");
-            v.enroll(
-                "rack-a17",
-                &host,
-                &keys::public_pem(&key.verifying_key()),
-                0,
-            )
-            .unwrap();
-            let mut prev = GENESIS_PREV.to_string();
-            let mut lines = Vec::new();
-            for seq in 0..per_host as u64 {
-                let mut p = sample_predicate(seq, prev);
-                p.host_id = host.clone();
-                let st = Statement::new(vec![], p);
-                let body = st.to_json();
-                let pae = dsse::pae(dsse::INTOTO_PAYLOAD_TYPE, &body);
-                prev = hex::encode(rackwarden_attest::sha3(&pae));
-                let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body);
-                use ed25519_dalek::Signer as _;
-                paes.push((key.verifying_key(), pae.clone(), key.sign(&pae)));
-                lines.push(env.to_json());
-            }
-            per_host_lines.push(lines);
-        }
-        // Batches keep each host's statements in order (one host per batch).
-        for lines in per_host_lines {
-            for chunk in lines.chunks(batch) {
-                let mut b = b"[".to_vec();
-                b.extend(chunk.join(&b","[..]));
-                b.push(b']');
-                bodies.push(b);
-            }
-        }
-    }
+    let (bodies, paes) = enroll_and_presign(&config, hosts, per_host, batch);
     // Anchor: raw verify_strict of the same PAE bytes, one core and all cores.
     let t = Instant::now();
     for (vk, pae, sig) in &paes {
@@ -272,11 +232,86 @@ fn bench_verifier() {
         per_client[(i / per_host_batches) % clients].push(b);
     }
     let t = Instant::now();
+    let accepted = post_concurrently(per_client, &url, &ca);
+    let rate = accepted as f64 / t.elapsed().as_secs_f64();
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        accepted,
+        hosts * per_host,
+        "every statement must be accepted"
+    );
+    print_verifier_report(raw1, rate);
+}
+
+/// The verifier's config: TLS from `bench_tls`, SQLite in `dir`, one rack with room for
+/// every statement of the run.
+fn write_bench_verifier_config(dir: &std::path::Path, config: &std::path::Path, port: u16) {
+    std::fs::write(config, format!("listen = \"127.0.0.1:{port}\"\ntls_cert = \"{tls}/server.pem\"\ntls_key = \"{tls}/server.key\"\ndatabase = \"{}\"\nmax_body = \"16 MiB\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display(), tls = dir.join("tls").display())).unwrap();
+}
+
+/// Enrolls `hosts` hosts in the verifier's store (the server is not running yet) and signs
+/// `per_host` chained statements for each: the request bodies, `batch` envelopes each, and
+/// every statement's PAE with its signature for the anchor.
+fn enroll_and_presign(
+    config: &std::path::Path,
+    hosts: usize,
+    per_host: usize,
+    batch: usize,
+) -> (Vec<Vec<u8>>, Vec<SignedPae>) {
+    use rackwarden_attest::{dsse, keys, statement::*};
+    let mut bodies: Vec<Vec<u8>> = Vec::new();
+    let mut paes: Vec<SignedPae> = Vec::new();
+    let cfg = rackwarden_verifier::config::VerifierConfig::load(config).unwrap();
+    let store = rackwarden_verifier::store::Store::open(&cfg.database).unwrap();
+    let mut v = rackwarden_verifier::service::Verifier::new(store, cfg.policy).unwrap();
+    let mut per_host_lines: Vec<Vec<Vec<u8>>> = Vec::new();
+    for h in 0..hosts {
+        let key = keys::generate();
+        let host = format!("host-{h:03}");
+        v.enroll(
+            "rack-a17",
+            &host,
+            &keys::public_pem(&key.verifying_key()),
+            0,
+        )
+        .unwrap();
+        let mut prev = GENESIS_PREV.to_string();
+        let mut lines = Vec::new();
+        for seq in 0..per_host as u64 {
+            let mut p = sample_predicate(seq, prev);
+            p.host_id = host.clone();
+            let st = Statement::new(vec![], p);
+            let body = st.to_json();
+            let pae = dsse::pae(dsse::INTOTO_PAYLOAD_TYPE, &body);
+            prev = hex::encode(rackwarden_attest::sha3(&pae));
+            let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body);
+            use ed25519_dalek::Signer as _;
+            paes.push((key.verifying_key(), pae.clone(), key.sign(&pae)));
+            lines.push(env.to_json());
+        }
+        per_host_lines.push(lines);
+    }
+    // Batches keep each host's statements in order (one host per batch).
+    for lines in per_host_lines {
+        for chunk in lines.chunks(batch) {
+            let mut b = b"[".to_vec();
+            b.extend(chunk.join(&b","[..]));
+            b.push(b']');
+            bodies.push(b);
+        }
+    }
+    (bodies, paes)
+}
+
+/// Posts each client's bodies in order, the clients concurrently; the statements accepted.
+fn post_concurrently(per_client: Vec<Vec<Vec<u8>>>, url: &str, ca: &[u8]) -> usize {
     let handles: Vec<_> = per_client
         .into_iter()
         .map(|bs| {
-            let url = url.clone();
-            let ca = ca.clone();
+            let url = url.to_string();
+            let ca = ca.to_vec();
             std::thread::spawn(move || {
                 // One connection per client, kept alive: the handshake is paid once.
                 let c = reqwest::blocking::Client::builder()
@@ -305,16 +340,10 @@ fn bench_verifier() {
             })
         })
         .collect();
-    let accepted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
-    let rate = accepted as f64 / t.elapsed().as_secs_f64();
-    let _ = server.kill();
-    let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(
-        accepted,
-        hosts * per_host,
-        "every statement must be accepted"
-    );
+    handles.into_iter().map(|h| h.join().unwrap()).sum()
+}
+
+fn print_verifier_report(raw1: f64, rate: f64) {
     println!(
         "{:<60} {:>12.0} /s",
         "anchor: raw ed25519 verify_strict, one core", raw1
@@ -657,75 +686,58 @@ fn vm_hwm_kib() -> u64 {
 
 fn bench_images() {
     use rackwarden_attest::merkle;
-    use sha3::Digest;
-    use std::{io::Read, time::Instant};
     println!("== bench images ==");
     let size: u64 = 1 << 30;
     let path = std::path::PathBuf::from(format!("/dev/shm/rw-bench-{}.bin", std::process::id()));
-    {
-        // Non-constant content, written once (tmpfs: no disk in the measurement).
-        let mut f = std::fs::File::create(&path).unwrap();
-        let block: Vec<u8> = (0..(1u32 << 20))
-            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect();
-        for _ in 0..(size >> 20) {
-            std::io::Write::write_all(&mut f, &block).unwrap();
-        }
-    }
+    write_bench_image(&path, size);
     let cores = merkle::default_threads();
     let hwm0 = vm_hwm_kib();
-    // Anchor and ours alternate five times; medians are reported (this machine is noisy).
-    let sha3_single = || {
-        let t = Instant::now();
-        let mut h = sha3::Sha3_256::new();
-        let mut f = std::fs::File::open(&path).unwrap();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = f.read(&mut buf).unwrap();
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-        }
-        let _ = h.finalize();
-        size as f64 / t.elapsed().as_secs_f64()
-    };
+    let r = hash_rounds(&path, size, cores);
+    let hwm1 = vm_hwm_kib();
+    let openssl = openssl_sha3_rate(&path, size);
+    let _ = std::fs::remove_file(&path);
+    print_images_report(&r, openssl, cores, hwm0, hwm1);
+}
+
+/// `size` bytes of non-constant content at `path`, written once (tmpfs: no disk in the
+/// measurement).
+fn write_bench_image(path: &std::path::Path, size: u64) {
+    let mut f = std::fs::File::create(path).unwrap();
+    let block: Vec<u8> = (0..(1u32 << 20))
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    for _ in 0..(size >> 20) {
+        std::io::Write::write_all(&mut f, &block).unwrap();
+    }
+}
+
+/// Medians of the image hashing rates, bytes per second.
+struct ImageRates {
+    /// The anchor: the sha3 crate on one thread.
+    single: f64,
+    /// merkle_sha3_256 on every core.
+    ours: f64,
+    /// merkle_sha3_256 on one thread.
+    ours1: f64,
+    /// Plain SHA3 on every core at once: the machine's parallel ceiling.
+    parallel: f64,
+}
+
+/// Anchor and ours alternate five times; medians are reported (this machine is noisy).
+fn hash_rounds(path: &std::path::Path, size: u64, cores: usize) -> ImageRates {
+    use rackwarden_attest::merkle;
+    use std::time::Instant;
     let ours_with = |threads: usize| {
         let t = Instant::now();
-        let d = merkle::digest_path(&path, threads).unwrap();
+        let d = merkle::digest_path(path, threads).unwrap();
         (size as f64 / t.elapsed().as_secs_f64(), d.digest)
-    };
-    // The machine's own parallel ceiling: plain SHA3 on every core at once, each thread
-    // hashing its own slice of the file.
-    let sha3_parallel = || {
-        use std::os::unix::fs::FileExt;
-        let t = Instant::now();
-        let f = std::fs::File::open(&path).unwrap();
-        let part = size / cores as u64;
-        std::thread::scope(|sc| {
-            for c in 0..cores as u64 {
-                let f = &f;
-                sc.spawn(move || {
-                    let mut h = sha3::Sha3_256::new();
-                    let mut buf = vec![0u8; 1 << 20];
-                    let mut off = c * part;
-                    while off < (c + 1) * part {
-                        f.read_exact_at(&mut buf, off).unwrap();
-                        h.update(&buf);
-                        off += buf.len() as u64;
-                    }
-                    let _ = h.finalize();
-                });
-            }
-        });
-        size as f64 / t.elapsed().as_secs_f64()
     };
     let mut parallels = Vec::new();
     let (mut singles, mut ours_all, mut ours_one) = (Vec::new(), Vec::new(), Vec::new());
     let mut digest = None;
     for _ in 0..5 {
-        singles.push(sha3_single());
-        parallels.push(sha3_parallel());
+        singles.push(sha3_single_rate(path, size));
+        parallels.push(sha3_parallel_rate(path, size, cores));
         let (r, d) = ours_with(cores);
         ours_all.push(r);
         let (r1, d1) = ours_with(1);
@@ -734,29 +746,85 @@ fn bench_images() {
         digest = Some(d);
     }
     let _ = digest;
-    let hwm1 = vm_hwm_kib();
     let median = |mut v: Vec<f64>| {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         v[v.len() / 2]
     };
-    let (single, ours, ours1, parallel) = (
-        median(singles),
-        median(ours_all),
-        median(ours_one),
-        median(parallels),
-    );
-    let openssl = {
-        let t = Instant::now();
-        let ok = Command::new("openssl")
-            .args(["dgst", "-sha3-256"])
-            .arg(&path)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        ok.then(|| size as f64 / t.elapsed().as_secs_f64())
-    };
-    let _ = std::fs::remove_file(&path);
+    ImageRates {
+        single: median(singles),
+        ours: median(ours_all),
+        ours1: median(ours_one),
+        parallel: median(parallels),
+    }
+}
+
+/// The anchor: SHA3-256 of the file on one thread, 1 MiB reads.
+fn sha3_single_rate(path: &std::path::Path, size: u64) -> f64 {
+    use sha3::Digest;
+    use std::{io::Read, time::Instant};
+    let t = Instant::now();
+    let mut h = sha3::Sha3_256::new();
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    let _ = h.finalize();
+    size as f64 / t.elapsed().as_secs_f64()
+}
+
+/// The machine's own parallel ceiling: plain SHA3 on every core at once, each thread
+/// hashing its own slice of the file.
+fn sha3_parallel_rate(path: &std::path::Path, size: u64, cores: usize) -> f64 {
+    use sha3::Digest;
+    use std::{os::unix::fs::FileExt, time::Instant};
+    let t = Instant::now();
+    let f = std::fs::File::open(path).unwrap();
+    let part = size / cores as u64;
+    std::thread::scope(|sc| {
+        for c in 0..cores as u64 {
+            let f = &f;
+            sc.spawn(move || {
+                let mut h = sha3::Sha3_256::new();
+                let mut buf = vec![0u8; 1 << 20];
+                let mut off = c * part;
+                while off < (c + 1) * part {
+                    f.read_exact_at(&mut buf, off).unwrap();
+                    h.update(&buf);
+                    off += buf.len() as u64;
+                }
+                let _ = h.finalize();
+            });
+        }
+    });
+    size as f64 / t.elapsed().as_secs_f64()
+}
+
+/// `openssl dgst -sha3-256` of the file, exec included; None if it does not run here.
+fn openssl_sha3_rate(path: &std::path::Path, size: u64) -> Option<f64> {
+    let t = std::time::Instant::now();
+    let ok = Command::new("openssl")
+        .args(["dgst", "-sha3-256"])
+        .arg(path)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    ok.then(|| size as f64 / t.elapsed().as_secs_f64())
+}
+
+/// The table; `openssl` is one run of `openssl dgst` (not a median), if it runs here.
+fn print_images_report(r: &ImageRates, openssl: Option<f64>, cores: usize, hwm0: u64, hwm1: u64) {
+    let ImageRates {
+        single,
+        ours,
+        ours1,
+        parallel,
+    } = *r;
     println!("1 GiB in tmpfs, {cores} cores, medians of 5 alternating rounds");
     println!("{:<52} {:>10}", "", "GB/s");
     println!(
