@@ -138,3 +138,53 @@ fn a_start_that_fails_after_loading_takes_its_new_policer_back() {
     );
     drop(log);
 }
+
+/// Two daemons on one pin root would adopt the same programs and both write the caps.
+#[test]
+fn a_second_daemon_on_the_same_pin_root_refuses() {
+    let net = Net::new("same");
+    let first_cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
+    let _first = Daemon::start(&first_cfg, &net.socket_path());
+    let second_dir = net.dir.join("second");
+    std::fs::create_dir_all(&second_dir).unwrap();
+    let text = std::fs::read_to_string(&first_cfg)
+        .unwrap()
+        .replace(
+            &net.dir.join("state").display().to_string(),
+            &second_dir.join("state").display().to_string(),
+        )
+        .replace(
+            &net.socket_path().display().to_string(),
+            &second_dir.join("control.sock").display().to_string(),
+        );
+    let second_cfg = second_dir.join("rackwarden.toml");
+    std::fs::write(&second_cfg, text).unwrap();
+    let log = Daemon::start_refused(&second_cfg);
+    assert!(
+        log.contains(&net.pin_root.display().to_string())
+            && log.contains("another rackwardend runs on this pin root"),
+        "the refusal names the pin root:\n{log}"
+    );
+    // The first daemon still holds its policer.
+    assert!(
+        net.hook_programs().iter().any(|p| p.contains("rw_egress")),
+        "{log}"
+    );
+}
+
+/// The pin root's lock goes with the process: a restart after `kill -9` or a stop adopts.
+#[test]
+fn a_restart_after_kill_9_or_stop_is_not_refused() {
+    let net = Net::new("rst");
+    let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
+    let mut d = Daemon::start(&cfg, &net.socket_path());
+    d.kill9();
+    let mut d = Daemon::start(&cfg, &net.socket_path());
+    d.stop();
+    let d = Daemon::start(&cfg, &net.socket_path());
+    assert!(
+        d.log_text().contains("adopted pinned policer"),
+        "{}",
+        d.log_text()
+    );
+}

@@ -4,6 +4,10 @@
 //! anything it looks at every hook it is configured for: a rackwarden policer there that is
 //! not pinned under its own pin root belongs to another daemon, and the start is refused,
 //! naming that program and, where it can be found, its pin root.
+//!
+//! Two daemons on one pin root would adopt the same programs and both write the caps: the
+//! first holds an exclusive `flock` on the pin root for as long as it runs
+//! ([`PinRootLock`]), and a second is refused.
 
 use std::{
     collections::BTreeSet,
@@ -34,6 +38,54 @@ pub struct OtherPolicer {
     pub program: SeenProgram,
     /// The pin root that holds it, when one under bpffs does.
     pub pin_root: Option<PathBuf>,
+}
+
+/// A pin root another running daemon holds.
+#[derive(Debug, thiserror::Error)]
+pub enum PinRootLockError {
+    #[error(
+        "{}: another rackwardend runs on this pin root (it holds its lock): one daemon per pin root; stop that one first",
+        root.display()
+    )]
+    Busy { root: PathBuf },
+    #[error("locking the pin root {}: {source}", root.display())]
+    Io {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The exclusive lock on a pin root, held for as long as the daemon runs (released by the
+/// kernel when the process ends, also on `kill -9`).
+#[derive(Debug)]
+pub struct PinRootLock {
+    _dir: std::fs::File,
+}
+
+impl PinRootLock {
+    /// Creates the pin root if needed and locks it. `Ok(None)` where the directory refuses
+    /// this process (a guard sealed it for another executable: the load that follows says
+    /// so, with the reason).
+    pub fn acquire(pins: &PinPaths) -> Result<Option<PinRootLock>, PinRootLockError> {
+        let root = pins.root();
+        let io = |source| PinRootLockError::Io {
+            root: root.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(root).map_err(io)?;
+        let dir = match std::fs::File::open(root) {
+            Ok(d) => d,
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Ok(None),
+            Err(e) => return Err(io(e)),
+        };
+        match dir.try_lock() {
+            Ok(()) => Ok(Some(PinRootLock { _dir: dir })),
+            Err(std::fs::TryLockError::WouldBlock) => Err(PinRootLockError::Busy {
+                root: root.to_path_buf(),
+            }),
+            Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+        }
+    }
 }
 
 /// Refuses a start where a rackwarden policer that is not ours is on any of `ifaces`' hooks.

@@ -77,6 +77,8 @@ pub enum AgentError {
     #[error(transparent)]
     OtherPolicer(#[from] Box<crate::limiter::exclusive::OtherPolicer>),
     #[error(transparent)]
+    PinRootLock(#[from] crate::limiter::exclusive::PinRootLockError),
+    #[error(transparent)]
     Netns(#[from] crate::netns::NetnsError),
     #[error(transparent)]
     Limiter(#[from] LimiterError),
@@ -119,6 +121,8 @@ pub struct Agent {
     /// Why the last SIGHUP reload was refused (the old configuration stays).
     reload_error: Option<String>,
     guard: crate::guard::keeper::GuardKeeper,
+    /// Held while we run: a second daemon on our pin root is refused.
+    _pin_root_lock: Option<crate::limiter::exclusive::PinRootLock>,
 }
 
 /// The caps the config asks for, one slot per direction.

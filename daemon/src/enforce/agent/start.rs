@@ -1,7 +1,8 @@
 //! Starting: check every file the config names ([`crate::config::preflight`]), enter the
-//! namespace, wait for the interfaces, refuse an interface another daemon's policer is on,
-//! and only then load or adopt the limiter, take over every hook, put the bypass refusal in
-//! place, write the caps, check the hooks, and only then start the epoch loop.
+//! namespace, wait for the interfaces, refuse an interface another daemon's policer is on
+//! and a pin root another daemon holds, and only then load or adopt the limiter, take over
+//! every hook, put the bypass refusal in place, write the caps, check the hooks, and only
+//! then start the epoch loop. A start that fails after loading a new policer takes it back.
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -15,7 +16,7 @@ use super::{Agent, AgentError, AgentState, wanted_caps};
 use crate::{
     config::Config,
     enforce::gaps::GapLog,
-    limiter::{Direction, Limiter, loader::ProgramVersion},
+    limiter::{Direction, Limiter, exclusive::PinRootLock, loader::ProgramVersion},
     pins::PinPaths,
     units,
 };
@@ -35,9 +36,10 @@ impl Agent {
         }
         wait_for_interfaces(&cfg, stop)?;
         refuse_other_policers(&cfg)?;
+        let lock = PinRootLock::acquire(&PinPaths::new(&cfg.pin_root))?;
         let limiter = load_limiter(&cfg)?;
         let fresh = FreshLoad::of(&limiter, &cfg);
-        Agent::enforce(cfg, limiter, stop).inspect_err(|e| {
+        Agent::enforce(cfg, limiter, lock, stop).inspect_err(|e| {
             if let Some(f) = &fresh {
                 f.take_back(e);
             }
@@ -49,6 +51,7 @@ impl Agent {
     fn enforce(
         cfg: Config,
         mut limiter: Limiter,
+        pin_root_lock: Option<PinRootLock>,
         stop: &'static AtomicBool,
     ) -> Result<Agent, AgentError> {
         let gaps = GapLog::open(&cfg.state_paths())?;
@@ -66,6 +69,7 @@ impl Agent {
             epoch: None,
             reload_error: None,
             guard: crate::guard::keeper::GuardKeeper::default(),
+            _pin_root_lock: pin_root_lock,
         };
         log::info!("attach mode: {kind:?}");
         agent.take_over_hooks();
