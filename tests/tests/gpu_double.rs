@@ -74,8 +74,20 @@ fn gpu_wipe_through_the_cuda_test_double() {
     assert!(!lib.is_null());
     let never = AtomicBool::new(false);
 
-    // 1. The whole device: everything the driver gives, in 1 GiB .. 64 KiB allocations.
-    let r = wipe::run(&request(None), &never);
+    the_whole_device_is_wiped(lib, &never);
+    a_flipped_byte_is_one_bad_block(&never);
+    max_bytes_caps_each_of_two_devices(lib, &never);
+    no_device_or_no_driver_is_absent(&path, &never);
+    a_stop_mid_fill_is_interrupted(lib);
+    the_cli_reports_json_and_exits_3_on_sigterm();
+    // SAFETY: closing our handle.
+    unsafe { libc::dlclose(lib) };
+}
+
+/// 1. The whole device: everything the driver gives, in 1 GiB .. 64 KiB allocations.
+/// 2. What the kernels wrote equals the host's stream at every offset of every allocation.
+fn the_whole_device_is_wiped(lib: *mut c_void, never: &AtomicBool) {
+    let r = wipe::run(&request(None), never);
     let d = &r.devices[0];
     println!("{d:?}");
     assert_eq!(d.status.name(), "complete");
@@ -91,21 +103,24 @@ fn gpu_wipe_through_the_cuda_test_double() {
         "memory, context or module left behind"
     );
 
-    // 2. What the kernels wrote equals the host's stream at every offset of every allocation.
     assert_eq!(fill_equals_host_stream(None, None), TAKEABLE);
     assert_eq!(outstanding(lib), (0, 0, 0));
+}
 
-    // 3. A byte flipped between fill and verify (in a later allocation) is one bad block.
+/// 3. A byte flipped between fill and verify (in a later allocation) is one bad block.
+fn a_flipped_byte_is_one_bad_block(never: &AtomicBool) {
     let mut req = request(None);
     req.corrupt_byte_for_test = Some(80 * MIB + 5);
-    let d = &wipe::run(&req, &never).devices[0];
+    let d = &wipe::run(&req, never).devices[0];
     assert_eq!((d.status.name(), d.mismatches), ("complete", 1), "{d:?}");
     assert_eq!(d.bytes_verified, TAKEABLE - 16);
     assert_eq!(d.residue_bytes, TOTAL - TAKEABLE + 16);
+}
 
-    // 4. --max-bytes caps each device; two devices get two streams and two reports.
+/// 4. --max-bytes caps each device; two devices get two streams and two reports.
+fn max_bytes_caps_each_of_two_devices(lib: *mut c_void, never: &AtomicBool) {
     set("RW_CUDA_DOUBLE_DEVICES", "2");
-    let r = wipe::run(&request(Some(10 * MIB)), &never);
+    let r = wipe::run(&request(Some(10 * MIB)), never);
     assert_eq!(r.devices.len(), 2);
     assert_ne!(r.devices[0].device, r.devices[1].device);
     for d in &r.devices {
@@ -116,11 +131,13 @@ fn gpu_wipe_through_the_cuda_test_double() {
         );
     }
     assert_eq!(outstanding(lib), (0, 0, 0));
+}
 
-    // 5. A driver without devices, and no driver at all: absent, with the reason. A driver
-    //    that fails to start: failed.
+/// 5. A driver without devices, and no driver at all: absent, with the reason. A driver
+///    that fails to start: failed. Leaves the double as it found it (`path`, one device).
+fn no_device_or_no_driver_is_absent(path: &std::path::Path, never: &AtomicBool) {
     set("RW_CUDA_DOUBLE_DEVICES", "0");
-    let d = &wipe::run(&request(None), &never).devices[0];
+    let d = &wipe::run(&request(None), never).devices[0];
     assert_eq!(d.status.name(), "absent");
     assert!(
         d.detail
@@ -131,7 +148,7 @@ fn gpu_wipe_through_the_cuda_test_double() {
     );
     set("RW_CUDA_DOUBLE_DEVICES", "1");
     set("RW_CUDA_DOUBLE_INIT_ERROR", "999");
-    let d = &wipe::run(&request(None), &never).devices[0];
+    let d = &wipe::run(&request(None), never).devices[0];
     assert_eq!(
         d.status.name(),
         "failed",
@@ -139,12 +156,14 @@ fn gpu_wipe_through_the_cuda_test_double() {
     );
     set("RW_CUDA_DOUBLE_INIT_ERROR", "0");
     set("RACKWARDEN_LIBCUDA", "/nonexistent/libcuda.so.1");
-    let d = &wipe::run(&request(None), &never).devices[0];
+    let d = &wipe::run(&request(None), never).devices[0];
     assert_eq!((d.status.name(), d.bytes_verified), ("absent", 0));
-    set("RACKWARDEN_LIBCUDA", &path);
+    set("RACKWARDEN_LIBCUDA", path);
     set("RW_CUDA_DOUBLE_DEVICES", "1");
+}
 
-    // 6. A stop mid-fill: interrupted, nothing verified, everything freed.
+/// 6. A stop mid-fill: interrupted, nothing verified, everything freed.
+fn a_stop_mid_fill_is_interrupted(lib: *mut c_void) {
     set("RW_CUDA_DOUBLE_LAUNCH_DELAY_MS", "100");
     let stop = AtomicBool::new(false);
     let r = std::thread::scope(|s| {
@@ -161,8 +180,10 @@ fn gpu_wipe_through_the_cuda_test_double() {
     assert_eq!((d.bytes_verified, d.residue_bytes), (0, TOTAL));
     assert_eq!(outstanding(lib), (0, 0, 0));
     set("RW_CUDA_DOUBLE_LAUNCH_DELAY_MS", "0");
+}
 
-    // 7. The CLI: JSON report and exit 0; SIGTERM mid-wipe exits 3, interrupted.
+/// 7. The CLI: JSON report and exit 0; SIGTERM mid-wipe exits 3, interrupted.
+fn the_cli_reports_json_and_exits_3_on_sigterm() {
     let out = Command::new(bin("rackwarden"))
         .args([
             "wipe",
@@ -191,6 +212,4 @@ fn gpu_wipe_through_the_cuda_test_double() {
     );
     assert_eq!(v["devices"][0]["status"], "interrupted");
     assert_eq!(v["devices"][0]["bytes_verified"], 0);
-    // SAFETY: closing our handle.
-    unsafe { libc::dlclose(lib) };
 }
