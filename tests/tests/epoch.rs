@@ -107,8 +107,26 @@ fn a_full_epoch_is_signed_delivered_and_affirming() {
     let (cfg, sock) = r.config("1 h", &wipe);
     let _d = Daemon::start(&cfg, &sock);
 
-    // The first epoch runs at start, by itself.
-    let st = wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
+    the_first_epoch_runs_at_start(&sock);
+
+    // And once more on demand.
+    wipe_now(&sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 1 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 1
+    });
+    let h = r.verifier.history(&r.rack, &r.host);
+    assert_eq!(h.len(), 2);
+    assert_contiguous(&h);
+    for row in &h {
+        assert_full_epoch_statement(row, wipe_bytes);
+    }
+    the_text_status_shows_the_epoch(&sock);
+    the_host_keeps_its_own_account(&r, &cfg);
+}
+
+/// The first epoch runs at start, by itself, and its verdict comes back affirming.
+fn the_first_epoch_runs_at_start(sock: &std::path::Path) {
+    let st = wait_epoch(sock, Duration::from_secs(60), "seq 0 delivered", |e| {
         e["delivery"]["delivered_seq"] == 0
     });
     let e = &st["epoch"];
@@ -123,66 +141,63 @@ fn a_full_epoch_is_signed_delivered_and_affirming() {
     assert_eq!(e["last_epoch"]["trigger"], "startup");
     let last = e["last_epoch"]["phases"].as_array().unwrap();
     assert_eq!(last.last().unwrap()["phase"], "sign");
+}
 
-    // And once more on demand.
-    wipe_now(&sock);
-    wait_epoch(&sock, Duration::from_secs(60), "seq 1 delivered", |e| {
-        e["delivery"]["delivered_seq"] == 1
-    });
-    let h = r.verifier.history(&r.rack, &r.host);
-    assert_eq!(h.len(), 2);
-    assert_contiguous(&h);
-    for row in &h {
-        assert_eq!(row["status"], "affirming", "findings {:?}", codes(row));
-        let p = predicate_of(row);
-        // Bound to the verifier's nonce: the challenge and the wipe name the same one.
-        assert_eq!(p["challenge"]["kind"], "nonce");
-        assert_eq!(p["wipe"]["nonce"], p["challenge"]["nonce"]);
-        let dev = &p["wipe"]["devices"][0];
-        assert_eq!(dev["backend"], "host");
-        assert_eq!(dev["status"], "complete");
-        assert_eq!(dev["bytes_verified"], wipe_bytes);
-        assert_eq!(dev["mismatches"], 0);
-        let total = dev["bytes_total"].as_u64().unwrap();
-        assert_eq!(
-            dev["residue_bytes"].as_u64().unwrap(),
-            total - wipe_bytes,
-            "residue is total - verified, never rounded"
-        );
-        println!(
-            "RW_REPORT wipe seq {}: {wipe_bytes} of {total} bytes (MemTotal) verified = {:.1}% coverage",
-            row["seq"],
-            100.0 * wipe_bytes as f64 / total as f64
-        );
-        // Every image of the manifest, verified, is a subject.
-        let imgs = p["images"]["images"].as_array().unwrap();
-        assert_eq!(imgs.len(), 2);
-        assert!(imgs.iter().all(|i| i["ok"] == true));
-        // The epoch's own account: phases, downtime, the daemon's digest.
-        let run = &p["epoch"];
-        let phases: Vec<&str> = run["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["phase"].as_str().unwrap())
-            .collect();
-        // `sign` cannot time itself inside the statement it signs: status shows it.
-        assert_eq!(phases, ["challenge", "drain", "wipe", "stage", "restart"]);
-        assert!(run["downtime_ms"].as_u64().unwrap() > 0);
-        assert_eq!(run["wipe_interval_ms"], 3_600_000);
-        assert_eq!(p["producer"]["name"], "rackwardend");
-        let exe = std::fs::read(bin("rackwardend")).unwrap();
-        assert_eq!(
-            p["producer"]["binary_sha3_256"],
-            hex::encode(rackwarden_attest::sha3(&exe)),
-            "the statement names the running daemon's digest"
-        );
-        assert_eq!(p["limiter"]["state"], "present");
-    }
-    // What an operator reads: the epoch part of the text status.
+/// One statement at the verifier: affirming, nonce-bound, the whole wipe, every image and
+/// the epoch's own account. Prints the wipe's coverage as an `RW_REPORT` line.
+fn assert_full_epoch_statement(row: &serde_json::Value, wipe_bytes: u64) {
+    assert_eq!(row["status"], "affirming", "findings {:?}", codes(row));
+    let p = predicate_of(row);
+    // Bound to the verifier's nonce: the challenge and the wipe name the same one.
+    assert_eq!(p["challenge"]["kind"], "nonce");
+    assert_eq!(p["wipe"]["nonce"], p["challenge"]["nonce"]);
+    let dev = &p["wipe"]["devices"][0];
+    assert_eq!(dev["backend"], "host");
+    assert_eq!(dev["status"], "complete");
+    assert_eq!(dev["bytes_verified"], wipe_bytes);
+    assert_eq!(dev["mismatches"], 0);
+    let total = dev["bytes_total"].as_u64().unwrap();
+    assert_eq!(
+        dev["residue_bytes"].as_u64().unwrap(),
+        total - wipe_bytes,
+        "residue is total - verified, never rounded"
+    );
+    println!(
+        "RW_REPORT wipe seq {}: {wipe_bytes} of {total} bytes (MemTotal) verified = {:.1}% coverage",
+        row["seq"],
+        100.0 * wipe_bytes as f64 / total as f64
+    );
+    // Every image of the manifest, verified, is a subject.
+    let imgs = p["images"]["images"].as_array().unwrap();
+    assert_eq!(imgs.len(), 2);
+    assert!(imgs.iter().all(|i| i["ok"] == true));
+    // The epoch's own account: phases, downtime, the daemon's digest.
+    let run = &p["epoch"];
+    let phases: Vec<&str> = run["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["phase"].as_str().unwrap())
+        .collect();
+    // `sign` cannot time itself inside the statement it signs: status shows it.
+    assert_eq!(phases, ["challenge", "drain", "wipe", "stage", "restart"]);
+    assert!(run["downtime_ms"].as_u64().unwrap() > 0);
+    assert_eq!(run["wipe_interval_ms"], 3_600_000);
+    assert_eq!(p["producer"]["name"], "rackwardend");
+    let exe = std::fs::read(bin("rackwardend")).unwrap();
+    assert_eq!(
+        p["producer"]["binary_sha3_256"],
+        hex::encode(rackwarden_attest::sha3(&exe)),
+        "the statement names the running daemon's digest"
+    );
+    assert_eq!(p["limiter"]["state"], "present");
+}
+
+/// What an operator reads: the epoch part of the text status.
+fn the_text_status_shows_the_epoch(sock: &std::path::Path) {
     let out = Command::new(bin("rackwarden"))
         .args(["status", "--socket"])
-        .arg(&sock)
+        .arg(sock)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -196,6 +211,11 @@ fn a_full_epoch_is_signed_delivered_and_affirming() {
     ] {
         assert!(text.contains(want), "status lacks {want:?}:\n{text}");
     }
+}
+
+/// The host's side after two epochs: workloads, its evidence log, its staging directory,
+/// and the log's single writer.
+fn the_host_keeps_its_own_account(r: &Rack, cfg: &std::path::Path) {
     // Workloads were stopped before each wipe and started after it.
     let ev: Vec<String> = r.fx.workload_events().into_iter().map(|e| e.0).collect();
     assert_eq!(ev, ["stop", "start", "stop", "start"]);
@@ -211,7 +231,7 @@ fn a_full_epoch_is_signed_delivered_and_affirming() {
     // A second writer on the daemon's log is refused, not allowed to fork the chain.
     let out = Command::new(bin("rackwarden"))
         .arg("--config")
-        .arg(&cfg)
+        .arg(cfg)
         .args(["attest", "--key"])
         .arg(&r.fx.host_key)
         .arg("--log")
