@@ -26,10 +26,18 @@ pub struct MetricsError {
     source: std::io::Error,
 }
 
-/// Binds `addr` and serves `GET /metrics` on a thread of its own.
-pub fn serve(addr: SocketAddr, tx: mpsc::Sender<Wake>) -> Result<(), MetricsError> {
-    let e = |source| MetricsError { addr, source };
-    let listener = TcpListener::bind(addr).map_err(e)?;
+/// Binds `addr`. The daemon binds before it loads the limiter, so an address in use
+/// refuses a start that has touched nothing.
+pub fn bind(addr: SocketAddr) -> Result<TcpListener, MetricsError> {
+    TcpListener::bind(addr).map_err(|source| MetricsError { addr, source })
+}
+
+/// Serves `GET /metrics` on `listener`, on a thread of its own.
+pub fn serve(listener: TcpListener, tx: mpsc::Sender<Wake>) -> Result<(), MetricsError> {
+    let addr = listener.local_addr().map_err(|source| MetricsError {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        source,
+    })?;
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
@@ -40,7 +48,7 @@ pub fn serve(addr: SocketAddr, tx: mpsc::Sender<Wake>) -> Result<(), MetricsErro
                 }
             }
         })
-        .map_err(e)?;
+        .map_err(|source| MetricsError { addr, source })?;
     log::info!("metrics: http://{addr}/metrics");
     Ok(())
 }

@@ -74,3 +74,27 @@ fn a_metrics_address_off_loopback_is_refused() {
         "{log}"
     );
 }
+
+/// The listener is bound before the limiter is loaded: an address in use refuses a start
+/// that has touched nothing.
+#[test]
+fn a_metrics_address_in_use_refuses_the_start_before_anything_is_loaded() {
+    let net = Net::new("minu");
+    let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
+    let taken = in_netns(&net.rack_ns, || {
+        std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind")
+    });
+    let port = taken.local_addr().unwrap().port();
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(&format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+    std::fs::write(&cfg, text).unwrap();
+    let log = Daemon::start_refused(&cfg);
+    assert!(log.contains("metrics listener"), "{log}");
+    assert_eq!(net.hook_programs(), Vec::<String>::new(), "{log}");
+    assert_eq!(
+        net.pinned_entries(),
+        Vec::<std::path::PathBuf>::new(),
+        "{log}"
+    );
+    drop(taken);
+}

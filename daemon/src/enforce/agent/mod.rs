@@ -123,6 +123,8 @@ pub struct Agent {
     guard: crate::guard::keeper::GuardKeeper,
     /// Held while we run: a second daemon on our pin root is refused.
     _pin_root_lock: Option<crate::limiter::exclusive::PinRootLock>,
+    /// `[metrics] listen`, bound at start (before the limiter is loaded), served by `run`.
+    metrics_listener: Option<std::net::TcpListener>,
 }
 
 /// The caps the config asks for, one slot per direction.
@@ -210,8 +212,8 @@ impl Agent {
     pub fn run(mut self, stop: &AtomicBool) -> Result<(), AgentError> {
         let (tx, rx) = mpsc::channel::<Wake>();
         control::serve(&self.cfg.control_socket, tx.clone())?;
-        if let Some(addr) = self.cfg.metrics_listen {
-            crate::metrics::serve(addr, tx.clone())?;
+        if let Some(listener) = self.metrics_listener.take() {
+            crate::metrics::serve(listener, tx.clone())?;
         }
         // Without the guard, the watch reports another process's attach/detach at once.
         let _watch = self.start_watch(tx);

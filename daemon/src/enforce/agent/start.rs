@@ -37,9 +37,15 @@ impl Agent {
         wait_for_interfaces(&cfg, stop)?;
         refuse_other_policers(&cfg)?;
         let lock = PinRootLock::acquire(&PinPaths::new(&cfg.pin_root))?;
+        // In our namespace, before the kernel is touched: an address in use refuses here.
+        let metrics = cfg.metrics_listen.map(crate::metrics::bind).transpose()?;
         let limiter = load_limiter(&cfg)?;
         let fresh = FreshLoad::of(&limiter, &cfg);
-        Agent::enforce(cfg, limiter, lock, stop).inspect_err(|e| {
+        let held = Held {
+            pin_root_lock: lock,
+            metrics,
+        };
+        Agent::enforce(cfg, limiter, held, stop).inspect_err(|e| {
             if let Some(f) = &fresh {
                 f.take_back(e);
             }
@@ -51,7 +57,7 @@ impl Agent {
     fn enforce(
         cfg: Config,
         mut limiter: Limiter,
-        pin_root_lock: Option<PinRootLock>,
+        held: Held,
         stop: &'static AtomicBool,
     ) -> Result<Agent, AgentError> {
         let gaps = GapLog::open(&cfg.state_paths())?;
@@ -69,7 +75,8 @@ impl Agent {
             epoch: None,
             reload_error: None,
             guard: crate::guard::keeper::GuardKeeper::default(),
-            _pin_root_lock: pin_root_lock,
+            _pin_root_lock: held.pin_root_lock,
+            metrics_listener: held.metrics,
         };
         log::info!("attach mode: {kind:?}");
         agent.take_over_hooks();
@@ -136,6 +143,12 @@ impl Agent {
         );
         Ok(())
     }
+}
+
+/// What start takes before it loads the limiter and the agent keeps.
+struct Held {
+    pin_root_lock: Option<PinRootLock>,
+    metrics: Option<std::net::TcpListener>,
 }
 
 /// A policer this start loaded where none was pinned. If the start then fails, it is taken
