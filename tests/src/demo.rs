@@ -429,8 +429,9 @@ impl FullDemo {
             && total as f64 <= self.traffic.bound()
     }
 
-    /// Inference overhead computed as the rack page's scorecard does: downtime over epoch
-    /// time (end − start) of the epochs that report both, scheduled ones apart from forced.
+    /// Inference overhead computed as the rack page's scorecard does: scheduled epochs'
+    /// downtime over their wipe interval, forced ones' over their time since the previous
+    /// epoch (end − start).
     fn overhead_as_the_page_counts_it(&self) -> String {
         let mut sums = [(0usize, 0u64, 0u64); 2]; // [scheduled, forced]: (epochs, down, time)
         for r in &self.history {
@@ -439,13 +440,18 @@ impl FullDemo {
                 .as_u64()
                 .unwrap_or(0)
                 .saturating_sub(p["epoch_start_unix_ms"].as_u64().unwrap_or(0));
-            let (Some(down), true) = (p["epoch"]["downtime_ms"].as_u64(), time > 0) else {
-                continue;
-            };
             let forced = matches!(
                 p["epoch"]["trigger"].as_str(),
                 Some("wipe_now" | "after_interruption")
             );
+            let time = if forced {
+                time
+            } else {
+                p["epoch"]["wipe_interval_ms"].as_u64().unwrap_or(time)
+            };
+            let (Some(down), true) = (p["epoch"]["downtime_ms"].as_u64(), time > 0) else {
+                continue;
+            };
             let e = &mut sums[usize::from(forced)];
             *e = (e.0 + 1, e.1 + down, e.2 + time);
         }

@@ -49,6 +49,29 @@ fn the_demo_agrees_with_itself_and_exits_at_once_when_asked() {
         .unwrap();
     let page = client.get(fwd.url()).send().and_then(|r| r.text()).unwrap();
     assert!(page.contains("Scorecard"), "{page}");
+    // The page's scheduled overhead is the number the terminal printed.
+    let at = page
+        .find(r#"id="score-inference""#)
+        .unwrap_or_else(|| panic!("{page}"));
+    let value = page[at..]
+        .split("data-value=\"")
+        .nth(1)
+        .and_then(|v| v.split('"').next())
+        .unwrap_or_default();
+    let pct: f64 = value
+        .parse()
+        .unwrap_or_else(|_| panic!("no scheduled overhead on the page: `{value}`"));
+    let terminal: f64 = text
+        .split("as the rack's page counts it: scheduled")
+        .nth(1)
+        .and_then(|rest| rest.split("= ").nth(1))
+        .and_then(|v| v.split('%').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no scheduled overhead in the terminal:\n{text}"));
+    assert!(
+        (terminal - pct).abs() < 0.001,
+        "the page says {pct}%, the terminal {terminal}%:\n{text}"
+    );
     // Asked to exit at once (what this test and a script want), it does.
     let t = Instant::now();
     r.hold(Hold::ExitNow);

@@ -39,6 +39,8 @@ pub struct EpochPoint {
     pub downtime_ms: Option<u64>,
     /// What started the epoch, as the statement says (`None`: it does not say).
     pub trigger: Option<EpochTrigger>,
+    /// The host's configured `wipe_interval` when the epoch ran (`epoch.wipe_interval_ms`).
+    pub wipe_interval_ms: Option<u64>,
     /// Seqs missing between the previous stored statement and this one.
     pub missing_before: u64,
     /// Another statement with the same seq is stored.

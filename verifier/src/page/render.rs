@@ -136,7 +136,7 @@ fn inference_card(i: &Option<InferenceOverhead>, forced: &Option<InferenceOverhe
                     p.number data-value=(format!("{:.4}", i.fraction * 100.0)) { (format!("{:.3}%", i.fraction * 100.0)) }
                     p { "of the time inference was stopped for scheduled wipes: serving takes " (factor(i.factor)) " as long" }
                     div.math { (format!(
-"downtime / epoch time over the last {} scheduled epochs (all hosts)
+"downtime / wipe interval over the last {} scheduled epochs (all hosts)
   = {} / {} = {:.6}
 factor = elapsed / (elapsed − downtime) = {}
 the limiter's own cost is not in the statements: not counted here",

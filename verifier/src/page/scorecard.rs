@@ -65,8 +65,13 @@ pub struct Scorecard {
 pub fn compute(policy: &Policy, hosts: &[HostView]) -> Scorecard {
     Scorecard {
         training: training(policy, hosts),
-        inference: inference(hosts, |e| !e.forced()),
-        forced: inference(hosts, EpochPoint::forced),
+        // The schedule costs each scheduled epoch's downtime once per wipe interval (the
+        // first epoch of a host has no previous end to measure from); a forced epoch costs
+        // its downtime over the time since the previous one.
+        inference: inference(hosts, |e| {
+            (!e.forced()).then_some(e.wipe_interval_ms.unwrap_or(e.duration_ms))
+        }),
+        forced: inference(hosts, |e| e.forced().then_some(e.duration_ms)),
     }
 }
 
@@ -121,14 +126,17 @@ fn training(policy: &Policy, hosts: &[HostView]) -> Option<TrainingBound> {
     })
 }
 
-/// Downtime over epoch time of the epochs `which` keeps.
-fn inference(hosts: &[HostView], which: impl Fn(&EpochPoint) -> bool) -> Option<InferenceOverhead> {
+/// Downtime over time of the epochs `time_of` keeps (with the time each is measured over).
+fn inference(
+    hosts: &[HostView],
+    time_of: impl Fn(&EpochPoint) -> Option<u64>,
+) -> Option<InferenceOverhead> {
     let (mut n, mut down, mut elapsed) = (0usize, 0u64, 0u64);
-    for e in hosts.iter().flat_map(|h| &h.epochs).filter(|e| which(e)) {
-        if let (Some(d), true) = (e.downtime_ms, e.duration_ms > 0) {
+    for e in hosts.iter().flat_map(|h| &h.epochs) {
+        if let (Some(d), Some(t)) = (e.downtime_ms, time_of(e).filter(|t| *t > 0)) {
             n += 1;
             down += d;
-            elapsed += e.duration_ms;
+            elapsed += t;
         }
     }
     if n == 0 || elapsed == 0 {

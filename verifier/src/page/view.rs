@@ -144,6 +144,10 @@ fn epochs(parsed: &[Row], agreement: Option<&RackAgreement>, window: u32) -> Vec
                     .as_ref()
                     .and_then(|s| s.predicate.epoch.as_ref())
                     .map(|r| r.trigger),
+                wipe_interval_ms: st
+                    .as_ref()
+                    .and_then(|s| s.predicate.epoch.as_ref())
+                    .map(|r| r.wipe_interval_ms),
                 missing_before: base.map_or(0, |(p, _)| row.seq - p.seq - 1),
                 forked,
             });
