@@ -55,6 +55,8 @@ fn usage_errors_exit_2() {
             "--egress",
             "5 parsecs/s",
         ][..],
+        // A wipe backend that does not exist.
+        &["wipe", "--backend", "floppy"][..],
         // --config and --socket only where a command uses them.
         &["keygen", "--config", "/x.toml", "--out", "/nonexistent"][..],
         &["verify", "--socket", "/x.sock", "--key", "/k.pub", "/log"][..],

@@ -104,6 +104,12 @@ impl Cli {
     }
 }
 
+/// A wipe backend list (`host`, `gpu`, `scratch`, `all`): an unknown one is a usage error.
+fn backend_value(s: &str) -> Result<String, rackwarden::wipe::UnknownBackend> {
+    rackwarden::wipe::Backend::parse(s)?;
+    Ok(s.to_string())
+}
+
 /// A cap as the config writes it (`"5 MB/s"`, `"8 Mbit/s"`, `"200000 tokens/s"`): checked
 /// here so a malformed one is a usage error (exit 2); the daemon converts it.
 fn cap_value(s: &str) -> Result<String, rackwarden::units::UnitError> {
@@ -171,7 +177,7 @@ pub enum Cmd {
     /// Fill and verify memory with a stream keyed by a challenge nonce; report residue.
     Wipe {
         /// host, gpu, scratch or all.
-        #[arg(long, default_value = "all")]
+        #[arg(long, default_value = "all", value_parser = backend_value)]
         backend: String,
         /// Most bytes to take per device, e.g. "256 MiB" or 268435456 (default: all that is safe).
         #[arg(long)]
