@@ -152,7 +152,8 @@ pub struct FullDemo {
     pub wipe_bytes: u64,
     /// The rack's page at the verifier, where it was, and what became of the screenshot.
     pub page: PageShot,
-    live: Live,
+    /// What keeps it running ([`full_live`]); `None` once torn down ([`full`]).
+    live: Option<Live>,
 }
 
 /// The auditor's page of the demo rack, captured before the namespaces go.
@@ -218,7 +219,15 @@ fn shoot(
 /// Wipe size of the demo: bounded so it runs on a laptop; the policy says so.
 pub const DEMO_WIPE: &str = "256 MiB";
 
+/// The whole story, torn down before it returns (what it saw stays in [`FullDemo`]).
 pub fn full(secs: f64) -> FullDemo {
+    let mut demo = full_live(secs);
+    demo.live = None;
+    demo
+}
+
+/// The whole story, kept running until the returned [`FullDemo`] goes ([`FullDemo::hold`]).
+pub fn full_live(secs: f64) -> FullDemo {
     use crate::epoch::{EpochFixture, Verifier, ids, wait_epoch, wipe_now, write_epoch_config};
     let net = Net::new("demo");
     let fx = EpochFixture::new(&net.dir, 8 << 20);
@@ -276,13 +285,13 @@ pub fn full(secs: f64) -> FullDemo {
         status,
         rack: v.get(&format!("/v1/racks/{rack}")).unwrap_or_default(),
         wipe_bytes: rackwarden::units::parse_size(DEMO_WIPE).unwrap_or(0),
-        live: Live {
+        live: Some(Live {
             _daemon: daemon,
             daemon_config: cfg,
             verifier: v,
             _fixture: fx,
             _net: net,
-        },
+        }),
     }
 }
 
@@ -346,25 +355,26 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 impl FullDemo {
-    /// The verifier's and the daemon's config files (alive while the demo is).
-    pub fn configs(&self) -> (std::path::PathBuf, std::path::PathBuf) {
-        (
-            self.live.verifier.config.clone(),
-            self.live.daemon_config.clone(),
-        )
+    /// The verifier's and the daemon's config files (while the demo runs).
+    pub fn configs(&self) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        let live = self.live.as_ref()?;
+        Some((live.verifier.config.clone(), live.daemon_config.clone()))
     }
 
-    /// The CA the demo verifier's certificate chains to.
-    pub fn ca(&self) -> std::path::PathBuf {
-        self.live.verifier.ca()
+    /// The CA the demo verifier's certificate chains to (while the demo runs).
+    pub fn ca(&self) -> Option<std::path::PathBuf> {
+        Some(self.live.as_ref()?.verifier.ca())
     }
 
     /// Forwards a port on this host's loopback to the verifier in the rack namespace, so the
     /// printed address opens in a browser here.
     pub fn forward(&self) -> std::io::Result<Forward> {
+        let live = self.live.as_ref().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotConnected, "the demo was torn down")
+        })?;
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
         let port = listener.local_addr()?.port();
-        let (ns, upstream) = (self.live.verifier.ns.clone(), self.live.verifier.port);
+        let (ns, upstream) = (live.verifier.ns.clone(), live.verifier.port);
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
                 if let Err(e) = forward_one(conn, &ns, upstream) {
@@ -399,7 +409,7 @@ impl FullDemo {
         println!(
             "\nthe demo keeps running: open {} (the certificate is the demo CA's: {});\nthe daemon's next epoch is due in {DEMO_WIPE_INTERVAL}. Ctrl-C ends the demo and removes everything.",
             fwd.url(),
-            self.ca().display()
+            self.ca().unwrap_or_default().display()
         );
         while !INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(std::time::Duration::from_millis(200));

@@ -19,8 +19,8 @@ fn duration_of(text: &str, key: &str) -> Duration {
 
 #[test]
 fn the_demo_agrees_with_itself_and_exits_at_once_when_asked() {
-    let r = demo::full(2.0);
-    let (verifier, daemon) = r.configs();
+    let r = demo::full_live(2.0);
+    let (verifier, daemon) = r.configs().unwrap();
     let policy = duration_of(
         &std::fs::read_to_string(verifier).unwrap(),
         "max_wipe_interval",
@@ -40,7 +40,7 @@ fn the_demo_agrees_with_itself_and_exits_at_once_when_asked() {
     assert!(text.contains("as the rack's page counts it"), "{text}");
     // Reachable from the host while it holds: a forwarded port on this host's loopback.
     let fwd = r.forward().unwrap();
-    let ca = std::fs::read(r.ca()).unwrap();
+    let ca = std::fs::read(r.ca().unwrap()).unwrap();
     let client = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(10))
         .tls_built_in_root_certs(false)
