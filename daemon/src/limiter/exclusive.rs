@@ -83,7 +83,15 @@ impl PinRootLock {
             Err(std::fs::TryLockError::WouldBlock) => Err(PinRootLockError::Busy {
                 root: root.to_path_buf(),
             }),
-            Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+            // A kernel or guard that refuses the lock itself must not stop the cap from
+            // being enforced: the start goes on, without this one protection.
+            Err(std::fs::TryLockError::Error(e)) => {
+                log::warn!(
+                    "cannot lock the pin root {} ({e}): a second daemon on it would not be refused",
+                    root.display()
+                );
+                Ok(None)
+            }
         }
     }
 }
