@@ -44,8 +44,12 @@ fn main() -> Result<()> {
         Some("demo") => {
             let env = setup()?;
             cargo(&env, &["build", "--workspace", "--bins"])?;
+            // `cargo xtask demo [--exit]`: in a terminal the demo holds its page up until
+            // Ctrl-C; `--exit` ends it at once.
             run_checked(
-                Command::new("target/debug/rackwarden-demo").envs(&env),
+                Command::new("target/debug/rackwarden-demo")
+                    .args(&args[1..])
+                    .envs(&env),
                 "demo",
             )?;
         }
@@ -115,7 +119,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo           run the limiter demo on an embedded default\n  test           fmt, clippy, unit and integration tests (root), then vm-test\n  vm-test [--kernel PATH [--modules DIR]] [--group NAME]...  kernel-facing tests in VMs on Debian 6.1 and the newest cloud kernel\n  bench [attest|images|wipe|verifier|page|limiter|bypass]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build] [--verify]\n                 binaries, units, sysusers/tmpfiles, example configs; --debug installs the\n                 debug build, --no-build installs what target/ has, --verify runs\n                 systemd-analyze verify and security on the installed units\n  uninstall [--root DIR]  removes what install wrote (never configs, keys or state); refused on\n                 a sealed host\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
+                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo [--exit]  the whole job on an embedded default; in a terminal it keeps the page up\n                 until Ctrl-C, --exit ends it at once\n  test           fmt, clippy, unit and integration tests (root), then vm-test\n  vm-test [--kernel PATH [--modules DIR]] [--group NAME]...  kernel-facing tests in VMs on Debian 6.1 and the newest cloud kernel\n  bench [attest|images|wipe|verifier|page|limiter|bypass]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build] [--verify]\n                 binaries, units, sysusers/tmpfiles, example configs; --debug installs the\n                 debug build, --no-build installs what target/ has, --verify runs\n                 systemd-analyze verify and security on the installed units\n  uninstall [--root DIR]  removes what install wrote (never configs, keys or state); refused on\n                 a sealed host\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
             );
             bail!("unknown command {:?}", args.first());
         }

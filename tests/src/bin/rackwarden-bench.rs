@@ -248,7 +248,7 @@ fn bench_verifier() {
 /// The verifier's config: TLS from `bench_tls`, SQLite in `dir`, one rack with room for
 /// every statement of the run.
 fn write_bench_verifier_config(dir: &std::path::Path, config: &std::path::Path, port: u16) {
-    std::fs::write(config, format!("listen = \"127.0.0.1:{port}\"\ntls_cert = \"{tls}/server.pem\"\ntls_key = \"{tls}/server.key\"\ndatabase = \"{}\"\nmax_body = \"16 MiB\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display(), tls = dir.join("tls").display())).unwrap();
+    std::fs::write(config, format!("listen = \"127.0.0.1:{port}\"\ntls_cert = \"{tls}/server.pem\"\ntls_key = \"{tls}/server.key\"\ndatabase = \"{}\"\nmax_body = \"16 MiB\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display(), tls = dir.join("tls").display())).unwrap();
 }
 
 /// Enrolls `hosts` hosts in the verifier's store (the server is not running yet) and signs
@@ -370,7 +370,7 @@ fn bench_page() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("verifier.toml");
-    std::fs::write(&config, format!("listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"{}\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display())).unwrap();
+    std::fs::write(&config, format!("listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"{}\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display())).unwrap();
     let cfg = rackwarden_verifier::config::VerifierConfig::load(&config).unwrap();
     let store = rackwarden_verifier::store::Store::open(&cfg.database).unwrap();
     let mut v = rackwarden_verifier::service::Verifier::new(store, cfg.policy).unwrap();

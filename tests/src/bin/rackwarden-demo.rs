@@ -1,7 +1,12 @@
 //! `cargo xtask demo`: the product's job on an embedded default (see `rackwarden_tests::demo`):
 //! a verifier, a rack host in network namespaces capped at 1 MB/s, inference beside a bulk
 //! flow, and epochs with a bounded host wipe and a small image set, delivered and judged.
+//! In a terminal it then keeps the verifier and its page up until Ctrl-C; `--exit` (or no
+//! terminal) tears everything down at once.
+use rackwarden_tests::demo::Hold;
+
 fn main() {
+    let hold = Hold::from_args(&std::env::args().skip(1).collect::<Vec<_>>());
     println!(
         "rackwarden demo: a \"rack\" namespace capped at 1 MB/s, joined by veth to \"outside\";"
     );
@@ -11,7 +16,7 @@ fn main() {
     println!(
         "bulk gradient flow run for 6 s, then a second epoch is asked for with wipe-now ...\n"
     );
-    let r = rackwarden_tests::demo::full(6.0);
+    let r = rackwarden_tests::demo::full_live(6.0);
     print!("{}", r.render());
     let ok = r.ok();
     println!(
@@ -22,5 +27,10 @@ fn main() {
             "DEMO FAILED: see the tables above"
         }
     );
+    if ok {
+        r.hold(hold);
+    } else {
+        drop(r);
+    }
     std::process::exit(if ok { 0 } else { 1 });
 }
