@@ -1,4 +1,4 @@
-//! The arithmetic behind the caps (DESIGN.md, "Why these numbers"), shared by
+//! The arithmetic behind the caps (README, "Why these numbers"), shared by
 //! `rackwarden budget` and the verifier's policy so both use one implementation.
 
 use serde::{Deserialize, Serialize};

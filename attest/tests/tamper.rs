@@ -1,6 +1,9 @@
 //! Round trips and every tamper case named in the evidence issue, each with its specific
 //! finding; a property test that random logs verify and any one-byte change is detected.
 
+// Test code: a panic here is a failed test, so unwrap and expect are fine in helpers too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use ed25519_dalek::SigningKey;
 use proptest::prelude::*;
 use rackwarden_attest::{

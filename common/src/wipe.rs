@@ -15,7 +15,7 @@
 //! nonce is revealed; anyone holding it can recompute any segment alone). The per-word part
 //! only has to be a keyed bijection that is cheap enough to run at memory bandwidth: AES per
 //! 16 bytes costs a GPU about 10x its HBM bandwidth, lowbias32 about 5 integer operations
-//! per 4 bytes. Level 1 (DESIGN.md, Wipes) trusts the measured daemon to read everything back,
+//! per 4 bytes. Level 1 (README, "Wipes") trusts the measured daemon to read everything back,
 //! so the per-word function needs no strength of its own beyond being keyed by the seed.
 //!
 //! SHA3 and AES stay on the host; this module is `no_std` so the PTX kernels can use it.

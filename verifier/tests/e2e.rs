@@ -2,6 +2,9 @@
 //! evidence library, every finding provoked on purpose, bad input, a restart with nothing
 //! lost, recheck, concurrent posts from many hosts, and the auditor's page in headless Chromium.
 
+// Test code: a panic here is a failed test, so unwrap and expect are fine in helpers too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     io::{Read, Write},
     net::TcpStream,

@@ -213,7 +213,7 @@ fn setup() -> Result<BTreeMap<String, String>> {
             "nightly",
         ]));
         if !added {
-            // Fallback (TOOLCHAIN.md): Debian's rustc-web ships its library sources.
+            // Fallback: Debian's rustc-web ships its library sources.
             step("rust-src unavailable from rustup; using Debian rustc-web + rust-web-src");
             apt_install(&["rustc-web", "rust-web-src", "libstd-rust-web-dev"])?;
             // rustc-web installs /usr/bin/rustc with sysroot /usr; take whichever rustc's

@@ -82,8 +82,9 @@ struct Segment {
     len: usize,
 }
 
-// SAFETY: the mapping is plain memory; workers write disjoint blocks of it.
+// SAFETY: the mapping is plain memory owned by the segment; moving it to a worker is fine.
 unsafe impl Send for Segment {}
+// SAFETY: workers share it only to write and read disjoint blocks of it.
 unsafe impl Sync for Segment {}
 
 impl Segment {

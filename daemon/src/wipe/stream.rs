@@ -50,6 +50,7 @@ impl Simd {
             #[cfg(target_arch = "x86_64")]
             Simd::Avx512 => unsafe { common::host::fill_avx512(seed, j0, out) },
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: `detect` chose AVX2 only when the CPU has it.
             Simd::Avx2 => unsafe { common::host::fill_avx2(seed, j0, out) },
             _ => common::host::fill_scalar(seed, j0, out),
         }
@@ -61,6 +62,7 @@ impl Simd {
             #[cfg(target_arch = "x86_64")]
             Simd::Avx512 => unsafe { common::host::equal_avx512(seed, j0, data) },
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: `detect` chose AVX2 only when the CPU has it.
             Simd::Avx2 => unsafe { common::host::equal_avx2(seed, j0, data) },
             _ => common::host::equal_scalar(seed, j0, data),
         }
