@@ -75,15 +75,28 @@ fn answer(conn: TcpStream, tx: &mpsc::Sender<Wake>) -> std::io::Result<()> {
     )
 }
 
-fn status_from_agent(tx: &mpsc::Sender<Wake>) -> Result<StatusReport, String> {
+/// Why a scrape got no status from the agent (served as the 503's body).
+#[derive(Debug, thiserror::Error)]
+enum ScrapeError {
+    #[error("daemon is shutting down")]
+    ShuttingDown,
+    #[error("{0}")]
+    Agent(String),
+    #[error("unexpected answer from the agent")]
+    Unexpected,
+    #[error("the daemon did not answer in 10 s")]
+    NoAnswer,
+}
+
+fn status_from_agent(tx: &mpsc::Sender<Wake>) -> Result<StatusReport, ScrapeError> {
     let (rtx, rrx) = mpsc::channel();
     tx.send(Wake::Request((Request::Status, rtx)))
-        .map_err(|_| "daemon is shutting down".to_string())?;
+        .map_err(|_| ScrapeError::ShuttingDown)?;
     match rrx.recv_timeout(Duration::from_secs(10)) {
         Ok(Response::Status(s)) => Ok(*s),
-        Ok(Response::Error { message }) => Err(message),
-        Ok(_) => Err("unexpected answer from the agent".into()),
-        Err(_) => Err("the daemon did not answer in 10 s".into()),
+        Ok(Response::Error { message }) => Err(ScrapeError::Agent(message)),
+        Ok(_) => Err(ScrapeError::Unexpected),
+        Err(_) => Err(ScrapeError::NoAnswer),
     }
 }
 

@@ -53,10 +53,10 @@ pub enum PreflightError {
 pub fn check_files(cfg: &Config) -> Result<Checked, PreflightError> {
     let config = || cfg.path.clone();
     let mut checked = Checked::default();
-    check_state_dir(&cfg.state_dir).map_err(|detail| PreflightError::StateDir {
+    check_state_dir(&cfg.state_dir).map_err(|e| PreflightError::StateDir {
         config: config(),
         path: cfg.state_dir.clone(),
-        detail,
+        detail: e.to_string(),
     })?;
     let Some(e) = &cfg.epoch else {
         return Ok(checked);
@@ -100,23 +100,48 @@ fn directory(cfg: &Config, key: &'static str, path: &Path) -> Result<(), Preflig
     })
 }
 
+/// Why the state directory cannot be used (the message names the path it stopped at).
+#[derive(Debug, thiserror::Error)]
+pub enum StateDirProblem {
+    #[error("{0} is not a directory")]
+    NotADirectory(PathBuf),
+    #[error("no existing ancestor")]
+    NoAncestor,
+    #[error("{path}: {source}")]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not writable: {source}")]
+    NotWritable { path: PathBuf, source: nix::Error },
+}
+
 /// The state directory exists and is writable, or its nearest existing ancestor is a
 /// writable directory (the daemon creates it at start).
-fn check_state_dir(dir: &Path) -> Result<(), String> {
+fn check_state_dir(dir: &Path) -> Result<(), StateDirProblem> {
     let mut at = dir;
     loop {
         match std::fs::metadata(at) {
             Ok(m) if m.is_dir() => break,
-            Ok(_) => return Err(format!("{} is not a directory", at.display())),
+            Ok(_) => return Err(StateDirProblem::NotADirectory(at.to_path_buf())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => match at.parent() {
                 Some(p) => at = p,
-                None => return Err("no existing ancestor".into()),
+                None => return Err(StateDirProblem::NoAncestor),
             },
-            Err(e) => return Err(format!("{}: {e}", at.display())),
+            Err(source) => {
+                return Err(StateDirProblem::Unreadable {
+                    path: at.to_path_buf(),
+                    source,
+                });
+            }
         }
     }
-    nix::unistd::access(at, nix::unistd::AccessFlags::W_OK)
-        .map_err(|e| format!("{} is not writable: {e}", at.display()))
+    nix::unistd::access(at, nix::unistd::AccessFlags::W_OK).map_err(|source| {
+        StateDirProblem::NotWritable {
+            path: at.to_path_buf(),
+            source,
+        }
+    })
 }
 
 #[cfg(test)]
