@@ -176,6 +176,12 @@ fn apt_install(pkgs: &[&str]) -> Result<()> {
         return Ok(());
     }
     step(&format!("apt-get install {}", missing.join(" ")));
+    apt_update_and_install(&missing)
+}
+
+/// `apt-get update`, then `apt-get install` of `args` (package names, and options such as
+/// `-t SUITE`), non-interactive and without recommends.
+fn apt_update_and_install(args: &[&str]) -> Result<()> {
     run_checked(
         Command::new("apt-get").args(["update", "-qq"]),
         "apt-get update",
@@ -183,9 +189,9 @@ fn apt_install(pkgs: &[&str]) -> Result<()> {
     run_checked(
         Command::new("apt-get")
             .args(["install", "-y", "-qq", "--no-install-recommends"])
-            .args(&missing)
+            .args(args)
             .env("DEBIAN_FRONTEND", "noninteractive"),
-        "apt-get install",
+        &format!("apt-get install {}", args.join(" ")),
     )
 }
 

@@ -27,7 +27,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{apt_install, cargo, output, run_checked, step};
+use crate::{apt_install, apt_update_and_install, cargo, output, run_checked, step};
 
 /// Host packages the harness needs.
 const VM_PACKAGES: &[&str] = &[
@@ -284,17 +284,7 @@ fn ensure_qemu_without_tcg_race() {
         )
         .with_context(|| format!("writing {list}"))?;
         step("apt-get install -t bookworm-backports qemu-system-x86 (QEMU >= 9.0.2 for TCG)");
-        run_checked(
-            Command::new("apt-get").args(["update", "-qq"]),
-            "apt-get update",
-        )?;
-        run_checked(
-            Command::new("apt-get")
-                .args(["install", "-y", "-qq", "--no-install-recommends"])
-                .args(["-t", "bookworm-backports", "qemu-system-x86"])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-            "apt-get install qemu-system-x86 from bookworm-backports",
-        )
+        apt_update_and_install(&["-t", "bookworm-backports", "qemu-system-x86"])
     })();
     match (step_result, qemu_version()) {
         (Ok(()), Some(v)) if v >= QEMU_TCG_FIXED => {}

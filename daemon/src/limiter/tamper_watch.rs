@@ -198,11 +198,7 @@ fn attach_and_pin(pins: &WatchPins) -> Result<(RingBuf<MapData>, Map), WatchErro
             source,
         })?;
     }
-    let p: &mut RawTracePoint = ebpf
-        .program_mut(PROGRAM)
-        .ok_or(WatchError::Missing(PROGRAM))?
-        .try_into()
-        .map_err(WatchError::Program)?;
+    let p = program(&mut ebpf)?;
     p.load().map_err(WatchError::Program)?;
     let id = p.attach("sys_exit").map_err(WatchError::Program)?;
     let link: FdLink = p.take_link(id).map_err(WatchError::Program)?.into();
@@ -217,6 +213,14 @@ fn attach_and_pin(pins: &WatchPins) -> Result<(RingBuf<MapData>, Map), WatchErro
     })?;
     let daemon = ebpf.take_map(DAEMON).ok_or(WatchError::Missing(DAEMON))?;
     Ok((ring, daemon))
+}
+
+/// The watch's raw tracepoint program in a loaded object.
+fn program(ebpf: &mut aya::Ebpf) -> Result<&mut RawTracePoint, WatchError> {
+    ebpf.program_mut(PROGRAM)
+        .ok_or(WatchError::Missing(PROGRAM))?
+        .try_into()
+        .map_err(WatchError::Program)
 }
 
 /// The reader thread. Without a ring it first waits for the lock, then takes the watch over.
@@ -301,23 +305,13 @@ pub struct UnpinnedWatch {
 impl UnpinnedWatch {
     pub fn load() -> Result<UnpinnedWatch, WatchError> {
         let mut ebpf = EbpfLoader::new().load(WATCH_OBJECT)?;
-        let p: &mut RawTracePoint = ebpf
-            .program_mut(PROGRAM)
-            .ok_or(WatchError::Missing(PROGRAM))?
-            .try_into()
-            .map_err(WatchError::Program)?;
-        p.load().map_err(WatchError::Program)?;
+        program(&mut ebpf)?.load().map_err(WatchError::Program)?;
         Ok(UnpinnedWatch { ebpf })
     }
 
     /// Attaches the program at `sys_exit` and detaches it again.
     pub fn attach_and_detach(&mut self) -> Result<(), WatchError> {
-        let p: &mut RawTracePoint = self
-            .ebpf
-            .program_mut(PROGRAM)
-            .ok_or(WatchError::Missing(PROGRAM))?
-            .try_into()
-            .map_err(WatchError::Program)?;
+        let p = program(&mut self.ebpf)?;
         let id = p.attach("sys_exit").map_err(WatchError::Program)?;
         p.detach(id).map_err(WatchError::Program)
     }

@@ -6,11 +6,7 @@
 //! `public` is TPM2B_PUBLIC and `private` TPM2B_PRIVATE (each a u16 big-endian size, then the
 //! body), the sizes kept so the file is what `tpm2_load -u/-r` would take.
 
-use std::{
-    io::Write,
-    os::unix::fs::OpenOptionsExt,
-    path::{Path, PathBuf},
-};
+use std::path::Path;
 
 use super::TpmError;
 
@@ -72,39 +68,10 @@ pub(super) fn write(path: &Path, blobs: &AkBlobs) -> Result<(), TpmError> {
         why: format!("serializing: {e}"),
     })?;
     text.push(b'\n');
-    replace_private(path, &text).map_err(|source| TpmError::AkFileIo {
+    crate::atomic_file::replace_private(path, &text).map_err(|source| TpmError::AkFileIo {
         path: path.to_owned(),
         source,
     })
-}
-
-/// As `atomic_file::replace`, but the file is created 0600 from the start (a chmod after
-/// writing would leave a window where it is readable).
-fn replace_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp: PathBuf = path.with_file_name(format!(".{name}.rackwarden-tmp"));
-    // A temporary file left by a crash may have other permissions: start afresh.
-    match std::fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    // The rename itself is durable only once the directory is synced.
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::File::open(dir)?.sync_all()
 }
 
 fn tpm2b(body: &[u8]) -> String {
@@ -133,7 +100,7 @@ fn untpm2b(text: &str) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::{os::unix::fs::PermissionsExt, path::PathBuf};
 
     fn dir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("rw-tpm-akfile-{tag}-{}", std::process::id()));
