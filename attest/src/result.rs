@@ -52,6 +52,8 @@ impl Aspect {
 #[serde(rename_all = "snake_case")]
 pub enum FindingCode {
     RetiredKey,
+    KeyNotYetValid,
+    NextKeyRefused,
     DaemonNotAccepted,
     ProgramNotAccepted,
     SelfProtectionUnreported,
@@ -100,8 +102,10 @@ pub enum FindingCode {
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 46] = [
+    pub const ALL: [FindingCode; 48] = [
         FindingCode::RetiredKey,
+        FindingCode::KeyNotYetValid,
+        FindingCode::NextKeyRefused,
         FindingCode::DaemonNotAccepted,
         FindingCode::ProgramNotAccepted,
         FindingCode::SelfProtectionUnreported,
@@ -152,6 +156,8 @@ impl FindingCode {
     pub fn aspect(self) -> Aspect {
         match self {
             FindingCode::RetiredKey => Aspect::Identity,
+            FindingCode::KeyNotYetValid => Aspect::Identity,
+            FindingCode::NextKeyRefused => Aspect::Identity,
             FindingCode::DaemonNotAccepted => Aspect::Identity,
             FindingCode::ProgramNotAccepted => Aspect::Limiter,
             FindingCode::SelfProtectionUnreported => Aspect::Limiter,
@@ -204,6 +210,8 @@ impl FindingCode {
     pub fn name(self) -> &'static str {
         match self {
             FindingCode::RetiredKey => "retired_key",
+            FindingCode::KeyNotYetValid => "key_not_yet_valid",
+            FindingCode::NextKeyRefused => "next_key_refused",
             FindingCode::DaemonNotAccepted => "daemon_not_accepted",
             FindingCode::ProgramNotAccepted => "program_not_accepted",
             FindingCode::SelfProtectionUnreported => "self_protection_unreported",
@@ -256,7 +264,13 @@ impl FindingCode {
     pub fn explain(self) -> &'static str {
         match self {
             FindingCode::RetiredKey => {
-                "signed with a key an operator retired: the host no longer speaks with it"
+                "signed with a key an operator retired or the host rotated away from: the host no longer speaks with it"
+            }
+            FindingCode::KeyNotYetValid => {
+                "signed with a key the host rotated to, for a seq before the rotation took effect"
+            }
+            FindingCode::NextKeyRefused => {
+                "names a next key that cannot be accepted (its key id does not match, it is retired or another host's, or the signing key is not current)"
             }
             FindingCode::DaemonNotAccepted => {
                 "made by a daemon build whose digest the policy does not accept"

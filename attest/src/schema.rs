@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use crate::{
     evidence::*,
-    statement::{Challenge, EpochPredicate, GENESIS_PREV, IMAGE_DIGEST, Statement, Subject},
+    statement::{
+        Challenge, EpochPredicate, GENESIS_PREV, IMAGE_DIGEST, NextKey, Statement, Subject,
+    },
 };
 
 pub fn example_statement() -> Statement {
@@ -155,6 +157,10 @@ pub fn example_statement() -> Statement {
             version: "0".into(),
             binary_sha3_256: hex64(),
         },
+        next_key: Some(NextKey {
+            keyid: hex64(),
+            public_key_pem: String::new(),
+        }),
     };
     Statement::new(
         vec![Subject {

@@ -70,6 +70,21 @@ pub struct EpochPredicate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<EpochRun>,
     pub producer: ProducerIdentity,
+    /// Key rotation: the host's next signing key, announced in a statement signed with the
+    /// current one. From the next seq on the host signs with it. Absent (the bytes of
+    /// statements without a rotation are unchanged) when no rotation is pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_key: Option<NextKey>,
+}
+
+/// The key a host rotates to (see [`EpochPredicate::next_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NextKey {
+    /// Lowercase hex SHA3-256 of the raw public key (`keys::keyid`): must match the PEM.
+    pub keyid: String,
+    /// SPKI PEM of the ed25519 public key.
+    pub public_key_pem: String,
 }
 
 impl Statement {

@@ -36,6 +36,7 @@ fn predicate(seq: u64, prev: String, start: u64, end: u64) -> EpochPredicate {
             version: "0".into(),
             binary_sha3_256: "00".into(),
         },
+        next_key: None,
     }
 }
 

@@ -48,11 +48,20 @@ pub fn load(store: &Store, hk: &HostKey, st: &Statement, pae: &str) -> Result<Co
             Some(n) => NonceLookup::Found(n),
         },
     };
+    // Read from the store, not the cached key table: a key retired with the CLI (or
+    // rotated away from by an earlier statement) while the service runs is retired at once.
+    let row = store.host_key(&hk.keyid)?;
+    let row = row.as_ref().unwrap_or(hk);
+    let next_key_enrolled = match &p.next_key {
+        Some(nk) => store.host_key(&nk.keyid)?,
+        None => None,
+    };
     Ok(Context {
         keyid: hk.keyid.clone(),
-        // Read from the store, not the cached key table: a key retired with the CLI
-        // while the service runs is retired at once.
-        retired_ms: store.key_retired_ms(&hk.keyid)?.or(hk.retired_ms),
+        retired_ms: row.retired_ms,
+        from_seq: row.from_seq,
+        retired_after_seq: row.retired_after_seq,
+        next_key_enrolled,
         enrolled_ms: hk.enrolled_ms,
         same_seq_others,
         predecessors: preds

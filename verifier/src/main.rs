@@ -215,8 +215,8 @@ fn hosts(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<16} {:<16} {:<18} {:<25} {:<25} {:>8} status",
-        "rack", "host", "keyid", "enrolled", "retired", "last seq"
+        "{:<16} {:<16} {:<18} {:<25} {:<25} {:>8} {:<18} key",
+        "rack", "host", "keyid", "enrolled", "retired", "last seq", "status"
     );
     for r in &rows {
         println!("{}", host_line(r));
@@ -230,8 +230,13 @@ fn host_line(r: &EnrolledHost) -> String {
         t.map(rackwarden_attest::units::fmt_unix_ms)
             .unwrap_or_else(|| "-".into())
     };
+    let key = match (r.from_seq, r.retired_after_seq) {
+        (_, Some(last)) => format!("{} (signs up to seq {last})", r.state),
+        (Some(first), None) => format!("{} (signs from seq {first})", r.state),
+        (None, None) => r.state.to_string(),
+    };
     format!(
-        "{:<16} {:<16} {:<18} {:<25} {:<25} {:>8} {}",
+        "{:<16} {:<16} {:<18} {:<25} {:<25} {:>8} {:<18} {key}",
         r.rack,
         r.host,
         r.keyid.get(..16).unwrap_or(&r.keyid),

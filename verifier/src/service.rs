@@ -19,7 +19,7 @@ use crate::{
     metrics::Metrics,
     page::view::RackView,
     standing::{self, EnrolledHost, RackStanding},
-    store::{Clearance, DbError, HostKey, Store, StoredStatement},
+    store::{Clearance, DbError, HostKey, Rotation, Store, StoredStatement},
 };
 pub use rackwarden_attest::api::{IngestOutcome, IngestStatus};
 
@@ -267,6 +267,8 @@ impl Verifier {
         let out = f(self).and_then(|t| Ok(self.store.commit().map(|()| t)?));
         if out.is_err() {
             self.store.rollback();
+            // A rotation the transaction applied is undone: so is its key table.
+            self.reload_keys_after_rollback();
         }
         out
     }
@@ -320,20 +322,31 @@ impl Verifier {
                 if let Err(rb) = self.store.rollback_to_savepoint() {
                     log::error!("rolling back a failed statement: {rb}");
                 }
+                self.reload_keys_after_rollback();
                 Err(e)
             }
         }
     }
 
-    /// A statement signed by an unknown key is prepared again after reloading the key table
-    /// (keys enrolled while the service runs), at most once a second.
+    /// Reloads the key table after a rollback (which may have undone a rotation); a store
+    /// that cannot be read leaves the table as it was, logged.
+    fn reload_keys_after_rollback(&mut self) {
+        if let Err(e) = self.reload_keys() {
+            log::error!("reloading the key table after a rollback: {e}");
+        }
+    }
+
+    /// A statement signed by an unknown key is prepared again: against the current key table
+    /// (a rotation earlier in the same batch, or since it was prepared, adds the new key),
+    /// after reloading it from the store (keys enrolled while the service runs) at most once
+    /// a second.
     fn judge(&mut self, item: PreparedItem, now_ms: u64) -> Result<IngestOutcome, VerifierError> {
         let PreparedItem { raw, prepared } = item;
         let prepared = match prepared {
-            Err(PrepareError::UnknownKey)
-                if self.keys_loaded.elapsed() > std::time::Duration::from_secs(1) =>
-            {
-                self.reload_keys()?;
+            Err(PrepareError::UnknownKey) => {
+                if self.keys_loaded.elapsed() > std::time::Duration::from_secs(1) {
+                    self.reload_keys()?;
+                }
                 prepare(&self.keys, &raw)
             }
             other => other,
@@ -388,6 +401,29 @@ impl Verifier {
             result: serde_json::to_string(&result).unwrap_or_default(),
             wipe_ms: effects.wipe_counts.then_some(p.epoch_end_unix_ms),
         })?;
+        if let Some(nk) = &effects.rotate_to {
+            self.store.rotate_key(
+                &Rotation {
+                    rack: &hk.rack,
+                    host: &hk.host,
+                    old_keyid: &hk.keyid,
+                    seq: p.seq,
+                    new_keyid: &nk.keyid,
+                    new_pem: &nk.public_key_pem,
+                },
+                now_ms,
+            )?;
+            // The new key signs the next statement, maybe later in this same batch.
+            self.reload_keys()?;
+            log::info!(
+                "{}/{}: key rotated at seq {} from {} to {}",
+                hk.rack,
+                hk.host,
+                p.seq,
+                hk.keyid,
+                nk.keyid
+            );
+        }
         Ok(IngestOutcome {
             status: IngestStatus::Accepted,
             result: Some(result),

@@ -85,6 +85,13 @@ pub struct EnrolledHost {
     pub retired_ms: Option<u64>,
     pub last_seq: Option<u64>,
     pub last_status: Option<String>,
+    /// `current`, `retired` (by an operator), `rotated` (the host rotated to this key at
+    /// `from_seq`) or `rotated away` (after `retired_after_seq`).
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retired_after_seq: Option<u64>,
 }
 
 /// Every rack with an agreement or an enrolled host. A store that cannot be read is an
@@ -110,6 +117,14 @@ pub fn hosts(store: &Store) -> Result<Vec<EnrolledHost>, DbError> {
             keyid: k.keyid,
             enrolled_ms: k.enrolled_ms,
             retired_ms: k.retired_ms,
+            state: match (k.retired_ms, k.retired_after_seq, k.from_seq) {
+                (Some(_), Some(_), _) => "rotated away",
+                (Some(_), None, _) => "retired",
+                (None, _, Some(_)) => "rotated",
+                (None, _, None) => "current",
+            },
+            from_seq: k.from_seq,
+            retired_after_seq: k.retired_after_seq,
         });
     }
     Ok(rows)

@@ -23,6 +23,13 @@ pub struct HostKey {
     pub pubkey_pem: String,
     pub enrolled_ms: u64,
     pub retired_ms: Option<u64>,
+    /// A key the host rotated to speaks from this seq on (`None`: a key enrolled by an
+    /// operator, from the host's first statement).
+    pub from_seq: Option<u64>,
+    /// A key the host rotated away from speaks up to this seq (the statement that named
+    /// its successor) and no further (`None`: not rotated away; an operator's retirement is
+    /// by time, `retired_ms`).
+    pub retired_after_seq: Option<u64>,
 }
 
 /// A challenge nonce as issued.
@@ -55,7 +62,8 @@ pub struct StoredStatement {
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS host_keys (
   id INTEGER PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL, keyid TEXT NOT NULL UNIQUE,
-  pubkey_pem TEXT NOT NULL, enrolled_ms INTEGER NOT NULL, retired_ms INTEGER);
+  pubkey_pem TEXT NOT NULL, enrolled_ms INTEGER NOT NULL, retired_ms INTEGER,
+  from_seq INTEGER, retired_after_seq INTEGER);
 CREATE TABLE IF NOT EXISTS nonces (
   nonce TEXT PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL,
   issued_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, used_ms INTEGER,
@@ -165,6 +173,36 @@ fn row_nonce(r: &rusqlite::Row) -> rusqlite::Result<NonceRecord> {
     })
 }
 
+/// A rotation a host announced (see [`Store::rotate_key`]).
+pub struct Rotation<'a> {
+    pub rack: &'a str,
+    pub host: &'a str,
+    pub old_keyid: &'a str,
+    /// The seq of the statement that named the new key.
+    pub seq: u64,
+    pub new_keyid: &'a str,
+    pub new_pem: &'a str,
+}
+
+const KEY_COLS: &str =
+    "rack, host, keyid, pubkey_pem, enrolled_ms, retired_ms, from_seq, retired_after_seq";
+
+fn row_key(r: &rusqlite::Row) -> rusqlite::Result<HostKey> {
+    let opt = |i: usize| -> rusqlite::Result<Option<u64>> {
+        Ok(r.get::<_, Option<i64>>(i)?.map(|v| v as u64))
+    };
+    Ok(HostKey {
+        rack: r.get(0)?,
+        host: r.get(1)?,
+        keyid: r.get(2)?,
+        pubkey_pem: r.get(3)?,
+        enrolled_ms: r.get::<_, i64>(4)? as u64,
+        retired_ms: opt(5)?,
+        from_seq: opt(6)?,
+        retired_after_seq: opt(7)?,
+    })
+}
+
 const STATEMENT_COLS: &str =
     "id, rack, host, seq, pae_sha3, envelope, received_ms, epoch_end_ms, status, result, wipe_ms";
 
@@ -206,6 +244,18 @@ impl Store {
         if !has_cleared_by {
             conn.execute_batch("ALTER TABLE clearances ADD COLUMN cleared_by TEXT")?;
         }
+        // Keys enrolled before hosts could rotate: NULL in both (enrolled by an operator,
+        // never rotated away).
+        let has_rotation: bool = conn
+            .prepare("SELECT COUNT(*) FROM pragma_table_info('host_keys') WHERE name = 'from_seq'")?
+            .query_row([], |r| r.get::<_, i64>(0))?
+            > 0;
+        if !has_rotation {
+            conn.execute_batch(
+                "ALTER TABLE host_keys ADD COLUMN from_seq INTEGER;
+                 ALTER TABLE host_keys ADD COLUMN retired_after_seq INTEGER",
+            )?;
+        }
         Ok(Store { conn })
     }
 
@@ -244,8 +294,17 @@ impl Store {
     /// Copies a key row as it is (recheck's fresh store takes the keys of the real one).
     pub fn insert_host_key(&self, k: &HostKey) -> Result<(), DbError> {
         self.conn.execute(
-            "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms, retired_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![k.rack, k.host, k.keyid, k.pubkey_pem, k.enrolled_ms as i64, k.retired_ms.map(|v| v as i64)],
+            "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms, retired_ms, from_seq, retired_after_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                k.rack,
+                k.host,
+                k.keyid,
+                k.pubkey_pem,
+                k.enrolled_ms as i64,
+                k.retired_ms.map(|v| v as i64),
+                k.from_seq.map(|v| v as i64),
+                k.retired_after_seq.map(|v| v as i64)
+            ],
         )?;
         Ok(())
     }
@@ -273,15 +332,30 @@ impl Store {
         tx.commit()
     }
 
-    /// When the key was retired, if it was.
-    pub fn key_retired_ms(&self, keyid: &str) -> Result<Option<u64>, DbError> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT retired_ms FROM host_keys WHERE keyid = ?1")?
-            .query_row(params![keyid], |r| r.get::<_, Option<i64>>(0))
-            .optional()?
-            .flatten()
-            .map(|v| v as u64))
+    /// A host's rotation, accepted with the statement at `seq` signed by `old_keyid` that
+    /// named `new_keyid`: the old key is retired after `seq`, the new one speaks from
+    /// `seq + 1`. Runs in the ingest transaction (the statement and the rotation are kept
+    /// together or not at all).
+    pub fn rotate_key(&self, r: &Rotation<'_>, now_ms: u64) -> Result<(), DbError> {
+        self.conn.execute(
+            "UPDATE host_keys SET retired_ms = ?1, retired_after_seq = ?2 WHERE keyid = ?3 AND retired_ms IS NULL",
+            params![now_ms as i64, r.seq as i64, r.old_keyid],
+        )?;
+        self.conn.execute(
+            "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms, from_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![r.rack, r.host, r.new_keyid, r.new_pem, now_ms as i64, r.seq as i64 + 1],
+        )?;
+        Ok(())
+    }
+
+    /// The key row of `keyid`, if it is enrolled (or was).
+    pub fn host_key(&self, keyid: &str) -> Result<Option<HostKey>, DbError> {
+        self.conn
+            .prepare_cached(&format!(
+                "SELECT {KEY_COLS} FROM host_keys WHERE keyid = ?1"
+            ))?
+            .query_row(params![keyid], row_key)
+            .optional()
     }
 
     pub fn retire(&self, keyid: &str, now_ms: u64) -> Result<(), DbError> {
@@ -293,17 +367,10 @@ impl Store {
     }
 
     pub fn host_keys(&self) -> Result<Vec<HostKey>, DbError> {
-        let mut st = self.conn.prepare_cached("SELECT rack, host, keyid, pubkey_pem, enrolled_ms, retired_ms FROM host_keys ORDER BY id")?;
-        let rows = st.query_map([], |r| {
-            Ok(HostKey {
-                rack: r.get(0)?,
-                host: r.get(1)?,
-                keyid: r.get(2)?,
-                pubkey_pem: r.get(3)?,
-                enrolled_ms: r.get::<_, i64>(4)? as u64,
-                retired_ms: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
-            })
-        })?;
+        let mut st = self
+            .conn
+            .prepare_cached(&format!("SELECT {KEY_COLS} FROM host_keys ORDER BY id"))?;
+        let rows = st.query_map([], row_key)?;
         rows.collect()
     }
 

@@ -263,6 +263,8 @@ struct Epoch {
     downtime_ms: Option<u64>,
     /// What started the epoch (reported with `downtime_ms`).
     trigger: EpochTrigger,
+    /// The key the host rotates to (`next_key`), if it announces one.
+    next_key: Option<NextKey>,
 }
 
 impl Default for Epoch {
@@ -283,6 +285,7 @@ impl Default for Epoch {
             self_protection: None,
             downtime_ms: None,
             trigger: EpochTrigger::Interval,
+            next_key: None,
         }
     }
 }
@@ -427,6 +430,7 @@ impl Host {
                     version: "0".into(),
                     binary_sha3_256: "00".repeat(32),
                 },
+                next_key: e.next_key,
             },
         );
         let body = st.to_json();
@@ -2221,5 +2225,161 @@ fn a_failed_item_in_a_batch_leaves_no_trace_but_its_refusal() {
         r["result"]["trustworthiness"]["freshness"], "affirming",
         "{r}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `next_key` a host announces when it rotates to `k`.
+fn next_key_of(k: &SigningKey) -> NextKey {
+    NextKey {
+        keyid: keys::keyid(&k.verifying_key()),
+        public_key_pem: keys::public_pem(&k.verifying_key()),
+    }
+}
+
+fn run_cli(config: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_host_rotates_its_key_in_a_statement_signed_with_the_old_one() {
+    let (dir, config, port) = setup("rotate", "1 h", None);
+    let old = enroll(&config, &dir, "rack-a", "h1");
+    let new = keys::generate();
+    let s = Server::start(&dir, &config, port);
+    let mut h = Host::new(old.clone(), "rack-a", "h1");
+    let r = post_challenged(&s, &mut h, Epoch::default());
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+
+    // seq 1 (old key) names the new key; seq 2 is signed with the new one. Delivered out
+    // of order, seq 2 is refused as unknown, and accepted once seq 1 is in.
+    let n1 = challenge(&s, "rack-a", "h1");
+    let n2 = challenge(&s, "rack-a", "h1");
+    let rotation = h.next(Epoch {
+        nonce: Some(n1),
+        next_key: Some(next_key_of(&new)),
+        ..Epoch::default()
+    });
+    h.key = new.clone();
+    let first_new = h.next(Epoch {
+        nonce: Some(n2),
+        ..Epoch::default()
+    });
+    let r = post_one(&s, first_new.clone());
+    assert_eq!(r["status"], "rejected", "{r}");
+    assert!(
+        r["reason"].as_str().unwrap().contains("no enrolled key"),
+        "{r}"
+    );
+    let r = post_one(&s, rotation.clone());
+    assert_eq!(r["status"], "accepted", "{r}");
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+    assert_eq!(post_one(&s, rotation.clone())["status"], "duplicate");
+    let r = post_one(&s, first_new);
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+    let r = post_challenged(&s, &mut h, Epoch::default());
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+    // The resend of the rotation is still a duplicate after the old key is retired.
+    assert_eq!(post_one(&s, rotation)["status"], "duplicate");
+
+    // Both keys, with their states; every verdict re-derives across the rotation.
+    let hosts: Value =
+        serde_json::from_slice(&run_cli(&config, &["hosts", "--json"]).stdout).unwrap();
+    let state = |k: &SigningKey| {
+        let id = keys::keyid(&k.verifying_key());
+        hosts
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["keyid"] == id.as_str())
+            .map(|x| x["state"].as_str().unwrap().to_string())
+    };
+    assert_eq!(state(&old).as_deref(), Some("rotated away"), "{hosts}");
+    assert_eq!(state(&new).as_deref(), Some("rotated"), "{hosts}");
+    let text = String::from_utf8_lossy(&run_cli(&config, &["hosts"]).stdout).into_owned();
+    assert!(
+        text.contains("signs up to seq 1") && text.contains("signs from seq 2"),
+        "{text}"
+    );
+    let out = run_cli(&config, &["recheck"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("0 differences"),
+        "{text}"
+    );
+
+    // The old key, after the rotation: refused however its epoch is dated.
+    let mut stale = Host {
+        key: old,
+        ..Host::new(new.clone(), "rack-a", "h1")
+    };
+    stale.seq = h.seq;
+    stale.prev.clone_from(&h.prev);
+    stale.last_end = h.last_end;
+    let r = post_one(&s, stale.next(Epoch::default()));
+    assert_eq!(r["result"]["status"], "contraindicated", "{r}");
+    assert!(codes(&r).contains(&"retired_key".to_string()), "{r}");
+    // The new key cannot speak for a seq before the rotation.
+    let mut early = Host::new(new, "rack-a", "h1");
+    early.seq = 1;
+    let r = post_one(&s, early.next(Epoch::default()));
+    assert!(codes(&r).contains(&"key_not_yet_valid".to_string()), "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_next_key_that_is_another_hosts_retired_or_mislabelled_is_refused() {
+    let (dir, config, port) = setup("rotate-refused", "1 h", None);
+    let retired = enroll(&config, &dir, "rack-a", "h1");
+    let current = enroll(&config, &dir, "rack-a", "h1");
+    let other = enroll(&config, &dir, "rack-a", "h2");
+    let s = Server::start(&dir, &config, port);
+    let mut h = Host::new(current.clone(), "rack-a", "h1");
+    let refused = |r: &Value, why: &str| {
+        assert_eq!(r["result"]["status"], "contraindicated", "{r}");
+        let f = r["result"]["findings"].to_string();
+        assert!(f.contains("next_key_refused") && f.contains(why), "{r}");
+    };
+    let r = post_challenged(
+        &s,
+        &mut h,
+        Epoch {
+            next_key: Some(next_key_of(&other)),
+            ..Epoch::default()
+        },
+    );
+    refused(&r, "belongs to rack-a/h2");
+    let r = post_challenged(
+        &s,
+        &mut h,
+        Epoch {
+            next_key: Some(next_key_of(&retired)),
+            ..Epoch::default()
+        },
+    );
+    refused(&r, "was retired");
+    let fresh = keys::generate();
+    let r = post_challenged(
+        &s,
+        &mut h,
+        Epoch {
+            next_key: Some(NextKey {
+                keyid: "ab".repeat(32),
+                ..next_key_of(&fresh)
+            }),
+            ..Epoch::default()
+        },
+    );
+    refused(&r, "key id is");
+    // None of these rotated anything: the current key still signs, the fresh one is unknown.
+    let r = post_challenged(&s, &mut h, Epoch::default());
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+    h.key = fresh;
+    let r = post_one(&s, h.next(Epoch::default()));
+    assert_eq!(r["status"], "rejected", "{r}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -56,6 +56,7 @@ pub fn sign_and_append(
         incidents,
         epoch: ev.epoch,
         producer: producer.clone(),
+        next_key: None,
     };
     let st = Statement::new(subject, predicate);
     let env = dsse::sign(key, dsse::INTOTO_PAYLOAD_TYPE, &st.to_json());

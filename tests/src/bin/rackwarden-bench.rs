@@ -935,6 +935,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
             version: "0.1.0".into(),
             binary_sha3_256: "cd".repeat(32),
         },
+        next_key: None,
     }
 }
 

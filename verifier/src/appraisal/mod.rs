@@ -30,9 +30,12 @@ mod wipe;
 use std::collections::BTreeMap;
 
 pub use rackwarden_attest::result::{Aspect, AttestationResult, Finding, FindingCode, Status};
-use rackwarden_attest::statement::Statement;
+use rackwarden_attest::statement::{NextKey, Statement};
 
-use crate::{config::Policy, store::NonceRecord};
+use crate::{
+    config::Policy,
+    store::{HostKey, NonceRecord},
+};
 
 /// What the store knows that a statement is judged against, loaded by the service before
 /// appraisal.
@@ -43,6 +46,12 @@ pub struct Context {
     /// The key's retirement time, read from the store at ingest (a key retired while the
     /// service runs is retired at once).
     pub retired_ms: Option<u64>,
+    /// A key the host rotated to: the first seq it speaks for.
+    pub from_seq: Option<u64>,
+    /// A key the host rotated away from: the last seq it speaks for.
+    pub retired_after_seq: Option<u64>,
+    /// The enrolled row of the key the statement names as `next_key`, if any is enrolled.
+    pub next_key_enrolled: Option<HostKey>,
     pub enrolled_ms: u64,
     /// Stored statements with the same seq and a different digest (a fork).
     pub same_seq_others: usize,
@@ -70,12 +79,15 @@ pub enum NonceLookup {
 }
 
 /// What the service must do once the statement is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Effects {
     /// The nonce was fresh and is consumed by this statement.
     pub consume_nonce: bool,
     /// The statement carries a complete wipe bound to our nonce: it resets the wipe clock.
     pub wipe_counts: bool,
+    /// The statement names a next key that is accepted: it becomes the host's key from the
+    /// next seq on, and the signing key is retired after this one.
+    pub rotate_to: Option<NextKey>,
 }
 
 #[derive(Debug, Clone)]
@@ -100,7 +112,7 @@ impl Judge<'_> {
         });
     }
 
-    fn has(&self, aspect: Aspect, severity: Status) -> bool {
+    pub(crate) fn has(&self, aspect: Aspect, severity: Status) -> bool {
         self.findings
             .iter()
             .any(|f| f.aspect == aspect && f.severity == severity)
@@ -137,6 +149,7 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
     };
     // The order of the findings is part of a stored verdict (`recheck` compares them).
     identity::check_key(&mut j, st, ctx);
+    let rotate_to = identity::check_next_key(&mut j, st, ctx);
     identity::check_daemon(&mut j, st);
     limiter::check_self_protection(&mut j, st);
     identity::check_programs(&mut j, st);
@@ -154,6 +167,7 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
         effects: Effects {
             consume_nonce: fresh,
             wipe_counts,
+            rotate_to,
         },
     }
 }

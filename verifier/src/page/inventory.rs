@@ -91,7 +91,9 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "program_id"
         | "last_tgid"
         | "last_cgroup_id"
-        | "stream" => Identifier,
+        | "stream"
+        | "keyid"
+        | "public_key_pem" => Identifier,
         "prev" | "binary_sha3_256" | "tag" | "merkle_sha3_256" | "manifest_sha3_256"
         | "sha3_256" => Digest,
         "nonce" => Nonce,
