@@ -41,6 +41,9 @@ pub struct EvidenceLog {
     /// fsynced append). A reader such as the delivery spool must not read past it.
     durable_len: u64,
     pub tip: Option<ChainTip>,
+    /// The keyid the last good statement names as its `next_key` (a key rotation it
+    /// announced): from the next seq on, that key signs.
+    pub tip_next_keyid: Option<String>,
     /// Problems found on open that no later statement has disclosed yet: the next statement
     /// must carry them.
     pub pending_incidents: Vec<Incident>,
@@ -49,6 +52,12 @@ pub struct EvidenceLog {
 impl EvidenceLog {
     /// Opens (creating if needed) the log of statements signed by `key`.
     pub fn open(path: &Path, key: &VerifyingKey) -> Result<EvidenceLog, LogError> {
+        Self::open_with_keys(path, std::slice::from_ref(key))
+    }
+
+    /// Opens the log of a host whose key rotated: a line signed by any of `keys` (the
+    /// current key, the ones it rotated away from, the announced next one) is a statement.
+    pub fn open_with_keys(path: &Path, keys: &[VerifyingKey]) -> Result<EvidenceLog, LogError> {
         let e = |source| LogError {
             path: path.to_path_buf(),
             source,
@@ -81,6 +90,7 @@ impl EvidenceLog {
         let bytes = std::fs::read(path).map_err(e)?;
         let mut durable_len = bytes.len() as u64;
         let mut tip = None;
+        let mut tip_next_keyid = None;
         let mut problems: Vec<Incident> = Vec::new();
         let mut disclosed: Vec<u64> = Vec::new();
         let mut offset = 0usize;
@@ -99,8 +109,9 @@ impl EvidenceLog {
                 break;
             };
             let line = &bytes[offset..offset + nl];
-            match dsse::verify(line, key, INTOTO_PAYLOAD_TYPE)
-                .ok()
+            match keys
+                .iter()
+                .find_map(|key| dsse::verify(line, key, INTOTO_PAYLOAD_TYPE).ok())
                 .and_then(|v| Statement::from_verified(&v.payload).ok().map(|s| (v, s)))
             {
                 Some((v, s)) => {
@@ -115,6 +126,7 @@ impl EvidenceLog {
                         pae_sha3: v.pae_sha3,
                         epoch_end_unix_ms: s.predicate.epoch_end_unix_ms,
                     });
+                    tip_next_keyid = s.predicate.next_key.map(|k| k.keyid);
                 }
                 None if line.is_empty() => {}
                 None => problems.push(Incident::CorruptLogLine {
@@ -134,6 +146,7 @@ impl EvidenceLog {
             file,
             durable_len,
             tip,
+            tip_next_keyid,
             pending_incidents,
         })
     }
@@ -169,6 +182,11 @@ impl EvidenceLog {
             pae_sha3: crate::sha3(&dsse::pae(&env.payload_type, &payload)),
             epoch_end_unix_ms: statement.predicate.epoch_end_unix_ms,
         });
+        self.tip_next_keyid = statement
+            .predicate
+            .next_key
+            .as_ref()
+            .map(|k| k.keyid.clone());
         self.pending_incidents.clear();
         Ok(())
     }

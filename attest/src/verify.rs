@@ -128,8 +128,11 @@ fn envelope_finding(e: EnvelopeError) -> Finding {
     }
 }
 
-/// Verifies every line of `log` against `key`.
+/// Verifies every line of `log` against `key`, following the host's key rotations: once a
+/// statement that verifies names a `next_key` (whose keyid matches its public key), later
+/// lines are checked against that key. `key` is the key the log starts with.
 pub fn verify_log(log: &[u8], key: &VerifyingKey) -> LogReport {
+    let mut key = *key;
     let mut lines = Vec::new();
     // seq -> (line, pae digest) of statements accepted so far
     let mut seen: BTreeMap<u64, (usize, [u8; 32])> = BTreeMap::new();
@@ -158,7 +161,7 @@ pub fn verify_log(log: &[u8], key: &VerifyingKey) -> LogReport {
             });
             damaged.push((lines.len(), offset as u64));
         } else {
-            match dsse::verify(line, key, INTOTO_PAYLOAD_TYPE) {
+            match dsse::verify(line, &key, INTOTO_PAYLOAD_TYPE) {
                 Err(e) => {
                     r.findings.push(envelope_finding(e));
                     damaged.push((lines.len(), offset as u64));
@@ -169,6 +172,9 @@ pub fn verify_log(log: &[u8], key: &VerifyingKey) -> LogReport {
                     }),
                     Ok(s) => {
                         let p = &s.predicate;
+                        if let Some(next) = rotated_key(p.next_key.as_ref()) {
+                            key = next;
+                        }
                         r.seq = Some(p.seq);
                         r.epoch_end_unix_ms = Some(p.epoch_end_unix_ms);
                         check_chain(
@@ -226,6 +232,13 @@ pub fn verify_log(log: &[u8], key: &VerifyingKey) -> LogReport {
         };
     }
     report
+}
+
+/// The key a statement rotates to, if its keyid is the one its public key gives.
+fn rotated_key(next: Option<&crate::statement::NextKey>) -> Option<VerifyingKey> {
+    let next = next?;
+    let vk = crate::keys::parse_verifying_key(&next.public_key_pem).ok()?;
+    (crate::keys::keyid(&vk) == next.keyid).then_some(vk)
 }
 
 fn check_chain(

@@ -310,3 +310,54 @@ proptest! {
         prop_assert!(!r.ok(), "mutation at {} to {:#x} not detected", i, byte);
     }
 }
+
+/// Three statements: seq 0 by `a`, seq 1 by `a` naming `b` as its next key, seq 2 by
+/// `third` (the key that should be `b`).
+fn rotated_log(a: &SigningKey, b: &SigningKey, third: &SigningKey) -> Vec<u8> {
+    let mut prev = GENESIS_PREV.to_string();
+    let mut lines = Vec::new();
+    for (seq, key) in [(0u64, a), (1, a), (2, third)] {
+        let mut p = predicate(seq, prev.clone(), 1000 * seq, 1000 * seq + 999);
+        if seq == 1 {
+            p.next_key = Some(NextKey {
+                keyid: keys::keyid(&b.verifying_key()),
+                public_key_pem: keys::public_pem(&b.verifying_key()),
+            });
+        }
+        let body = Statement::new(vec![], p).to_json();
+        prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
+            INTOTO_PAYLOAD_TYPE,
+            &body,
+        )));
+        let mut l = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &body).to_json();
+        l.push(b'\n');
+        lines.push(l);
+    }
+    join(&lines)
+}
+
+#[test]
+fn a_log_verifies_across_a_key_rotation_from_its_first_key() {
+    let (a, b) = (keys::generate(), keys::generate());
+    let r = verify_log(&rotated_log(&a, &b, &b), &a.verifying_key());
+    assert!(r.ok(), "{r:?}");
+    assert_eq!(r.statements_ok, 3);
+    // The old key after the statement that rotated away from it: a failure.
+    let r = verify_log(&rotated_log(&a, &b, &a), &a.verifying_key());
+    assert!(!r.ok());
+    assert!(
+        matches!(r.lines[2].findings[..], [Finding::WrongKey { .. }]),
+        "{:?}",
+        r.lines[2]
+    );
+    // The log of a rotated host opens with its keys, the chain's tip naming no next key.
+    let dir = std::env::temp_dir().join(format!("rw-rotlog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("evidence.jsonl");
+    std::fs::write(&path, rotated_log(&a, &b, &b)).unwrap();
+    let log = EvidenceLog::open_with_keys(&path, &[a.verifying_key(), b.verifying_key()]).unwrap();
+    assert_eq!(log.next_link().0, 3);
+    assert!(log.pending_incidents.is_empty());
+    assert_eq!(log.tip_next_keyid, None);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -331,6 +331,19 @@ fn render_epoch(s: &mut String, e: &crate::epoch::EpochStatus) {
         dur(e.wipe_interval_ms),
         e.verifier_url
     );
+    let short = |k: &str| k.get(..16).unwrap_or(k).to_string();
+    let _ = writeln!(
+        s,
+        "signing key: {}{}",
+        short(&e.keyid),
+        match &e.next_keyid {
+            Some(n) => format!(
+                "; rotation pending to {}: the next statement names it",
+                short(n)
+            ),
+            None => String::new(),
+        }
+    );
     let state = match &e.state {
         EpochState::Waiting { next_at_ms } => {
             format!("waiting; next epoch at {}", fmt_unix_ms(*next_at_ms))

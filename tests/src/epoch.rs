@@ -177,6 +177,15 @@ ingress = "1 MB/s"
     }
 
     /// The host's stored statements, oldest first (the API lists newest first).
+    /// POSTs envelopes (`body`: one, or a JSON array of them) to `/v1/statements`; the
+    /// answer's JSON, or `None` if there was no 200.
+    pub fn post_statements(&self, body: Vec<u8>) -> Option<serde_json::Value> {
+        let (port, ca) = (self.port, self.ca());
+        in_netns(&self.ns, move || {
+            https_post(port, "/v1/statements", body, &ca)
+        })
+    }
+
     pub fn history(&self, rack: &str, host: &str) -> Vec<serde_json::Value> {
         let mut v = self
             .get(&format!("/v1/hosts/{rack}/{host}/statements?limit=10000"))
@@ -195,6 +204,26 @@ impl Drop for Verifier {
 
 /// A GET over TLS trusting only `ca`; the body parsed as JSON. The client (and its
 /// runtime thread) is made here, so its sockets live in the caller's namespace.
+fn https_post(port: u16, path: &str, body: Vec<u8>, ca: &Path) -> Option<serde_json::Value> {
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).ok()?).ok()?;
+    let c = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .build()
+        .ok()?;
+    let r = c
+        .post(format!("https://{VERIFIER_ADDR}:{port}{path}"))
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .ok()?;
+    if !r.status().is_success() {
+        return None;
+    }
+    r.json().ok()
+}
+
 fn https_get(port: u16, path: &str, ca: &Path) -> Option<serde_json::Value> {
     let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).ok()?).ok()?;
     let c = reqwest::blocking::Client::builder()

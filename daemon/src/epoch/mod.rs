@@ -32,6 +32,7 @@
 
 pub mod challenge;
 pub mod delivery;
+pub mod host_keys;
 pub mod journal;
 mod phases;
 mod run;
@@ -53,7 +54,6 @@ use std::{
     time::Duration,
 };
 
-use ed25519_dalek::SigningKey;
 use rackwarden_attest::{
     evidence::{EpochTrigger, Incident, PhaseTime, ProducerIdentity, WorkloadOutcome},
     log::EvidenceLog,
@@ -146,6 +146,12 @@ pub struct EpochStatus {
     pub last_epoch: Option<LastEpoch>,
     pub last_error: Option<String>,
     pub delivery: DeliveryStatus,
+    /// The keyid of the key statements are signed with now.
+    #[serde(default)]
+    pub keyid: String,
+    /// A pending key rotation: the keyid the next statement names (`keygen --rotate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_keyid: Option<String>,
 }
 
 /// Asks the epoch loop to do something.
@@ -162,6 +168,10 @@ pub enum EpochError {
         path: PathBuf,
         source: rackwarden_attest::keys::KeyError,
     },
+    #[error(
+        "the evidence log's last statement rotated to key {keyid}, which is neither the signing key {signing_key} nor its next key: put that key back (signing with another would be refused)"
+    )]
+    RotatedKeyMissing { keyid: String, signing_key: PathBuf },
     #[error(transparent)]
     Log(#[from] rackwarden_attest::log::LogError),
     #[error(transparent)]
@@ -202,7 +212,8 @@ impl EpochHandle {
 struct EpochLoop {
     cfg: Config,
     ecfg: EpochConfig,
-    key: SigningKey,
+    /// The signing key, and the next one while a rotation is pending.
+    keys: host_keys::HostKeys,
     producer: ProducerIdentity,
     log: Option<EvidenceLog>,
     log_path: PathBuf,
@@ -249,6 +260,14 @@ impl EpochLoop {
         self.heartbeat_ms.store(now_ms(), Ordering::SeqCst);
     }
 
+    /// Shows the signing key and a pending rotation in the status.
+    fn publish_keys(&self) {
+        if let Ok(mut st) = self.status.lock() {
+            st.keyid = self.keys.keyid();
+            st.next_keyid = self.keys.next_keyid();
+        }
+    }
+
     fn set_error(&self, e: Option<String>) {
         if let Ok(mut st) = self.status.lock() {
             st.last_error = e;
@@ -275,7 +294,7 @@ impl EpochLoop {
     /// Reopens the log after a failed write: the torn tail is terminated and disclosed.
     fn log(&mut self) -> Result<&mut EvidenceLog, Abort> {
         if self.log.is_none() {
-            let l = EvidenceLog::open(&self.log_path, &self.key.verifying_key())
+            let l = EvidenceLog::open_with_keys(&self.log_path, &self.keys.ring_keys())
                 .map_err(|e| Abort::Storage(e.to_string()))?;
             self.durable_len.store(l.durable_len(), Ordering::SeqCst);
             self.log = Some(l);

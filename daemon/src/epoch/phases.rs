@@ -309,9 +309,15 @@ impl EpochLoop {
             incidents: self.carried.clone(),
             epoch: Some(run),
         };
-        let (cfg, key, producer) = (self.cfg.clone(), self.key.clone(), self.producer.clone());
+        // A key written by `keygen --rotate` since the last statement is announced in this one.
+        if let Err(e) = self.keys.refresh_next() {
+            log::warn!("epoch {seq}: the next key cannot be read, no rotation yet: {e}");
+        }
+        let (cfg, producer) = (self.cfg.clone(), self.producer.clone());
+        let (key, next_key) = (self.keys.current().clone(), self.keys.announcement());
+        let rotating = next_key.is_some();
         let log = self.log()?;
-        let st = match statement::sign_and_append(&cfg, log, &key, &producer, ev) {
+        let st = match statement::sign_and_append(&cfg, log, &key, &producer, ev, next_key) {
             Ok(st) => st,
             Err(e) => {
                 // The file may now end in a torn line: reopen before the next append so
@@ -322,6 +328,11 @@ impl EpochLoop {
         };
         let durable = self.log()?.durable_len();
         self.durable_len.store(durable, Ordering::SeqCst);
+        if rotating && let Err(e) = self.keys.complete_rotation() {
+            // The new key signs from now on regardless; the next start completes the files.
+            log::error!("epoch {seq}: key rotation: {e}");
+        }
+        self.publish_keys();
         let _ = self.kick.send(());
         self.carried.clear();
         self.current = None;

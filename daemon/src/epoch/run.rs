@@ -87,6 +87,19 @@ impl EpochLoop {
         );
     }
 
+    /// A key `keygen --rotate` wrote while we wait shows in the status as a pending rotation
+    /// at once (the statement that names it is the next one). A next key that does not load
+    /// is said when the statement is signed, not every tick.
+    fn poll_next_key(&mut self) {
+        if self.keys.next_keyid().is_none() {
+            match self.keys.refresh_next() {
+                Ok(()) if self.keys.next_keyid().is_some() => self.publish_keys(),
+                Ok(()) => {}
+                Err(e) => log::debug!("next key: {e}"),
+            }
+        }
+    }
+
     /// Sleeps until the next epoch is due, a command arrives, or `stop`. After a storage
     /// failure a wipe-now does not cut the retry pause short.
     fn wait(&mut self, stop: &AtomicBool, commands: &mpsc::Receiver<EpochCommand>, hold: bool) {
@@ -104,7 +117,7 @@ impl EpochLoop {
                     );
                 }
                 Ok(EpochCommand::Reload(cfg)) => self.reload(*cfg),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => self.poll_next_key(),
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             }
         }

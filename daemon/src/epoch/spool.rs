@@ -11,7 +11,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::pins::StatePaths;
+use crate::{epoch::host_keys::KeyRing, pins::StatePaths};
 use ed25519_dalek::VerifyingKey;
 use rackwarden_attest::{dsse, statement::Statement};
 use serde::{Deserialize, Serialize};
@@ -44,15 +44,16 @@ pub struct SpoolLine {
 pub struct Spool {
     log: PathBuf,
     cursor_path: PathBuf,
-    key: VerifyingKey,
+    /// The host's keys (current, next, rotated away from): the log holds lines of each.
+    keys: KeyRing,
 }
 
 impl Spool {
-    pub fn new(state: &StatePaths, key: VerifyingKey) -> Spool {
+    pub fn new(state: &StatePaths, keys: KeyRing) -> Spool {
         Spool {
             log: state.evidence_log(),
             cursor_path: state.delivery_cursor(),
-            key,
+            keys,
         }
     }
 
@@ -100,12 +101,14 @@ impl Spool {
         f.take(durable_len - from)
             .read_to_end(&mut buf)
             .map_err(|e| self.err(&self.log, e.to_string()))?;
+        let keys: Vec<VerifyingKey> = self.keys.read().map(|k| k.clone()).unwrap_or_default();
         let mut out = Vec::new();
         let mut pos = 0usize;
         while let Some(nl) = buf[pos..].iter().position(|b| *b == b'\n') {
             let line = &buf[pos..pos + nl];
-            let statement = dsse::verify(line, &self.key, dsse::INTOTO_PAYLOAD_TYPE)
-                .ok()
+            let statement = keys
+                .iter()
+                .find_map(|k| dsse::verify(line, k, dsse::INTOTO_PAYLOAD_TYPE).ok())
                 .and_then(|v| Statement::from_verified(&v.payload).ok())
                 .map(|s| (s.predicate.seq, line.to_vec()));
             pos += nl + 1;

@@ -10,7 +10,6 @@ use std::{
     time::Duration,
 };
 
-use ed25519_dalek::SigningKey;
 use rackwarden_attest::{
     evidence::{EpochTrigger, Incident},
     log::EvidenceLog,
@@ -20,6 +19,7 @@ use rackwarden_attest::{
 use super::{
     EpochError, EpochHandle, EpochLoop, EpochState, EpochStatus,
     delivery::{Delivery, DeliveryStatus},
+    host_keys::{HostKeys, KeyRing, Recovery, recovery},
     journal::{self, Journal, JournalEntry},
     spool::Spool,
 };
@@ -99,13 +99,13 @@ struct Shared {
 /// a later delivery.
 fn start_delivery(
     cfg: &Config,
-    key: &SigningKey,
+    keys: KeyRing,
     shared: &Shared,
     stop: &'static AtomicBool,
 ) -> Result<mpsc::Sender<()>, EpochError> {
     let (kick_tx, kick_rx) = mpsc::channel();
     let delivery = Delivery {
-        spool: Spool::new(&cfg.state_paths(), key.verifying_key()),
+        spool: Spool::new(&cfg.state_paths(), keys),
         endpoint: shared.endpoint.clone(),
         durable_len: shared.durable_len.clone(),
         status: shared.delivery_status.clone(),
@@ -130,14 +130,33 @@ pub fn start(
     ecfg: &EpochConfig,
     stop: &'static AtomicBool,
 ) -> Result<EpochHandle, EpochError> {
-    let key = rackwarden_attest::keys::load_signing_key(&ecfg.signing_key).map_err(|source| {
-        EpochError::Key {
-            path: ecfg.signing_key.clone(),
-            source,
-        }
-    })?;
+    let key_error = |source| EpochError::Key {
+        path: ecfg.signing_key.clone(),
+        source,
+    };
+    let mut keys = HostKeys::load(&ecfg.signing_key).map_err(key_error)?;
     let log_path = cfg.state_paths().evidence_log();
-    let log = EvidenceLog::open(&log_path, &key.verifying_key())?;
+    let log = EvidenceLog::open_with_keys(&log_path, &keys.ring_keys())?;
+    // A rotation whose statement is in the log but whose rename did not happen (a crash
+    // between the two): the next key signs the next seq, so the rename is done first.
+    let next_keyid = keys.next_keyid();
+    match recovery(log.tip_next_keyid.as_deref(), next_keyid.as_deref()) {
+        Recovery::Complete => {
+            log::warn!(
+                "completing the key rotation the log's last statement announced (the daemon stopped before renaming the key)"
+            );
+            keys.complete_rotation().map_err(key_error)?;
+        }
+        Recovery::Announce | Recovery::Nothing => {}
+    }
+    if let Some(t) = &log.tip_next_keyid
+        && *t != keys.keyid()
+    {
+        return Err(EpochError::RotatedKeyMissing {
+            keyid: t.clone(),
+            signing_key: ecfg.signing_key.clone(),
+        });
+    }
     let journal = Journal::new(&cfg.state_paths());
     let now = now_ms();
     let Recovered {
@@ -161,6 +180,8 @@ pub fn start(
             last_epoch: None,
             last_error: None,
             delivery: DeliveryStatus::default(),
+            keyid: keys.keyid(),
+            next_keyid: keys.next_keyid(),
         })),
         delivery_status: Arc::new(Mutex::new(DeliveryStatus::default())),
         epoch_heartbeat_ms: Arc::new(AtomicU64::new(now)),
@@ -169,12 +190,12 @@ pub fn start(
         durable_len: Arc::new(AtomicU64::new(log.durable_len())),
         endpoint: Arc::new(Mutex::new(ecfg.verifier.clone())),
     };
-    let kick = start_delivery(cfg, &key, &shared, stop)?;
+    let kick = start_delivery(cfg, keys.ring(), &shared, stop)?;
     let (cmd_tx, cmd_rx) = mpsc::channel();
     let lp = EpochLoop {
         cfg: cfg.clone(),
         ecfg: ecfg.clone(),
-        key,
+        keys,
         producer: crate::collect::producer("rackwardend"),
         log: Some(log),
         log_path,

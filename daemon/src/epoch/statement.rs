@@ -7,7 +7,7 @@ use rackwarden_attest::{
     dsse,
     evidence::{EpochRun, ImageReport, Incident, ProducerIdentity, WipeReport},
     log::{EvidenceLog, LogError},
-    statement::{Challenge, EpochPredicate, Statement, Subject},
+    statement::{Challenge, EpochPredicate, NextKey, Statement, Subject},
 };
 
 use rackwarden_attest::now_ms;
@@ -32,6 +32,7 @@ pub fn sign_and_append(
     key: &SigningKey,
     producer: &ProducerIdentity,
     ev: EpochEvidence,
+    next_key: Option<NextKey>,
 ) -> Result<Statement, LogError> {
     let now = now_ms();
     let start = log.tip.map(|t| t.epoch_end_unix_ms.min(now)).unwrap_or(now);
@@ -56,7 +57,7 @@ pub fn sign_and_append(
         incidents,
         epoch: ev.epoch,
         producer: producer.clone(),
-        next_key: None,
+        next_key,
     };
     let st = Statement::new(subject, predicate);
     let env = dsse::sign(key, dsse::INTOTO_PAYLOAD_TYPE, &st.to_json());

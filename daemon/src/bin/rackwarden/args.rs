@@ -139,13 +139,20 @@ pub enum Cmd {
         daemon: DaemonArgs,
     },
     /// Write a new ed25519 key pair: DIR/NAME.key (PKCS#8 PEM, 0600) and DIR/NAME.pub.
+    /// With --rotate, the host's next key beside its current one: DIR/NAME.next.key and
+    /// DIR/NAME.next.pub; the daemon's next statement names it (signed with the current
+    /// key), then signs with it.
     Keygen {
-        /// Directory to write the pair into.
+        /// Directory to write the pair into (with --rotate: the directory of
+        /// epoch.signing_key).
         #[arg(long)]
         out: PathBuf,
         /// File name stem of the pair.
         #[arg(long, default_value = "host")]
         name: String,
+        /// Rotate: write the next key of the key DIR/NAME.key (which must exist).
+        #[arg(long)]
+        rotate: bool,
     },
     /// Append one signed statement describing the current enforcement state to a log (no
     /// wipe, no images: the epoch loop of rackwardend makes the full statements).

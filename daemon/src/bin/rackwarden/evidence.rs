@@ -6,14 +6,31 @@ use anyhow::Context as _;
 use rackwarden::{config::Config, epoch::statement};
 use rackwarden_attest::{log::EvidenceLog, nonce::Nonce, statement::Challenge};
 
-pub fn keygen(out: &Path, name: &str) -> anyhow::Result<()> {
-    let (k, p, key) = rackwarden_attest::keys::write_keypair(out, name)?;
+pub fn keygen(out: &Path, name: &str, rotate: bool) -> anyhow::Result<()> {
+    let stem = if rotate {
+        let current = out.join(format!("{name}.key"));
+        if !current.exists() {
+            anyhow::bail!(
+                "{}: no current key to rotate from (keygen without --rotate makes the first)",
+                current.display()
+            );
+        }
+        format!("{name}.next")
+    } else {
+        name.to_string()
+    };
+    let (k, p, key) = rackwarden_attest::keys::write_keypair(out, &stem)?;
     println!("private key: {} (0600)", k.display());
     println!("public key:  {}", p.display());
     println!(
         "keyid:       {}",
         rackwarden_attest::keys::keyid(&key.verifying_key())
     );
+    if rotate {
+        println!(
+            "the daemon's next statement names this key (signed with the current one), then signs with it; the verifier takes it from that statement on"
+        );
+    }
     Ok(())
 }
 
@@ -86,6 +103,7 @@ pub fn attest(config: &Path, key: &Path, log: &Path, nonce: Option<Nonce>) -> an
             incidents: vec![],
             epoch: None,
         },
+        None,
     )?;
     let limiter = match &st.predicate.limiter {
         rackwarden_attest::evidence::LimiterReport::Present(e) => format!(

@@ -48,7 +48,7 @@ fn run(cmd: &Cmd) -> anyhow::Result<ExitCode> {
                 },
         } => operate::cap_set(daemon, egress.clone(), ingress.clone(), *persist, *json)?,
         Cmd::WipeNow { daemon } => operate::wipe_now(daemon)?,
-        Cmd::Keygen { out, name } => evidence::keygen(out, name)?,
+        Cmd::Keygen { out, name, rotate } => evidence::keygen(out, name, *rotate)?,
         Cmd::Attest {
             config,
             key,
