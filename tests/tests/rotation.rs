@@ -56,6 +56,16 @@ fn keygen_rotate(keys_dir: &Path) -> String {
 /// The statement after the log's last one, signed with `key` (what a host that kept
 /// signing with its old key would send).
 fn next_statement_signed_with(log: &Path, key: &ed25519_dalek::SigningKey) -> Vec<u8> {
+    next_statement(log, key, None)
+}
+
+/// The statement after the log's last one, unchallenged and with no wipe or images,
+/// naming `next_key`, signed with `key`.
+fn next_statement(
+    log: &Path,
+    key: &ed25519_dalek::SigningKey,
+    next_key: Option<rackwarden_attest::statement::NextKey>,
+) -> Vec<u8> {
     use base64::Engine as _;
     let text = std::fs::read_to_string(log).unwrap();
     let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
@@ -72,7 +82,10 @@ fn next_statement_signed_with(log: &Path, key: &ed25519_dalek::SigningKey) -> Ve
     p.challenge = Challenge::Unchallenged;
     p.epoch_start_unix_ms = p.epoch_end_unix_ms;
     p.epoch_end_unix_ms += 1000;
-    p.next_key = None;
+    p.next_key = next_key;
+    p.wipe = None;
+    p.images = None;
+    p.incidents.clear();
     dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json()).to_json()
 }
 
@@ -174,4 +187,67 @@ fn the_host_rotates_its_key_and_the_verifier_follows_without_reenrollment() {
             .contains("retired_key"),
         "{item}"
     );
+}
+
+#[test]
+fn a_kill_between_the_rotation_statement_and_the_rename_is_completed_at_start() {
+    let net = Net::new("rotkill");
+    let fx = EpochFixture::new(&net.dir, 1 << 20);
+    let mut verifier = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
+    let (rack, host) = ids(&net);
+    verifier.enroll(&rack, &host, &fx.host_pub);
+    verifier.start();
+    let sections = fx.sections(&verifier.daemon_lines(), "1 h", "32 MiB");
+    let cfg = write_epoch_config(&net, &sections);
+    let sock = net.socket_path();
+    let keys_dir = fx.host_key.parent().unwrap().to_path_buf();
+    let old_key = keys::load_signing_key(&fx.host_key).unwrap();
+    let old_id = keys::keyid(&old_key.verifying_key());
+    let mut d = Daemon::start(&cfg, &sock);
+    epoch_delivered(&sock, 0);
+    d.kill9();
+
+    // The state a kill -9 right after the rotation statement's fsync leaves: the log ends
+    // with a statement signed by the old key naming the next key, which is still
+    // host.next.key (the rename never happened).
+    let new_id = keygen_rotate(&keys_dir);
+    let next = keys::load_signing_key(&keys_dir.join("host.next.key")).unwrap();
+    let log = net.dir.join("state/evidence.jsonl");
+    let mut line = next_statement(
+        &log,
+        &old_key,
+        Some(rackwarden_attest::statement::NextKey {
+            keyid: new_id.clone(),
+            public_key_pem: keys::public_pem(&next.verifying_key()),
+        }),
+    );
+    line.push(b'\n');
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, &line).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+
+    // The start completes the rotation: seq 2 is signed with the new key.
+    let _d = Daemon::start(&cfg, &sock);
+    let st = epoch_delivered(&sock, 1);
+    assert_eq!(st["epoch"]["keyid"], new_id.as_str(), "{:#}", st["epoch"]);
+    assert!(st["epoch"]["next_keyid"].is_null(), "{:#}", st["epoch"]);
+    assert!(!keys_dir.join("host.next.key").exists());
+    assert!(keys_dir.join(format!("host.{old_id}.pub")).exists());
+    wipe_now(&sock);
+    epoch_delivered(&sock, 2);
+    let h = verifier.history(&rack, &host);
+    assert_eq!(h.len(), 3, "{h:#?}");
+    assert_eq!(signer(&h[1]), old_id);
+    assert_eq!(signer(&h[2]), new_id);
+    assert_eq!(h[2]["status"], "affirming", "{}", h[2]["result"]);
+    for row in &h {
+        assert!(
+            !row["result"]["findings"]
+                .to_string()
+                .contains("retired_key"),
+            "{}",
+            row["result"]
+        );
+    }
 }
