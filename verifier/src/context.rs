@@ -62,7 +62,14 @@ pub fn load(store: &Store, hk: &HostKey, st: &Statement, pae: &str) -> Result<Co
         from_seq: row.from_seq,
         retired_after_seq: row.retired_after_seq,
         next_key_enrolled,
-        enrolled_ms: hk.enrolled_ms,
+        // A key the host rotated to does not restart its clocks: they count from the
+        // enrollment it rotated from (an operator's enrollment of a new key does, as before).
+        enrolled_ms: match row.from_seq {
+            Some(_) => store
+                .host_first_enrolled_ms(&hk.rack, &hk.host)?
+                .unwrap_or(hk.enrolled_ms),
+            None => hk.enrolled_ms,
+        },
         same_seq_others,
         predecessors: preds
             .into_iter()

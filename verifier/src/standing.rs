@@ -130,13 +130,26 @@ pub fn hosts(store: &Store) -> Result<Vec<EnrolledHost>, DbError> {
     Ok(rows)
 }
 
-/// (rack, host, enrolled_ms) of current (non-retired) keys.
+/// (rack, host, enrolled_ms) of current (non-retired) keys; a key the host rotated to
+/// counts from the host's first enrollment (a rotation does not restart its clocks).
 fn host_list(store: &Store) -> Result<Vec<(String, String, u64)>, DbError> {
-    let mut v: Vec<(String, String, u64)> = store
-        .host_keys()?
-        .into_iter()
+    let keys = store.host_keys()?;
+    let first = |rack: &str, host: &str| {
+        keys.iter()
+            .filter(|k| k.rack == rack && k.host == host)
+            .map(|k| k.enrolled_ms)
+            .min()
+    };
+    let mut v: Vec<(String, String, u64)> = keys
+        .iter()
         .filter(|k| k.retired_ms.is_none())
-        .map(|k| (k.rack, k.host, k.enrolled_ms))
+        .map(|k| {
+            let since = match k.from_seq {
+                Some(_) => first(&k.rack, &k.host).unwrap_or(k.enrolled_ms),
+                None => k.enrolled_ms,
+            };
+            (k.rack.clone(), k.host.clone(), since)
+        })
         .collect();
     v.sort();
     v.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);

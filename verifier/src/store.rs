@@ -348,6 +348,16 @@ impl Store {
         Ok(())
     }
 
+    /// When the host's first key was enrolled: where its wipe and silence clocks start
+    /// before it has a statement, across the keys it rotated through.
+    pub fn host_first_enrolled_ms(&self, rack: &str, host: &str) -> Result<Option<u64>, DbError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT MIN(enrolled_ms) FROM host_keys WHERE rack = ?1 AND host = ?2")?
+            .query_row(params![rack, host], |r| r.get::<_, Option<i64>>(0))?
+            .map(|v| v as u64))
+    }
+
     /// The key row of `keyid`, if it is enrolled (or was).
     pub fn host_key(&self, keyid: &str) -> Result<Option<HostKey>, DbError> {
         self.conn

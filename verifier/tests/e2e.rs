@@ -2383,3 +2383,40 @@ fn a_next_key_that_is_another_hosts_retired_or_mislabelled_is_refused() {
     assert_eq!(r["status"], "rejected", "{r}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_rotation_does_not_restart_the_wipe_clock_and_a_batch_can_carry_it() {
+    let (dir, config, port) = setup("rotate-clock", "2 s", None);
+    let old = enroll(&config, &dir, "rack-a", "h1");
+    let new = keys::generate();
+    let s = Server::start(&dir, &config, port);
+    std::thread::sleep(Duration::from_millis(2200));
+    // The rotation and the first statement of the new key in one batch (a backlog).
+    let mut h = Host::new(old, "rack-a", "h1");
+    h.last_end = now();
+    let no_wipe = || Epoch {
+        wipe_residue: None,
+        ..Epoch::default()
+    };
+    let rotation = h.next(Epoch {
+        next_key: Some(next_key_of(&new)),
+        ..no_wipe()
+    });
+    h.key = new;
+    let first_new = h.next(no_wipe());
+    let body = format!(
+        "[{},{}]",
+        String::from_utf8(rotation).unwrap(),
+        String::from_utf8(first_new).unwrap()
+    );
+    let (code, v) = post(&s, "/v1/statements", body.into_bytes());
+    assert_eq!(code, 200, "{v}");
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["status"], "accepted", "{r}");
+        // Never wiped since the host's first enrollment, over 2 s ago: the new key's
+        // enrollment by rotation does not restart that clock.
+        assert!(codes(r).contains(&"wipe_overdue".to_string()), "{r}");
+        assert!(!codes(r).contains(&"retired_key".to_string()), "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
