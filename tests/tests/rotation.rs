@@ -227,6 +227,22 @@ fn a_kill_between_the_rotation_statement_and_the_rename_is_completed_at_start() 
     f.sync_all().unwrap();
     drop(f);
 
+    // By hand, the old key may not sign after the statement that rotated away from it.
+    let out = Command::new(bin("rackwarden"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["attest", "--key"])
+        .arg(&fx.host_key)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("rotated to key"),
+        "{err}"
+    );
+
     // The start completes the rotation: seq 2 is signed with the new key.
     let _d = Daemon::start(&cfg, &sock);
     let st = epoch_delivered(&sock, 1);

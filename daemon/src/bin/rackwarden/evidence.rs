@@ -85,8 +85,19 @@ pub fn attest(config: &Path, key: &Path, log: &Path, nonce: Option<Nonce>) -> an
         None => Challenge::Unchallenged,
         Some(n) => Challenge::Nonce { nonce: n.to_hex() },
     };
-    let sk = rackwarden_attest::keys::load_signing_key(key)?;
-    let mut elog = EvidenceLog::open(log, &sk.verifying_key())?;
+    // The host's keys: a log that went through rotations holds lines of each.
+    let keys = rackwarden::epoch::host_keys::HostKeys::load(key)?;
+    let sk = keys.current().clone();
+    let mut elog = EvidenceLog::open_with_keys(log, &keys.ring_keys())?;
+    if let Some(t) = &elog.tip_next_keyid
+        && *t != keys.keyid()
+    {
+        anyhow::bail!(
+            "{}: the last statement rotated to key {t}, not {}: sign with that key (the daemon completes a pending rotation at its start)",
+            log.display(),
+            key.display()
+        );
+    }
     // Single-threaded here, so setns moves the whole process before any inspection.
     if let Some(ns) = &cfg.netns {
         rackwarden::netns::enter(ns)?;
