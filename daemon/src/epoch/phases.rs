@@ -16,6 +16,7 @@ use rackwarden_attest::{
 use super::{
     Abort, EpochLoop, EpochState, LastEpoch,
     challenge::{self, EpochChallenge},
+    host_keys::{Recovery, recovery},
     journal::JournalEntry,
     statement::{self, EpochEvidence},
     workloads,
@@ -312,6 +313,15 @@ impl EpochLoop {
         // A key written by `keygen --rotate` since the last statement is announced in this one.
         if let Err(e) = self.keys.refresh_next() {
             log::warn!("epoch {seq}: the next key cannot be read, no rotation yet: {e}");
+        }
+        // A rotation statement whose append reported an error may still be whole in the
+        // reopened log: then it is done, and the next key signs this one.
+        let tip_next = self.log()?.tip_next_keyid.clone();
+        let pending = self.keys.next_keyid();
+        if recovery(tip_next.as_deref(), pending.as_deref()) == Recovery::Complete
+            && let Err(e) = self.keys.complete_rotation()
+        {
+            log::error!("epoch {seq}: key rotation: {e}");
         }
         let (cfg, producer) = (self.cfg.clone(), self.producer.clone());
         let (key, next_key) = (self.keys.current().clone(), self.keys.announcement());
