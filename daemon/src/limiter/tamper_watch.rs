@@ -311,8 +311,26 @@ impl UnpinnedWatch {
 
     /// Attaches the program at `sys_exit` and detaches it again.
     pub fn attach_and_detach(&mut self) -> Result<(), WatchError> {
-        let p = program(&mut self.ebpf)?;
-        let id = p.attach("sys_exit").map_err(WatchError::Program)?;
-        p.detach(id).map_err(WatchError::Program)
+        let id = self.attach()?;
+        self.detach(id)
+    }
+
+    /// Attaches the program at `sys_exit` (the benchmark of the watch's cost holds it
+    /// attached for its measured rounds).
+    pub fn attach(
+        &mut self,
+    ) -> Result<aya::programs::raw_trace_point::RawTracePointLinkId, WatchError> {
+        program(&mut self.ebpf)?
+            .attach("sys_exit")
+            .map_err(WatchError::Program)
+    }
+
+    pub fn detach(
+        &mut self,
+        id: aya::programs::raw_trace_point::RawTracePointLinkId,
+    ) -> Result<(), WatchError> {
+        program(&mut self.ebpf)?
+            .detach(id)
+            .map_err(WatchError::Program)
     }
 }

@@ -39,6 +39,9 @@ fn main() {
     if all || what.iter().any(|w| w == "epoch") {
         bench_epoch();
     }
+    if all || what.iter().any(|w| w == "watch") {
+        rackwarden_tests::watchbench::bench_watch();
+    }
     if all || what.iter().any(|w| w == "bypass") {
         println!("== bench bypass: bytes crossing a 1 MB/s cap in 3 s, per path ==");
         print!(
