@@ -102,30 +102,48 @@ fn flip_in_field(line: &[u8], field: &str) -> Vec<u8> {
     out
 }
 
+/// The findings for the log made of `lines`.
+fn case(k: &SigningKey, lines: Vec<Vec<u8>>) -> Vec<(usize, Finding)> {
+    findings(&join(&lines), k)
+}
+
 #[test]
 fn each_tamper_case_has_its_finding() {
     let k = keys::generate();
     let lines = make_log(&k, 4);
-    let case = |lines: Vec<Vec<u8>>| findings(&join(&lines), &k);
+    envelope_tampering_is_caught(&k, &lines);
+    reordered_dropped_and_repeated_lines_are_caught(&k, &lines);
+    a_foreign_key_and_a_fork_are_caught(&k, &lines);
+    a_broken_prev_and_time_backwards_are_caught(&k, &lines);
+    a_torn_tail_names_its_byte_offset(&k, &lines);
+}
 
-    let mut l = lines.clone();
+/// A flipped byte in the payload, the signature or the payload type.
+fn envelope_tampering_is_caught(k: &SigningKey, lines: &[Vec<u8>]) {
+    let mut l = lines.to_vec();
     l[1] = flip_in_field(&l[1], "payload");
     assert!(matches!(
-        case(l)[0],
+        case(k, l)[0],
         (2, Finding::BadSignature) | (2, Finding::BadBase64 { .. }) | (2, Finding::BadJson { .. })
     ));
 
-    let mut l = lines.clone();
+    let mut l = lines.to_vec();
     l[1] = flip_in_field(&l[1], "sig");
-    assert!(matches!(case(l)[0], (2, Finding::BadSignature)));
+    assert!(matches!(case(k, l)[0], (2, Finding::BadSignature)));
 
-    let mut l = lines.clone();
+    let mut l = lines.to_vec();
     l[1] = flip_in_field(&l[1], "payloadType");
-    assert!(matches!(case(l)[0], (2, Finding::WrongPayloadType { .. })));
+    assert!(matches!(
+        case(k, l)[0],
+        (2, Finding::WrongPayloadType { .. })
+    ));
+}
 
-    let mut l = lines.clone();
+/// Two lines swapped, one removed, one repeated.
+fn reordered_dropped_and_repeated_lines_are_caught(k: &SigningKey, lines: &[Vec<u8>]) {
+    let mut l = lines.to_vec();
     l.swap(1, 2);
-    let f = case(l);
+    let f = case(k, l);
     assert!(
         f.iter().any(|x| matches!(
             x,
@@ -153,10 +171,10 @@ fn each_tamper_case_has_its_finding() {
         "{f:?}"
     );
 
-    let mut l = lines.clone();
+    let mut l = lines.to_vec();
     l.remove(1);
     assert!(matches!(
-        case(l)[..],
+        case(k, l)[..],
         [(
             2,
             Finding::SeqGap {
@@ -166,10 +184,10 @@ fn each_tamper_case_has_its_finding() {
         )]
     ));
 
-    let mut l = lines.clone();
+    let mut l = lines.to_vec();
     l.insert(2, l[1].clone());
     assert!(matches!(
-        case(l)[..],
+        case(k, l)[..],
         [(
             3,
             Finding::DuplicateSeq {
@@ -178,17 +196,20 @@ fn each_tamper_case_has_its_finding() {
             }
         )]
     ));
+}
 
+/// A line signed by another key; a second statement for a seq already seen.
+fn a_foreign_key_and_a_fork_are_caught(k: &SigningKey, lines: &[Vec<u8>]) {
     let other = keys::generate();
-    let mut l = lines.clone();
+    let mut l = lines.to_vec();
     l[2] = make_log(&other, 3)[2].clone();
-    assert!(matches!(case(l)[0], (3, Finding::WrongKey { .. })));
+    assert!(matches!(case(k, l)[0], (3, Finding::WrongKey { .. })));
 
     // A different statement with the same seq, correctly signed: a fork.
-    let mut l = lines.clone();
-    let alt = signed_line(&k, predicate(1, "ab".repeat(32), 5, 6));
+    let mut l = lines.to_vec();
+    let alt = signed_line(k, predicate(1, "ab".repeat(32), 5, 6));
     l.push(alt);
-    let f = case(l);
+    let f = case(k, l);
     assert!(
         f.iter().any(|x| matches!(
             x,
@@ -202,12 +223,15 @@ fn each_tamper_case_has_its_finding() {
         )),
         "{f:?}"
     );
+}
 
+/// Correctly signed statements that do not link, or go back in time.
+fn a_broken_prev_and_time_backwards_are_caught(k: &SigningKey, lines: &[Vec<u8>]) {
     // A correctly signed statement whose prev does not link.
     let mut l = lines[..2].to_vec();
-    let bad = signed_line(&k, predicate(2, "cd".repeat(32), 3000, 3999));
+    let bad = signed_line(k, predicate(2, "cd".repeat(32), 3000, 3999));
     l.push(bad);
-    assert!(matches!(case(l)[..], [(3, Finding::BrokenPrev { .. })]));
+    assert!(matches!(case(k, l)[..], [(3, Finding::BrokenPrev { .. })]));
 
     // Time going backwards.
     let mut l = lines[..2].to_vec();
@@ -223,14 +247,19 @@ fn each_tamper_case_has_its_finding() {
         .unwrap();
         hex::encode(v.pae_sha3)
     };
-    let back = signed_line(&k, predicate(2, prev, 10, 20));
+    let back = signed_line(k, predicate(2, prev, 10, 20));
     l.push(back);
-    assert!(matches!(case(l)[..], [(3, Finding::TimeBackwards { .. })]));
+    assert!(matches!(
+        case(k, l)[..],
+        [(3, Finding::TimeBackwards { .. })]
+    ));
+}
 
-    // Truncate the last line mid-way.
-    let mut log = join(&lines);
+/// Truncate the last line mid-way.
+fn a_torn_tail_names_its_byte_offset(k: &SigningKey, lines: &[Vec<u8>]) {
+    let mut log = join(lines);
     log.truncate(log.len() - 40);
-    let f = findings(&log, &k);
+    let f = findings(&log, k);
     assert!(matches!(f[..], [(4, Finding::TornTail { .. })]), "{f:?}");
     let r = verify_log(&log, &k.verifying_key());
     assert_eq!(

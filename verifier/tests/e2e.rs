@@ -309,12 +309,29 @@ impl Host {
         let end = start + e.duration_ms;
         self.passed[0] += e.egress_delta;
         self.passed[1] += e.ingress_delta;
+        let limiter = self.limiter_report(&e);
+        let wipe = wipe_report(&e);
+        let subject = image_subjects(&e);
+        let st = Statement::new(subject, self.predicate(e, start, end, limiter, wipe));
+        let body = st.to_json();
+        self.prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
+            INTOTO_PAYLOAD_TYPE,
+            &body,
+        )));
+        self.seq += 1;
+        self.last_end = end;
+        dsse::sign(&self.key, INTOTO_PAYLOAD_TYPE, &body).to_json()
+    }
+
+    /// The limiter's evidence for `e`: both directions attached and capped, counting what
+    /// has passed so far.
+    fn limiter_report(&self, e: &Epoch) -> LimiterReport {
         let counters = |p: u64| LimiterCounters {
             passed_bytes: p,
             passed_packets: p / 1000,
             ..Default::default()
         };
-        let limiter = LimiterReport::Present(Box::new(LimiterEvidence {
+        LimiterReport::Present(Box::new(LimiterEvidence {
             attach_kind: AttachKind::Tcx,
             pin_root: "/sys/fs/bpf/rackwarden".into(),
             programs: vec![ProgramIdentity {
@@ -331,19 +348,7 @@ impl Host {
                     foreign_ahead: vec![],
                 })
                 .collect(),
-            caps: Direction::ALL
-                .iter()
-                .map(|d| CapInForce {
-                    direction: *d,
-                    rate_bytes_per_s: match d {
-                        Direction::Ingress => e.ingress_cap.unwrap_or(e.cap),
-                        Direction::Egress => e.cap,
-                    },
-                    burst_bytes: e.burst,
-                    small_reserve_bytes: 16_384,
-                    generation: 1,
-                })
-                .collect(),
+            caps: caps_in_force(e),
             counters: vec![
                 DirectionCounters {
                     direction: Direction::Egress,
@@ -355,93 +360,123 @@ impl Host {
                 },
             ],
             gaps: vec![],
-            bypass: e.bypass_reported.then(|| BypassReport {
-                refusal: Protection {
-                    state: ProtectionState::Present,
-                    detail: "test".into(),
-                    cgroup: None,
-                    program_id: None,
-                },
-                refusals: None,
-                rdma_devices: vec![],
-                vfio_devices: vec![],
-                uncapped_interfaces: vec![],
-                af_xdp_sockets: Some(0),
-            }),
+            bypass: e.bypass_reported.then(bypass_report),
             self_protection: e.self_protection.clone(),
-        }));
-        let devices_override = e.wipe_devices.clone();
-        let wipe = e.wipe_residue.map(|r| WipeReport {
-            nonce: e.nonce.clone().unwrap_or_else(|| "00".repeat(32)),
-            stream: Some("rackwarden/wipe-stream/v2".into()),
-            interrupted: false,
-            devices: vec![WipeDeviceReport {
-                backend: "host".into(),
-                device: "host-ram".into(),
-                status: e.wipe_status.parse().unwrap(),
-                bytes_total: 24 << 30,
-                bytes_filled: (24 << 30) - r,
-                bytes_verified: (24 << 30) - r,
-                mismatches: 0,
-                residue_bytes: r,
-                fill_ms: 1,
-                verify_ms: 1,
-                detail: None,
-            }],
-        });
-        let wipe = wipe.map(|w| match devices_override {
-            Some(devices) => WipeReport { devices, ..w },
-            None => w,
-        });
-        let subject = e
-            .images
-            .iter()
-            .map(|(n, d)| Subject {
-                name: n.clone(),
-                digest: [(IMAGE_DIGEST.to_string(), d.clone())].into(),
-            })
-            .collect();
-        let st = Statement::new(
-            subject,
-            EpochPredicate {
-                rack_id: self.rack.clone(),
-                host_id: self.host.clone(),
-                seq: self.seq,
-                prev: self.prev.clone(),
-                challenge: e
-                    .nonce
-                    .map(|n| Challenge::Nonce { nonce: n })
-                    .unwrap_or(Challenge::Unchallenged),
-                epoch_start_unix_ms: start,
-                epoch_end_unix_ms: end,
-                limiter,
-                wipe,
-                images: None,
-                incidents: vec![],
-                epoch: e.downtime_ms.map(|d| EpochRun {
-                    trigger: e.trigger,
-                    wipe_interval_ms: e.duration_ms,
-                    phases: vec![],
-                    workloads: WorkloadOutcome::Restarted,
-                    downtime_ms: d,
-                }),
-                producer: ProducerIdentity {
-                    name: "test".into(),
-                    version: "0".into(),
-                    binary_sha3_256: "00".repeat(32),
-                },
-                next_key: e.next_key,
-            },
-        );
-        let body = st.to_json();
-        self.prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
-            INTOTO_PAYLOAD_TYPE,
-            &body,
-        )));
-        self.seq += 1;
-        self.last_end = end;
-        dsse::sign(&self.key, INTOTO_PAYLOAD_TYPE, &body).to_json()
+        }))
     }
+
+    /// The statement's predicate: this host's place in the chain, `e`'s challenge, times
+    /// and run, and the evidence already built.
+    fn predicate(
+        &self,
+        e: Epoch,
+        start: u64,
+        end: u64,
+        limiter: LimiterReport,
+        wipe: Option<WipeReport>,
+    ) -> EpochPredicate {
+        EpochPredicate {
+            rack_id: self.rack.clone(),
+            host_id: self.host.clone(),
+            seq: self.seq,
+            prev: self.prev.clone(),
+            challenge: e
+                .nonce
+                .map(|n| Challenge::Nonce { nonce: n })
+                .unwrap_or(Challenge::Unchallenged),
+            epoch_start_unix_ms: start,
+            epoch_end_unix_ms: end,
+            limiter,
+            wipe,
+            images: None,
+            incidents: vec![],
+            epoch: e.downtime_ms.map(|d| EpochRun {
+                trigger: e.trigger,
+                wipe_interval_ms: e.duration_ms,
+                phases: vec![],
+                workloads: WorkloadOutcome::Restarted,
+                downtime_ms: d,
+            }),
+            producer: ProducerIdentity {
+                name: "test".into(),
+                version: "0".into(),
+                binary_sha3_256: "00".repeat(32),
+            },
+            next_key: e.next_key,
+        }
+    }
+}
+
+/// The caps `e` puts in force, one per direction.
+fn caps_in_force(e: &Epoch) -> Vec<CapInForce> {
+    Direction::ALL
+        .iter()
+        .map(|d| CapInForce {
+            direction: *d,
+            rate_bytes_per_s: match d {
+                Direction::Ingress => e.ingress_cap.unwrap_or(e.cap),
+                Direction::Egress => e.cap,
+            },
+            burst_bytes: e.burst,
+            small_reserve_bytes: 16_384,
+            generation: 1,
+        })
+        .collect()
+}
+
+/// A bypass report whose refusal is in place and that finds no way around the limiter.
+fn bypass_report() -> BypassReport {
+    BypassReport {
+        refusal: Protection {
+            state: ProtectionState::Present,
+            detail: "test".into(),
+            cgroup: None,
+            program_id: None,
+        },
+        refusals: None,
+        rdma_devices: vec![],
+        vfio_devices: vec![],
+        uncapped_interfaces: vec![],
+        af_xdp_sockets: Some(0),
+    }
+}
+
+/// The wipe `e` reports, if any: host RAM with `e`'s residue, or `e`'s own device list.
+fn wipe_report(e: &Epoch) -> Option<WipeReport> {
+    let devices_override = e.wipe_devices.clone();
+    let wipe = e.wipe_residue.map(|r| WipeReport {
+        nonce: e.nonce.clone().unwrap_or_else(|| "00".repeat(32)),
+        stream: Some("rackwarden/wipe-stream/v2".into()),
+        interrupted: false,
+        devices: vec![WipeDeviceReport {
+            backend: "host".into(),
+            device: "host-ram".into(),
+            status: e.wipe_status.parse().unwrap(),
+            bytes_total: 24 << 30,
+            bytes_filled: (24 << 30) - r,
+            bytes_verified: (24 << 30) - r,
+            mismatches: 0,
+            residue_bytes: r,
+            fill_ms: 1,
+            verify_ms: 1,
+            detail: None,
+        }],
+    });
+    wipe.map(|w| match devices_override {
+        Some(devices) => WipeReport { devices, ..w },
+        None => w,
+    })
+}
+
+/// The images `e` names, as the statement's subjects.
+fn image_subjects(e: &Epoch) -> Vec<Subject> {
+    e.images
+        .iter()
+        .map(|(n, d)| Subject {
+            name: n.clone(),
+            digest: [(IMAGE_DIGEST.to_string(), d.clone())].into(),
+        })
+        .collect()
 }
 
 fn client() -> reqwest::blocking::Client {
@@ -1011,15 +1046,33 @@ fn an_expired_nonce_is_contraindicated() {
 /// time, and silence is counted from receipt.
 #[test]
 fn host_times_are_anchored_to_the_verifiers_clock() {
-    use rackwarden_verifier::{config::VerifierConfig, service::Verifier, store::Store};
     let (dir, config, _) = setup("clock", "1 h", None);
-    // The policy's default allowance (5 s), not the other tests' hour.
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, text.replace("max_clock_skew = \"1 h\"\n", "")).unwrap();
-    let cfg = VerifierConfig::load(&config).unwrap();
-    let mut v = Verifier::new(Store::in_memory().unwrap(), cfg.policy.clone()).unwrap();
+    let mut v = verifier_at_default_skew(&config);
     let t = now();
-    let hour = 3_600_000;
+    let mut hosts = enroll_clock_hosts(&mut v);
+    future_ends_and_ends_before_the_nonce_are_skew(&mut v, &mut hosts, t);
+    an_early_baseline_does_not_inflate_the_byte_bound(&mut v, &mut hosts[2], t);
+    unchallenged_epochs_are_held_to_receipt(&mut v, &mut hosts[3], t);
+    honest_times_are_no_finding(&mut v, &mut hosts[4], t);
+    silence_is_counted_from_receipt(&v, t);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An hour in milliseconds.
+const HOUR: u64 = 3_600_000;
+
+/// An in-memory verifier under `config` with the policy's default skew allowance (5 s), not
+/// the other tests' hour.
+fn verifier_at_default_skew(config: &Path) -> rackwarden_verifier::service::Verifier {
+    use rackwarden_verifier::{config::VerifierConfig, service::Verifier, store::Store};
+    let text = std::fs::read_to_string(config).unwrap();
+    std::fs::write(config, text.replace("max_clock_skew = \"1 h\"\n", "")).unwrap();
+    let cfg = VerifierConfig::load(config).unwrap();
+    Verifier::new(Store::in_memory().unwrap(), cfg.policy.clone()).unwrap()
+}
+
+/// Five hosts enrolled in rack-a, one for each clock case.
+fn enroll_clock_hosts(v: &mut rackwarden_verifier::service::Verifier) -> Vec<Host> {
     let mut hosts = Vec::new();
     for name in [
         "future",
@@ -1033,42 +1086,61 @@ fn host_times_are_anchored_to_the_verifiers_clock() {
             .unwrap();
         hosts.push(Host::new(key, "rack-a", name));
     }
-    let judge =
-        |v: &mut Verifier, h: &mut Host, issued: Option<u64>, end: u64, at: u64, e: Epoch| {
-            let nonce = issued.map(|i| v.issue_nonce(&h.rack, &h.host, i).unwrap().nonce);
-            h.last_end = h.last_end.min(end.saturating_sub(e.duration_ms));
-            let duration_ms = end - h.last_end;
-            let out = v
-                .ingest(
-                    &h.next(Epoch {
-                        nonce,
-                        duration_ms,
-                        ..e
-                    }),
-                    at,
-                )
-                .unwrap();
-            serde_json::to_value(&out).unwrap()
-        };
-    let skew = |r: &Value| {
-        r["result"]["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["code"] == "clock_skew")
-            .map(|f| f["detail"].as_str().unwrap().to_string())
-    };
+    hosts
+}
+
+/// Ingests `h`'s next statement, ending at `end` (challenged with a nonce issued at `issued`,
+/// if any) and received at `at`; returns the verifier's answer.
+fn judge(
+    v: &mut rackwarden_verifier::service::Verifier,
+    h: &mut Host,
+    issued: Option<u64>,
+    end: u64,
+    at: u64,
+    e: Epoch,
+) -> Value {
+    let nonce = issued.map(|i| v.issue_nonce(&h.rack, &h.host, i).unwrap().nonce);
+    h.last_end = h.last_end.min(end.saturating_sub(e.duration_ms));
+    let duration_ms = end - h.last_end;
+    let out = v
+        .ingest(
+            &h.next(Epoch {
+                nonce,
+                duration_ms,
+                ..e
+            }),
+            at,
+        )
+        .unwrap();
+    serde_json::to_value(&out).unwrap()
+}
+
+/// The detail of the answer's `clock_skew` finding, if it has one.
+fn skew(r: &Value) -> Option<String> {
+    r["result"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "clock_skew")
+        .map(|f| f["detail"].as_str().unwrap().to_string())
+}
+
+fn future_ends_and_ends_before_the_nonce_are_skew(
+    v: &mut rackwarden_verifier::service::Verifier,
+    hosts: &mut [Host],
+    t: u64,
+) {
     // An end two hours ahead of the verifier's clock: a finding naming both clocks.
     let r = judge(
-        &mut v,
+        v,
         &mut hosts[0],
         Some(t),
-        t + 2 * hour,
+        t + 2 * HOUR,
         t + 1000,
         Epoch::default(),
     );
     let detail = skew(&r).unwrap_or_else(|| panic!("future end: {r}"));
-    for clock in [t + 2 * hour, t + 1000] {
+    for clock in [t + 2 * HOUR, t + 1000] {
         let utc = rackwarden_attest::units::fmt_unix_ms(clock);
         assert!(detail.contains(&utc), "{detail} names {utc}");
     }
@@ -1078,28 +1150,28 @@ fn host_times_are_anchored_to_the_verifiers_clock() {
     );
     // A challenged epoch that ended three hours before its nonce was issued.
     let r = judge(
-        &mut v,
+        v,
         &mut hosts[1],
         Some(t),
-        t - 3 * hour,
+        t - 3 * HOUR,
         t + 1000,
         Epoch::default(),
     );
     assert!(skew(&r).is_some(), "end before the nonce: {r}");
-    // A baseline claimed two hours early inflates the next epoch's elapsed time: the byte
-    // bound takes what the verifier saw (nonce issued at t, next received at t + 400 ms).
-    let r = judge(
-        &mut v,
-        &mut hosts[2],
-        Some(t),
-        t - 2 * hour,
-        t + 100,
-        Epoch::default(),
-    );
+}
+
+/// A baseline claimed two hours early inflates the next epoch's elapsed time: the byte
+/// bound takes what the verifier saw (nonce issued at t, next received at t + 400 ms).
+fn an_early_baseline_does_not_inflate_the_byte_bound(
+    v: &mut rackwarden_verifier::service::Verifier,
+    h: &mut Host,
+    t: u64,
+) {
+    let r = judge(v, h, Some(t), t - 2 * HOUR, t + 100, Epoch::default());
     assert!(skew(&r).is_some(), "{r}");
     let r = judge(
-        &mut v,
-        &mut hosts[2],
+        v,
+        h,
         Some(t + 200),
         t + 300,
         t + 400,
@@ -1109,45 +1181,40 @@ fn host_times_are_anchored_to_the_verifiers_clock() {
         },
     );
     assert!(codes(&r).contains(&"counters_above_cap".to_string()), "{r}");
-    // Unchallenged epochs are held to receipt too.
-    let r = judge(
-        &mut v,
-        &mut hosts[3],
-        None,
-        t + 2 * hour,
-        t + 1000,
-        Epoch::default(),
-    );
+}
+
+/// Unchallenged epochs are held to receipt too.
+fn unchallenged_epochs_are_held_to_receipt(
+    v: &mut rackwarden_verifier::service::Verifier,
+    h: &mut Host,
+    t: u64,
+) {
+    let r = judge(v, h, None, t + 2 * HOUR, t + 1000, Epoch::default());
     assert!(skew(&r).is_some(), "unchallenged future end: {r}");
-    // Honest times, and an end 3 s ahead (within the allowance), are no finding.
-    let r = judge(
-        &mut v,
-        &mut hosts[4],
-        Some(t),
-        t + 50,
-        t + 100,
-        Epoch::default(),
-    );
+}
+
+/// Honest times, and an end 3 s ahead (within the allowance), are no finding.
+fn honest_times_are_no_finding(
+    v: &mut rackwarden_verifier::service::Verifier,
+    h: &mut Host,
+    t: u64,
+) {
+    let r = judge(v, h, Some(t), t + 50, t + 100, Epoch::default());
     assert_eq!(skew(&r), None, "{r}");
-    let r = judge(
-        &mut v,
-        &mut hosts[4],
-        Some(t + 200),
-        t + 3200,
-        t + 300,
-        Epoch::default(),
-    );
+    let r = judge(v, h, Some(t + 200), t + 3200, t + 300, Epoch::default());
     assert_eq!(skew(&r), None, "{r}");
-    // Silence is counted from receipt: the host that claimed an end two hours ahead is
-    // silent an hour after its statement arrived.
-    let standing = v.rack_standing("rack-a", t + 1000 + hour + 1000).unwrap();
+}
+
+/// Silence is counted from receipt: the host that claimed an end two hours ahead is
+/// silent an hour after its statement arrived.
+fn silence_is_counted_from_receipt(v: &rackwarden_verifier::service::Verifier, t: u64) {
+    let standing = v.rack_standing("rack-a", t + 1000 + HOUR + 1000).unwrap();
     let future = standing.hosts.iter().find(|h| h.host == "future").unwrap();
     assert!(
         future.findings.iter().any(|f| f.starts_with("silent")),
         "{:?}",
         future.findings
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A stored verdict names the policy it was made under, so `recheck` tells a policy edit
@@ -2002,6 +2069,23 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
     let evil = "h<b>2";
     let k2 = enroll(&config, &dir, "rack-a", evil);
     let s = Server::start(&dir, &config, port);
+    feed_the_rack_page(&s, k1, k2, evil);
+    the_served_page_escapes_host_ids(&s);
+
+    // The same page in a real browser.
+    let profile = dir.join("chromium-profile");
+    let url = s.url("/racks/rack-a");
+    let dom = dump_dom(&profile, &url);
+    the_dom_answers_the_three_questions(&dom);
+    the_dom_shows_the_finding_and_the_timeline(&dom);
+    the_identifying_fields_are_flagged(&dom);
+    keep_a_screenshot(&profile, &url);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Statements from h1 (affirming, one idle epoch, one forced) and from `evil` (a gap, then
+/// an overrun of its cap, then a good statement).
+fn feed_the_rack_page(s: &Server, k1: SigningKey, k2: SigningKey, evil: &str) {
     let mut h1 = Host::new(k1, "rack-a", "h1");
     let mut h2 = Host::new(k2, "rack-a", evil);
     let epoch = || Epoch {
@@ -2009,13 +2093,13 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
         ..Default::default()
     };
     for _ in 0..6 {
-        let r = post_challenged(&s, &mut h1, epoch());
+        let r = post_challenged(s, &mut h1, epoch());
         assert_eq!(r["result"]["status"], "affirming", "{r}");
     }
     // An idle epoch (nothing passed), then one an operator forced (`wipe-now`): its
     // downtime is not the schedule's.
     post_challenged(
-        &s,
+        s,
         &mut h1,
         Epoch {
             egress_delta: 0,
@@ -2024,7 +2108,7 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
         },
     );
     post_challenged(
-        &s,
+        s,
         &mut h1,
         Epoch {
             downtime_ms: Some(300),
@@ -2033,12 +2117,12 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
         },
     );
     for _ in 0..3 {
-        post_challenged(&s, &mut h2, epoch());
+        post_challenged(s, &mut h2, epoch());
     }
     // A skipped seq, then 100 MB in one second through a 5 MB/s cap.
     h2.seq += 1;
     let r = post_challenged(
-        &s,
+        s,
         &mut h2,
         Epoch {
             egress_delta: 100_000_000,
@@ -2047,9 +2131,11 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
     );
     assert!(codes(&r).contains(&"counters_above_cap".to_string()), "{r}");
     // A good statement after it: the overrun is no longer the latest, and still holds h2.
-    post_challenged(&s, &mut h2, epoch());
+    post_challenged(s, &mut h2, epoch());
+}
 
-    // The page as served.
+/// The page as served: the host-controlled id escaped, and the index linking the rack.
+fn the_served_page_escapes_host_ids(s: &Server) {
     let html = client()
         .get(s.url("/racks/rack-a"))
         .send()
@@ -2062,31 +2148,39 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
     );
     let index = client().get(s.url("/")).send().unwrap().text().unwrap();
     assert!(index.contains("href=\"/racks/rack-a\""), "{index}");
+}
 
-    // The same page in a real browser.
-    let profile = dir.join("chromium-profile");
-    let url = s.url("/racks/rack-a");
-    let out = chromium_run(&profile, &["--dump-dom"], &url);
+/// The DOM headless Chromium builds from `url`.
+fn dump_dom(profile: &Path, url: &str) -> String {
+    let out = chromium_run(profile, &["--dump-dom"], url);
     let dom = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success() && dom.contains("</html>"),
         "chromium --dump-dom: {}\n{dom}",
         String::from_utf8_lossy(&out.stderr)
     );
+    dom
+}
+
+/// The `data-value` of the element with id `id`.
+fn dom_value(dom: &str, id: &str) -> String {
+    let at = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("{id}: {dom}"));
+    let rest = &dom[at..];
+    let v = rest.find("data-value=\"").unwrap() + "data-value=\"".len();
+    rest[v..v + rest[v..].find('"').unwrap()].to_string()
+}
+
+/// The verdict and the three scorecard numbers.
+fn the_dom_answers_the_three_questions(dom: &str) {
     assert!(
         dom.contains(r#"id="verdict" data-status="contraindicated""#),
         "verdict: {dom}"
     );
     // 1. The fastest path: h1's 1 MB/s plus h2's measured 100 MB/s epoch, above the caps
     // (2 x 5 MB/s); 400 Gbit/s over 101 MB/s.
-    let value = |id: &str| -> String {
-        let at = dom
-            .find(&format!("id=\"{id}\""))
-            .unwrap_or_else(|| panic!("{id}: {dom}"));
-        let rest = &dom[at..];
-        let v = rest.find("data-value=\"").unwrap() + "data-value=\"".len();
-        rest[v..v + rest[v..].find('"').unwrap()].to_string()
-    };
+    let value = |id: &str| dom_value(dom, id);
     assert_eq!(value("score-training"), format!("{:.0}", 50e9 / 101e6));
     assert!(dom.contains("NOT met"), "the 1000x target is not met here");
     // 2. 20 ms of downtime in every 1 s epoch.
@@ -2102,6 +2196,11 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
             .to_string()
     );
     assert!(dom.contains("No weights, prompts or outputs leave the rack"));
+}
+
+/// The finding with its explanation and statement, and a timeline with axes, a legend and
+/// the gap and idle epoch marked.
+fn the_dom_shows_the_finding_and_the_timeline(dom: &str) {
     // The finding, its explanation, and the statement it comes from (seq 4: 3 was skipped).
     let f = dom
         .find(r#"data-code="counters_above_cap""#)
@@ -2140,7 +2239,10 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
         dom.contains(r#"data-idle="true""#),
         "the idle epoch is drawn"
     );
-    // 3. The fields that can point at people or processes are flagged with their purpose.
+}
+
+/// 3. The fields that can point at people or processes are flagged with their purpose.
+fn the_identifying_fields_are_flagged(dom: &str) {
     let flagged = dom
         .find(r#"id="identifying-fields""#)
         .map(|at| &dom[at..at + dom[at..].find("</ul>").unwrap_or(0)])
@@ -2148,18 +2250,22 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
     for field in ["last_tgid", "last_cgroup_id", "cgroup", "detail"] {
         assert!(flagged.contains(field), "{field} not flagged: {flagged}");
     }
+}
+
+/// A screenshot of the page in target/screenshots.
+fn keep_a_screenshot(profile: &Path, url: &str) {
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let png = shots.join("rack-page.png");
     let _ = std::fs::remove_file(&png);
     let out = chromium_run(
-        &profile,
+        profile,
         &[
             &format!("--screenshot={}", png.display()),
             "--window-size=1200,2200",
             "--hide-scrollbars",
         ],
-        &url,
+        url,
     );
     let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
     assert!(
@@ -2169,7 +2275,6 @@ fn the_rack_page_answers_the_three_questions_in_a_browser() {
         String::from_utf8_lossy(&out.stderr)
     );
     println!("screenshot: {} ({size} B)", png.display());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
