@@ -59,6 +59,11 @@ struct Group {
     tests: &'static [&'static str],
     /// Runs the target's ignored tests (`--ignored`) instead of the others.
     ignored: bool,
+    /// The guest gets a TPM (swtpm behind qemu's `tpm-tis`, manufactured with an EK
+    /// certificate from a private CA whose PEMs are in the guest under `/rw/tpm-ca/`) and IMA
+    /// measures into it (`ima_policy=tcb ima_template=ima-ng`, a ramfs root so that IMA
+    /// measures what runs from it: the tcb policy skips tmpfs).
+    tpm: bool,
     /// Part of a plain `vm-test` (and so of `cargo xtask test`); a group that is not runs
     /// only when named with `--group`.
     default: bool,
@@ -70,6 +75,7 @@ const GROUPS: &[Group] = &[
         target: "limiter",
         tests: &[],
         ignored: false,
+        tpm: false,
         default: true,
     },
     Group {
@@ -77,6 +83,7 @@ const GROUPS: &[Group] = &[
         target: "enforcement",
         tests: &[],
         ignored: false,
+        tpm: false,
         default: true,
     },
     Group {
@@ -84,6 +91,7 @@ const GROUPS: &[Group] = &[
         target: "bypass",
         tests: &[],
         ignored: false,
+        tpm: false,
         default: true,
     },
     Group {
@@ -91,6 +99,7 @@ const GROUPS: &[Group] = &[
         target: "upgrade",
         tests: &[],
         ignored: false,
+        tpm: false,
         default: true,
     },
     Group {
@@ -98,6 +107,7 @@ const GROUPS: &[Group] = &[
         target: "guard",
         tests: &[],
         ignored: false,
+        tpm: false,
         default: true,
     },
     Group {
@@ -105,6 +115,7 @@ const GROUPS: &[Group] = &[
         target: "epoch",
         tests: &["a_full_epoch_is_signed_delivered_and_affirming"],
         ignored: false,
+        tpm: false,
         default: true,
     },
     // Hundreds of daemon starts of the tamper watch beside CPUs busy with syscalls: the
@@ -114,6 +125,7 @@ const GROUPS: &[Group] = &[
         target: "watch",
         tests: &[],
         ignored: false,
+        tpm: false,
         default: true,
     },
     // The old attach/detach at every start, to reproduce the int3 oops it caused under
@@ -123,6 +135,17 @@ const GROUPS: &[Group] = &[
         target: "watch",
         tests: &["raw_attach_detach_loop"],
         ignored: true,
+        tpm: false,
+        default: false,
+    },
+    // A real (emulated) TPM in the guest and IMA measuring into it: the EK certificate, an
+    // AK, a quote of PCRs 0-7 and 10, and the kernel's IMA list replayed to the quoted PCR 10.
+    Group {
+        name: "tpm",
+        target: "tpm_guest",
+        tests: &[],
+        ignored: false,
+        tpm: true,
         default: false,
     },
 ];
@@ -191,6 +214,24 @@ pub fn vm_test(env: &BTreeMap<String, String>, args: &[String]) -> Result<()> {
     let tests = test_executables(env, &groups)?;
 
     let common = common_root(&tests)?;
+    // One manufactured TPM per run of vm-test: its CA goes into the guest root (so into the
+    // initramfs hash), and every boot of a TPM group runs swtpm on a copy of its state.
+    let tpm = if groups.iter().any(|g| g.tpm) {
+        step("swtpm_setup: a TPM with an EK certificate from a private CA");
+        let m = ManufacturedTpm::new()?;
+        let ca = common.join("rw/tpm-ca");
+        std::fs::create_dir_all(&ca)?;
+        std::fs::copy(
+            m.dir.join("ca/swtpm-localca-rootca-cert.pem"),
+            ca.join("root.pem"),
+        )
+        .context("swtpm_setup wrote no root CA")?;
+        std::fs::copy(m.dir.join("ca/issuercert.pem"), ca.join("intermediate.pem"))
+            .context("swtpm_setup wrote no issuing CA")?;
+        Some(m)
+    } else {
+        None
+    };
     let mut runs = Vec::new();
     for k in &kernels {
         let initrd = initramfs(&common, k)?;
@@ -200,6 +241,10 @@ pub fn vm_test(env: &BTreeMap<String, String>, args: &[String]) -> Result<()> {
                 machine: machine.clone(),
                 group: g,
                 initrd: initrd.clone(),
+                tpm_state: tpm
+                    .as_ref()
+                    .filter(|_| g.tpm)
+                    .map(|m| m.dir.join("state/tpm2-00.permall")),
                 outcome: None,
             });
         }
@@ -504,6 +549,12 @@ fn common_root(tests: &BTreeMap<String, PathBuf>) -> Result<PathBuf> {
         copy_file(src, dst, true)?;
         libs.extend(shared_libs(src)?);
     }
+    // libtss2's TCTI loader dlopens the device TCTI by name at run time (`device:/dev/tpmrm0`):
+    // ldd of the binaries does not list it.
+    for lib in dlopened_libs(DLOPENED) {
+        libs.extend(shared_libs(&lib)?);
+        libs.insert(lib);
+    }
     for lib in libs {
         let dst = root.join(lib.strip_prefix("/").unwrap_or(&lib));
         std::fs::create_dir_all(dst.parent().context("library without a directory")?)?;
@@ -514,6 +565,34 @@ fn common_root(tests: &BTreeMap<String, PathBuf>) -> Result<PathBuf> {
     std::fs::write(root.join("etc/group"), "root:x:0:\n")?;
     std::fs::write(root.join("etc/hosts"), "127.0.0.1 localhost\n")?;
     Ok(root)
+}
+
+/// Libraries the guest binaries dlopen (not in their ldd): libtss2's device TCTI.
+const DLOPENED: &[&str] = &["libtss2-tcti-device.so.0"];
+
+/// Where the host's dynamic linker finds `names` (from `ldconfig -p`, else the multiarch
+/// directories); a library the host lacks is left out (the guest then has no device TCTI and
+/// the daemon says so).
+fn dlopened_libs(names: &[&str]) -> Vec<PathBuf> {
+    let cache = output(Command::new("ldconfig").arg("-p"))
+        .or_else(|| output(Command::new("/sbin/ldconfig").arg("-p")))
+        .unwrap_or_default();
+    names
+        .iter()
+        .filter_map(|name| {
+            let from_cache = cache.lines().find_map(|l| {
+                let (lhs, rhs) = l.split_once("=>")?;
+                (lhs.split_whitespace().next() == Some(name) && lhs.contains("x86-64"))
+                    .then(|| PathBuf::from(rhs.trim()))
+            });
+            from_cache.or_else(|| {
+                ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"]
+                    .iter()
+                    .map(|d| Path::new(d).join(name))
+                    .find(|p| p.exists())
+            })
+        })
+        .collect()
 }
 
 fn which(tool: &str) -> Option<PathBuf> {
@@ -746,12 +825,158 @@ fn cpio(dir: &Path) -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
+/// A TPM state manufactured by `swtpm_setup` with an RSA-2048 EK certificate issued by a
+/// private local CA (`ca/`), as `tests/src/tpm.rs` makes one: all config in its own directory,
+/// nothing read from $HOME or /etc. The directory goes with it on drop.
+struct ManufacturedTpm {
+    dir: PathBuf,
+}
+
+impl ManufacturedTpm {
+    fn new() -> Result<ManufacturedTpm> {
+        let dir = std::env::temp_dir().join(format!("rw-vm-tpm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // Constructed before anything can fail: Drop removes what exists.
+        let m = ManufacturedTpm { dir };
+        for sub in ["state", "ca", "certs"] {
+            std::fs::create_dir_all(m.dir.join(sub))?;
+        }
+        let d = m.dir.display();
+        std::fs::write(
+            m.dir.join("swtpm_setup.conf"),
+            format!(
+                "create_certs_tool = /usr/bin/swtpm_localca\n\
+                 create_certs_tool_config = {d}/swtpm-localca.conf\n\
+                 create_certs_tool_options = {d}/swtpm-localca.options\n\
+                 active_pcr_banks = sha256\n"
+            ),
+        )?;
+        std::fs::write(
+            m.dir.join("swtpm-localca.conf"),
+            format!(
+                "statedir = {d}/ca\nsigningkey = {d}/ca/signkey.pem\n\
+                 issuercert = {d}/ca/issuercert.pem\ncertserial = {d}/ca/certserial\n"
+            ),
+        )?;
+        std::fs::write(
+            m.dir.join("swtpm-localca.options"),
+            "--platform-manufacturer rackwarden\n--platform-version 2.1\n--platform-model vm\n",
+        )?;
+        let out = Command::new("swtpm_setup")
+            .args(["--tpm2", "--tpmstate"])
+            .arg(m.dir.join("state"))
+            .arg("--config")
+            .arg(m.dir.join("swtpm_setup.conf"))
+            .args(["--create-ek-cert", "--pcr-banks", "sha256"])
+            .arg("--write-ek-cert-files")
+            .arg(m.dir.join("certs"))
+            .arg("--overwrite")
+            .output()
+            .context("running swtpm_setup (swtpm-tools; `cargo xtask setup` installs it)")?;
+        if !out.status.success() || !m.dir.join("state/tpm2-00.permall").exists() {
+            bail!(
+                "swtpm_setup failed ({}):\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(m)
+    }
+}
+
+impl Drop for ManufacturedTpm {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One boot's swtpm on a copy of the manufactured state, for qemu's `-tpmdev emulator`
+/// (control on a unix socket; qemu hands it the data channel and sends INIT). Killed by the
+/// PID we started and its directory removed on drop.
+struct GuestSwtpm {
+    child: Option<std::process::Child>,
+    dir: PathBuf,
+    sock: PathBuf,
+}
+
+impl GuestSwtpm {
+    fn start(state: &Path, tag: &str) -> Result<GuestSwtpm> {
+        let dir = std::env::temp_dir().join(format!("rw-vm-swtpm-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut t = GuestSwtpm {
+            child: None,
+            sock: dir.join("swtpm.sock"),
+            dir,
+        };
+        std::fs::create_dir_all(t.dir.join("state"))?;
+        std::fs::copy(state, t.dir.join("state/tpm2-00.permall"))
+            .with_context(|| format!("copying {}", state.display()))?;
+        let child = Command::new("swtpm")
+            .args(["socket", "--tpm2", "--tpmstate"])
+            .arg(format!("dir={}", t.dir.join("state").display()))
+            .arg("--ctrl")
+            .arg(format!("type=unixio,path={}", t.sock.display()))
+            .arg("--log")
+            .arg(format!(
+                "file={},level=1",
+                t.dir.join("swtpm.log").display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting swtpm")?;
+        let child = t.child.insert(child);
+        let started = Instant::now();
+        while !t.sock.exists() {
+            if let Ok(Some(st)) = child.try_wait() {
+                bail!("swtpm exited ({st}) before listening: {}", t.log());
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                bail!("swtpm made no socket in 10 s: {}", t.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(t)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("swtpm.log")).unwrap_or_default()
+    }
+
+    /// qemu's arguments for a TIS TPM backed by this swtpm.
+    fn qemu_args(&self) -> Vec<String> {
+        vec![
+            "-chardev".into(),
+            format!("socket,id=chrtpm,path={}", self.sock.display()),
+            "-tpmdev".into(),
+            "emulator,id=tpm0,chardev=chrtpm".into(),
+            "-device".into(),
+            "tpm-tis,tpmdev=tpm0".into(),
+        ]
+    }
+}
+
+impl Drop for GuestSwtpm {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // Usually gone already (swtpm exits when qemu closes the control channel).
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// One VM run of one group on one kernel.
 struct Run<'a> {
     kernel: GuestKernel,
     machine: Machine,
     group: &'a Group,
     initrd: PathBuf,
+    /// For a TPM group: the manufactured state each boot's swtpm starts from.
+    tpm_state: Option<PathBuf>,
     outcome: Option<Outcome>,
 }
 
@@ -836,6 +1061,11 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
     if run.group.ignored {
         append.push_str(" rw.ignored=1");
     }
+    if run.group.tpm {
+        // The tcb policy skips tmpfs, which the initramfs root is unless rootfstype says
+        // otherwise: on ramfs what runs from the root is measured.
+        append.push_str(" ima_policy=tcb ima_template=ima-ng rootfstype=ramfs");
+    }
     let started = Instant::now();
     let fail = |e: String| Outcome {
         exit: None,
@@ -847,6 +1077,17 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         log: log.clone(),
         attempts: attempt,
         harness_error: Some(e),
+    };
+    // Lives until this function returns: after qemu exited (or was killed).
+    let swtpm = match &run.tpm_state {
+        Some(state) => {
+            let tag = format!("{}-{attempt}", run.kernel.label);
+            match GuestSwtpm::start(state, &tag) {
+                Ok(t) => Some(t),
+                Err(e) => return fail(format!("{e:#}")),
+            }
+        }
+        None => None,
     };
     let child = Command::new("qemu-system-x86_64")
         .args([
@@ -864,6 +1105,7 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         .arg("-initrd")
         .arg(&run.initrd)
         .args(["-append", &append])
+        .args(swtpm.iter().flat_map(GuestSwtpm::qemu_args))
         .args([
             "-nodefaults",
             "-nic",
