@@ -146,7 +146,7 @@ const GROUPS: &[Group] = &[
         tests: &[],
         ignored: false,
         tpm: true,
-        default: false,
+        default: true,
     },
 ];
 
@@ -1051,8 +1051,16 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         run.kernel.label, run.group.name
     ));
     let _ = std::fs::remove_file(&log);
+    // IMA needs the "integrity" LSM on 6.1 (without it the first measurement panics:
+    // "integrity_inode_get: lsm=integrity required"); from 6.9 IMA and EVM are LSMs of their
+    // own that are always on, and an unknown name in lsm= is skipped.
+    let lsm = if run.group.tpm {
+        "lockdown,capability,yama,bpf,integrity"
+    } else {
+        "lockdown,capability,yama,bpf"
+    };
     let mut append = format!(
-        "console=ttyS0 panic=-1 quiet loglevel=3 lsm=lockdown,capability,yama,bpf rw.group={}",
+        "console=ttyS0 panic=-1 quiet loglevel=3 lsm={lsm} rw.group={}",
         run.group.target
     );
     if !run.group.tests.is_empty() {
