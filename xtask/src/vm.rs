@@ -1051,29 +1051,7 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         run.kernel.label, run.group.name
     ));
     let _ = std::fs::remove_file(&log);
-    // IMA needs the "integrity" LSM on 6.1 (without it the first measurement panics:
-    // "integrity_inode_get: lsm=integrity required"); from 6.9 IMA and EVM are LSMs of their
-    // own that are always on, and an unknown name in lsm= is skipped.
-    let lsm = if run.group.tpm {
-        "lockdown,capability,yama,bpf,integrity"
-    } else {
-        "lockdown,capability,yama,bpf"
-    };
-    let mut append = format!(
-        "console=ttyS0 panic=-1 quiet loglevel=3 lsm={lsm} rw.group={}",
-        run.group.target
-    );
-    if !run.group.tests.is_empty() {
-        let _ = write!(append, " rw.tests={}", run.group.tests.join(","));
-    }
-    if run.group.ignored {
-        append.push_str(" rw.ignored=1");
-    }
-    if run.group.tpm {
-        // The tcb policy skips tmpfs, which the initramfs root is unless rootfstype says
-        // otherwise: on ramfs what runs from the root is measured.
-        append.push_str(" ima_policy=tcb ima_template=ima-ng rootfstype=ramfs");
-    }
+    let append = kernel_command_line(run.group);
     let started = Instant::now();
     let fail = |e: String| Outcome {
         exit: None,
@@ -1132,19 +1110,7 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         Ok(c) => c,
         Err(e) => return fail(format!("starting qemu: {e}")),
     };
-    // Waits for the guest to power off; kills (by the PID we started) past the timeout.
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break Some(st),
-            Ok(None) if started.elapsed() > GROUP_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(200)),
-            Err(_) => break None,
-        }
-    };
+    let status = wait_for_power_off(&mut child, started);
     let wall = started.elapsed();
     let text = std::fs::read(&log)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -1167,6 +1133,54 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         o.harness_error = Some(format!("the guest never reached /init {}", err.trim()));
     }
     o
+}
+
+/// The guest kernel's command line for a group.
+fn kernel_command_line(group: &Group) -> String {
+    // IMA needs the "integrity" LSM on 6.1 (without it the first measurement panics:
+    // "integrity_inode_get: lsm=integrity required"); from 6.9 IMA and EVM are LSMs of their
+    // own that are always on, and an unknown name in lsm= is skipped.
+    let lsm = if group.tpm {
+        "lockdown,capability,yama,bpf,integrity"
+    } else {
+        "lockdown,capability,yama,bpf"
+    };
+    let mut append = format!(
+        "console=ttyS0 panic=-1 quiet loglevel=3 lsm={lsm} rw.group={}",
+        group.target
+    );
+    if !group.tests.is_empty() {
+        let _ = write!(append, " rw.tests={}", group.tests.join(","));
+    }
+    if group.ignored {
+        append.push_str(" rw.ignored=1");
+    }
+    if group.tpm {
+        // The tcb policy skips tmpfs, which the initramfs root is unless rootfstype says
+        // otherwise: on ramfs what runs from the root is measured.
+        append.push_str(" ima_policy=tcb ima_template=ima-ng rootfstype=ramfs");
+    }
+    append
+}
+
+/// Waits for the guest to power off; kills qemu (by the PID we started) past the timeout.
+/// `None`: killed, or it could not be waited for.
+fn wait_for_power_off(
+    child: &mut std::process::Child,
+    started: Instant,
+) -> Option<std::process::ExitStatus> {
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return Some(st),
+            Ok(None) if started.elapsed() > GROUP_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(200)),
+            Err(_) => return None,
+        }
+    }
 }
 
 fn parse_console(text: &str) -> Outcome {
@@ -1330,6 +1344,31 @@ fn summary(runs: &[Run<'_>], total: Duration) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_tpm_group_boots_with_ima_and_the_integrity_lsm() {
+        let by_name = |n: &str| GROUPS.iter().find(|g| g.name == n).unwrap();
+        let tpm = kernel_command_line(by_name("tpm"));
+        assert!(
+            tpm.contains("lsm=lockdown,capability,yama,bpf,integrity "),
+            "{tpm}"
+        );
+        assert!(
+            tpm.contains("ima_policy=tcb") && tpm.contains("rootfstype=ramfs"),
+            "{tpm}"
+        );
+        let guard = kernel_command_line(by_name("guard"));
+        assert!(
+            guard.contains("lsm=lockdown,capability,yama,bpf "),
+            "{guard}"
+        );
+        assert!(!guard.contains("ima_policy"), "{guard}");
+        let raw = kernel_command_line(by_name("watch-raw"));
+        assert!(
+            raw.contains("rw.tests=raw_attach_detach_loop rw.ignored=1"),
+            "{raw}"
+        );
+    }
 
     /// The console of the 6.12 guest that panicked in the bypass group: the oopses are
     /// named, whatever the tests printed before.
