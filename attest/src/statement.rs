@@ -98,7 +98,12 @@ impl Statement {
     }
 
     pub fn to_json(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+        // Sized for a typical statement (1-2 KiB), so it is written without regrowing.
+        let mut out = Vec::with_capacity(2048);
+        match serde_json::to_writer(&mut out, self) {
+            Ok(()) => out,
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Parses verified payload bytes and checks the fixed type fields.
