@@ -22,6 +22,11 @@ pub struct Envelope {
     #[serde(rename = "payloadType")]
     pub payload_type: String,
     pub signatures: Vec<Signature>,
+    /// Not part of DSSE and not signed: the TPM quote made over this envelope's PAE digest,
+    /// carried beside it in the log and on the wire (issue 22). Absent from hosts without a
+    /// TPM, so their lines are byte for byte what they always were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpm: Option<crate::tpm::TpmSidecar>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -60,6 +65,7 @@ pub fn sign(key: &SigningKey, payload_type: &str, body: &[u8]) -> Envelope {
             keyid: keyid(&key.verifying_key()),
             sig: B64.encode(sig.to_bytes()),
         }],
+        tpm: None,
     }
 }
 
@@ -91,7 +97,13 @@ impl Envelope {
             json_str(&mut out, &s.sig);
             out.push(b'}');
         }
-        out.extend_from_slice(b"]}");
+        out.push(b']');
+        if let Some(tpm) = &self.tpm {
+            out.extend_from_slice(b",\"tpm\":");
+            // Serializing plain strings and maps into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut out, tpm);
+        }
+        out.push(b'}');
         out
     }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     evidence::*,
+    tpm::{ImaSource, RootOfTrust},
     statement::{
         Challenge, EpochPredicate, GENESIS_PREV, IMAGE_DIGEST, NextKey, Statement, Subject,
     },
@@ -160,6 +161,15 @@ pub fn example_statement() -> Statement {
         next_key: Some(NextKey {
             keyid: hex64(),
             public_key_pem: String::new(),
+        }),
+        root_of_trust: Some(RootOfTrust::Tpm {
+            tcti: String::new(),
+            vendor: String::new(),
+            ak_name: String::new(),
+            ek_certificate: false,
+            ima: ImaSource::Measured {
+                list: String::new(),
+            },
         }),
     };
     Statement::new(

@@ -75,6 +75,11 @@ pub struct EpochPredicate {
     /// statements without a rotation are unchanged) when no rotation is pending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_key: Option<NextKey>,
+    /// What the host says of its root of trust (a TPM, or none and why). Absent in statements
+    /// of daemons older than issue 22; the verifier grants a level only from a quote it
+    /// verified, never from this claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_of_trust: Option<crate::tpm::RootOfTrust>,
 }
 
 /// The key a host rotates to (see [`EpochPredicate::next_key`]).

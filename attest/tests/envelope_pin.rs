@@ -43,6 +43,7 @@ fn statement(seq: u64, prev: String) -> Statement {
                 binary_sha3_256: "ef".repeat(32),
             },
             next_key: None,
+            root_of_trust: None,
         },
     )
 }

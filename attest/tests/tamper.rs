@@ -37,6 +37,7 @@ fn predicate(seq: u64, prev: String, start: u64, end: u64) -> EpochPredicate {
             binary_sha3_256: "00".into(),
         },
         next_key: None,
+        root_of_trust: None,
     }
 }
 

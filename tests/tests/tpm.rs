@@ -318,7 +318,11 @@ fn ak_of_another_tpm_is_replaced_not_used() {
 #[test]
 fn no_tpm_is_root_of_trust_none_naming_the_device() {
     let dir = std::env::temp_dir().join(format!("rwt-notpm-{}", std::process::id()));
-    let (root, tpm) = open_root_of_trust("device:/nonexistent", &dir.join("ak.json"));
+    let (root, tpm) = open_root_of_trust(
+        "device:/nonexistent",
+        &dir.join("ak.json"),
+        &dir.join("ima"),
+    );
     assert!(tpm.is_none());
     let RootOfTrust::None { reason } = &root else {
         panic!("{root:?}")
@@ -343,7 +347,7 @@ fn no_tpm_is_root_of_trust_none_naming_the_device() {
 #[test]
 fn root_of_trust_on_swtpm_is_tpm() {
     let t = SwTpm::start();
-    let (root, tpm) = open_root_of_trust(&t.tcti, &t.dir.join("ak.json"));
+    let (root, tpm) = open_root_of_trust(&t.tcti, &t.dir.join("ak.json"), &t.dir.join("no-ima"));
     assert!(tpm.is_some(), "{root:?}");
     let RootOfTrust::Tpm {
         vendor,

@@ -403,6 +403,7 @@ impl Host {
                 binary_sha3_256: "00".repeat(32),
             },
             next_key: e.next_key,
+            root_of_trust: None,
         }
     }
 }

@@ -10,12 +10,15 @@
 //! - [`ekcert`]: the EK certificate chain, checked by hand;
 //! - [`ima`]: the IMA binary measurement list and its PCR 10 replay.
 //!
-//! Byte layouts are TPM 2.0 Part 2 (big-endian); see /tmp/tpm-brief.md section 2 for the
-//! field-by-field account this follows.
+//! - [`evidence`]: what travels with a statement (the quote sidecar, the root of trust) and
+//!   the enrolment exchange.
+//!
+//! Byte layouts are TPM 2.0 Part 2 (big-endian); each parser names the structure it reads.
 
 pub mod credential;
 pub mod ekcert;
 pub mod error;
+pub mod evidence;
 pub mod ima;
 pub mod kdf;
 pub(crate) mod marshal;
@@ -26,6 +29,11 @@ pub mod quote;
 pub use credential::{CredentialChallenge, make_credential};
 pub use ekcert::{EkCertError, EkCertificate, verify_ek_certificate};
 pub use error::TpmError;
+pub use evidence::{
+    DEFAULT_QUOTE_PCRS, DecodedSidecar, ImaDelta, ImaSource, RootOfTrust, SidecarError,
+    TPM_ENROLL_PAYLOAD_TYPE, TpmActivation, TpmCredential, TpmEnrollRequest, TpmEnrolled,
+    TpmSidecar, TrustLevel,
+};
 pub use ima::{
     ImaEntry, ImaError, encode_ima_binary, parse_ima_binary, replay_pcr10, replay_prefix,
 };

@@ -58,6 +58,7 @@ pub fn sign_and_append(
         epoch: ev.epoch,
         producer: producer.clone(),
         next_key,
+        root_of_trust: None,
     };
     let st = Statement::new(subject, predicate);
     let env = dsse::sign(key, dsse::INTOTO_PAYLOAD_TYPE, &st.to_json());

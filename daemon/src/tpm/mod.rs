@@ -14,7 +14,7 @@
 
 mod root;
 
-pub use root::RootOfTrust;
+pub use root::{ImaSource, RootOfTrust, ima_source};
 
 #[cfg(feature = "tpm")]
 mod ak_file;

@@ -2,40 +2,17 @@
 //! attests (the limiter's evidence stands on its own), but says so and why, so a verifier's
 //! policy can require a TPM and an operator can see what to fix.
 
-/// Serialized tagged by `level`: `{"level":"none","reason":"..."}` or
-/// `{"level":"tpm","tcti":"...","vendor":"...","ak_name":"000b...","ek_certificate":true}`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "level", rename_all = "snake_case")]
-pub enum RootOfTrust {
-    /// No TPM could be used: no device node, no permission, a TCTI or TPM error, or a
-    /// daemon built without the `tpm` feature.
-    None { reason: String },
-    Tpm {
-        /// The TCTI it was opened through (`device:/dev/tpmrm0`).
-        tcti: String,
-        /// TPM_PT_VENDOR_STRING_1..4 ("SW   TPM" is a software TPM).
-        vendor: String,
-        /// Hex of the AK's Name (0x000b || SHA-256(TPMT_PUBLIC)).
-        ak_name: String,
-        /// Whether the TPM holds an RSA-2048 EK certificate (NV 0x01c00002).
-        ek_certificate: bool,
-    },
-}
+pub use rackwarden_attest::tpm::{ImaSource, RootOfTrust};
 
-impl RootOfTrust {
-    pub fn none(reason: impl Into<String>) -> RootOfTrust {
-        RootOfTrust::None {
-            reason: reason.into(),
-        }
-    }
-
-    /// What a daemon built without the `tpm` feature reports (no libtss2 on the build host).
-    pub fn not_built() -> RootOfTrust {
-        RootOfTrust::none("this rackwarden was built without the `tpm` feature (libtss2)")
-    }
-
-    pub fn is_tpm(&self) -> bool {
-        matches!(self, RootOfTrust::Tpm { .. })
+/// Whether the kernel's IMA list at `list` can be read (IMA is on and securityfs mounted).
+pub fn ima_source(list: &std::path::Path) -> ImaSource {
+    match std::fs::File::open(list) {
+        Ok(_) => ImaSource::Measured {
+            list: list.display().to_string(),
+        },
+        Err(e) => ImaSource::Unavailable {
+            reason: format!("cannot read the IMA list {}: {e}", list.display()),
+        },
     }
 }
 
@@ -46,6 +23,7 @@ impl RootOfTrust {
 pub fn open_root_of_trust(
     tcti: &str,
     ak_path: &std::path::Path,
+    ima_list: &std::path::Path,
 ) -> (RootOfTrust, Option<super::Tpm>) {
     let mut tpm = match super::Tpm::open(tcti) {
         Ok(t) => t,
@@ -71,6 +49,7 @@ pub fn open_root_of_trust(
         vendor,
         ak_name: hex::encode(&ak.name),
         ek_certificate: ek.certificate.is_some(),
+        ima: ima_source(ima_list),
     };
     (root, Some(tpm))
 }
@@ -79,32 +58,15 @@ pub fn open_root_of_trust(
 mod tests {
     use super::*;
 
-    #[test]
-    fn tpm_root_of_trust_serializes_tagged_by_level() {
-        let none = RootOfTrust::none("no TPM device at /dev/tpmrm0");
-        assert_eq!(
-            serde_json::to_value(&none).unwrap(),
-            serde_json::json!({"level": "none", "reason": "no TPM device at /dev/tpmrm0"})
-        );
-        let tpm = RootOfTrust::Tpm {
-            tcti: "device:/dev/tpmrm0".into(),
-            vendor: "SW   TPM".into(),
-            ak_name: "000b00".into(),
-            ek_certificate: true,
-        };
-        let v = serde_json::to_value(&tpm).unwrap();
-        assert_eq!(v["level"], "tpm");
-        assert_eq!(v["ak_name"], "000b00");
-        assert_eq!(serde_json::from_value::<RootOfTrust>(v).unwrap(), tpm);
-        assert!(tpm.is_tpm() && !none.is_tpm());
-        assert!(!RootOfTrust::not_built().is_tpm());
-    }
-
     #[cfg(feature = "tpm")]
     #[test]
     fn tpm_root_of_trust_without_device_says_which() {
         let dir = std::env::temp_dir();
-        let (root, tpm) = open_root_of_trust("device:/nonexistent", &dir.join("rw-no-ak.json"));
+        let (root, tpm) = open_root_of_trust(
+            "device:/nonexistent",
+            &dir.join("rw-no-ak.json"),
+            &dir.join("rw-no-ima"),
+        );
         assert!(tpm.is_none());
         let RootOfTrust::None { reason } = root else {
             panic!("{root:?}")

@@ -939,6 +939,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
             binary_sha3_256: "cd".repeat(32),
         },
         next_key: None,
+        root_of_trust: None,
     }
 }
 

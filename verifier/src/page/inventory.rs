@@ -93,7 +93,11 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "last_cgroup_id"
         | "stream"
         | "keyid"
-        | "public_key_pem" => Identifier,
+        | "public_key_pem"
+        | "tcti"
+        | "vendor"
+        | "ak_name"
+        | "list" => Identifier,
         "prev" | "binary_sha3_256" | "tag" | "merkle_sha3_256" | "manifest_sha3_256"
         | "sha3_256" => Digest,
         "nonce" => Nonce,
@@ -122,6 +126,8 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "restored"
         | "interrupted"
         | "ok"
+        | "level"
+        | "ek_certificate"
         | "status" => Setting,
         "detail" | "reason" | "finding" => Diagnostic,
         _ => return None,
