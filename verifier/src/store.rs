@@ -7,6 +7,9 @@ use std::path::Path;
 use rackwarden_attest::{dsse::Envelope, result::AttestationResult, statement::Statement};
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod tpm;
+pub use tpm::{TpmChallengeRow, TpmEnrollment, TpmPosition};
+
 pub use rusqlite::Error as DbError;
 
 /// The database. Its connection is the store's alone: callers ask for rows and
@@ -84,6 +87,20 @@ CREATE TABLE IF NOT EXISTS clearances (
   id INTEGER PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL,
   up_to_id INTEGER NOT NULL, cleared_ms INTEGER NOT NULL, reason TEXT NOT NULL,
   cleared_by TEXT);
+-- TPM (issue 22): the AK a host proved lives beside a certified EK, the credential
+-- challenges outstanding, and how far each host's IMA list has been replayed.
+CREATE TABLE IF NOT EXISTS tpm_enrollments (
+  rack TEXT NOT NULL, host TEXT NOT NULL, ak_public TEXT NOT NULL, ak_name TEXT NOT NULL,
+  ek_public TEXT NOT NULL, ek_certificate TEXT, ek_issuer TEXT NOT NULL,
+  enrolled_ms INTEGER NOT NULL, PRIMARY KEY (rack, host));
+CREATE TABLE IF NOT EXISTS tpm_challenges (
+  id TEXT PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL, secret_sha3 TEXT NOT NULL,
+  ak_public TEXT NOT NULL, ak_name TEXT NOT NULL, ek_public TEXT NOT NULL,
+  ek_certificate TEXT, ek_issuer TEXT NOT NULL, expires_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS tpm_positions (
+  rack TEXT NOT NULL, host TEXT NOT NULL, reset_count INTEGER NOT NULL,
+  ima_count INTEGER NOT NULL, pcr10 TEXT NOT NULL, seq INTEGER NOT NULL,
+  PRIMARY KEY (rack, host));
 ";
 
 impl StoredStatement {
