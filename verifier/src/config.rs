@@ -51,6 +51,9 @@ use toml::Spanned;
 
 pub use rackwarden_attest::config_error::{ConfigError, line_of};
 
+mod tpm;
+pub use tpm::{RuntimePolicy, TpmEnrolConfig, parse_allowlist};
+
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RackAgreement {
     pub egress_bytes_per_s: u64,
@@ -88,6 +91,20 @@ pub struct Policy {
     /// Digests (merkle_sha3_256) the signed manifest allows, if a manifest is configured.
     pub allowed_images: Option<Vec<String>>,
     pub racks: BTreeMap<String, RackAgreement>,
+    /// The least root of trust a statement must have (`none`: the daemon's word is enough).
+    /// Left out of the digest at its default, so policies written before it keep theirs.
+    #[serde(skip_serializing_if = "trust_level_is_none")]
+    pub min_root_of_trust: rackwarden_attest::tpm::TrustLevel,
+    /// How IMA entries are judged (`None`: replayed against PCR 10, not judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimePolicy>,
+    /// Reference values (hex SHA-256 bank) of boot PCRs (empty: the boot is not judged).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub boot_pcrs: BTreeMap<u8, String>,
+}
+
+fn trust_level_is_none(l: &rackwarden_attest::tpm::TrustLevel) -> bool {
+    *l == rackwarden_attest::tpm::TrustLevel::None
 }
 
 impl Policy {
@@ -159,6 +176,8 @@ pub struct VerifierConfig {
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub policy: Policy,
+    /// `[tpm]`: whom AK enrolment trusts to certify EKs (`None`: no AK is enrolled).
+    pub tpm: Option<TpmEnrolConfig>,
 }
 
 #[derive(Deserialize)]
@@ -176,6 +195,7 @@ struct Raw {
     policy: RawPolicy,
     #[serde(default)]
     racks: BTreeMap<String, Spanned<RawRack>>,
+    tpm: Option<tpm::RawTpm>,
 }
 
 #[derive(Deserialize)]
@@ -196,6 +216,9 @@ struct RawPolicy {
     min_self_protection: Option<Spanned<String>>,
     manifest: Option<Spanned<String>>,
     manifest_key: Option<Spanned<String>>,
+    min_root_of_trust: Option<Spanned<String>>,
+    runtime: Option<tpm::RawRuntime>,
+    boot: Option<tpm::RawBoot>,
 }
 
 #[derive(Deserialize)]
@@ -250,6 +273,7 @@ impl VerifierConfig {
             max_connections,
             header_timeout,
             policy: policy(&src, &raw.policy, checked)?,
+            tpm: tpm::tpm_enrol(&src, &raw.tpm)?,
         })
     }
 }
@@ -411,6 +435,14 @@ fn policy(src: &Source, p: &RawPolicy, checked: CheckedFirst) -> Result<Policy, 
         },
         allowed_images: checked.allowed_images,
         racks: checked.racks,
+        min_root_of_trust: tpm::min_root_of_trust(src, &p.min_root_of_trust)?,
+        runtime: tpm::runtime(
+            src,
+            &p.runtime,
+            tpm::min_root_of_trust(src, &p.min_root_of_trust)?,
+            p.min_root_of_trust.as_ref().map(|s| s.span()),
+        )?,
+        boot_pcrs: tpm::boot(src, &p.boot)?,
     })
 }
 
