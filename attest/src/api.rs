@@ -231,6 +231,7 @@ mod tests {
             seq: 3,
             trustworthiness: Aspect::ALL
                 .into_iter()
+                .filter(|a| *a != Aspect::RootOfTrust)
                 .map(|a| {
                     let s = if a == Aspect::Freshness {
                         Status::Warning
@@ -246,6 +247,7 @@ mod tests {
                 severity: Status::Warning,
                 detail: "the statement answers no challenge".into(),
             }],
+            root_of_trust: None,
         };
         assert_eq!(
             resp.results,

@@ -20,10 +20,14 @@ pub enum Aspect {
     Wipe,
     Images,
     Budget,
+    /// The TPM quote and IMA list behind the statement (issue 22). In a verdict's vector only
+    /// when a TPM is in play (a quote came, an AK is enrolled, the host says it has one, or
+    /// the policy asks for one), so verdicts made before it read and re-derive unchanged.
+    RootOfTrust,
 }
 
 impl Aspect {
-    pub const ALL: [Aspect; 7] = [
+    pub const ALL: [Aspect; 8] = [
         Aspect::Identity,
         Aspect::Chain,
         Aspect::Freshness,
@@ -31,6 +35,7 @@ impl Aspect {
         Aspect::Wipe,
         Aspect::Images,
         Aspect::Budget,
+        Aspect::RootOfTrust,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +47,7 @@ impl Aspect {
             Aspect::Wipe => "wipe",
             Aspect::Images => "images",
             Aspect::Budget => "budget",
+            Aspect::RootOfTrust => "root_of_trust",
         }
     }
 }
@@ -99,10 +105,25 @@ pub enum FindingCode {
     EpochInterrupted,
     ImageRefused,
     ImageNotInManifest,
+    RootOfTrustBelowPolicy,
+    QuoteMissing,
+    AkNotEnrolled,
+    QuoteInvalid,
+    QuoteNotForStatement,
+    PcrValuesMismatch,
+    ImaReplayMismatch,
+    ImaGap,
+    TpmReboot,
+    TpmClockUnsafe,
+    DaemonNotMeasured,
+    DaemonModified,
+    ExecutableNotAllowed,
+    ImaViolation,
+    BootPcrMismatch,
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 48] = [
+    pub const ALL: [FindingCode; 63] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -151,6 +172,21 @@ impl FindingCode {
         FindingCode::EpochInterrupted,
         FindingCode::ImageRefused,
         FindingCode::ImageNotInManifest,
+        FindingCode::RootOfTrustBelowPolicy,
+        FindingCode::QuoteMissing,
+        FindingCode::AkNotEnrolled,
+        FindingCode::QuoteInvalid,
+        FindingCode::QuoteNotForStatement,
+        FindingCode::PcrValuesMismatch,
+        FindingCode::ImaReplayMismatch,
+        FindingCode::ImaGap,
+        FindingCode::TpmReboot,
+        FindingCode::TpmClockUnsafe,
+        FindingCode::DaemonNotMeasured,
+        FindingCode::DaemonModified,
+        FindingCode::ExecutableNotAllowed,
+        FindingCode::ImaViolation,
+        FindingCode::BootPcrMismatch,
     ];
 
     pub fn aspect(self) -> Aspect {
@@ -203,6 +239,21 @@ impl FindingCode {
             FindingCode::EpochInterrupted => Aspect::Wipe,
             FindingCode::ImageRefused => Aspect::Images,
             FindingCode::ImageNotInManifest => Aspect::Images,
+            FindingCode::RootOfTrustBelowPolicy => Aspect::RootOfTrust,
+            FindingCode::QuoteMissing => Aspect::RootOfTrust,
+            FindingCode::AkNotEnrolled => Aspect::RootOfTrust,
+            FindingCode::QuoteInvalid => Aspect::RootOfTrust,
+            FindingCode::QuoteNotForStatement => Aspect::RootOfTrust,
+            FindingCode::PcrValuesMismatch => Aspect::RootOfTrust,
+            FindingCode::ImaReplayMismatch => Aspect::RootOfTrust,
+            FindingCode::ImaGap => Aspect::RootOfTrust,
+            FindingCode::TpmReboot => Aspect::RootOfTrust,
+            FindingCode::TpmClockUnsafe => Aspect::RootOfTrust,
+            FindingCode::DaemonNotMeasured => Aspect::RootOfTrust,
+            FindingCode::DaemonModified => Aspect::RootOfTrust,
+            FindingCode::ExecutableNotAllowed => Aspect::RootOfTrust,
+            FindingCode::ImaViolation => Aspect::RootOfTrust,
+            FindingCode::BootPcrMismatch => Aspect::RootOfTrust,
         }
     }
 
@@ -257,6 +308,21 @@ impl FindingCode {
             FindingCode::EpochInterrupted => "epoch_interrupted",
             FindingCode::ImageRefused => "image_refused",
             FindingCode::ImageNotInManifest => "image_not_in_manifest",
+            FindingCode::RootOfTrustBelowPolicy => "root_of_trust_below_policy",
+            FindingCode::QuoteMissing => "quote_missing",
+            FindingCode::AkNotEnrolled => "ak_not_enrolled",
+            FindingCode::QuoteInvalid => "quote_invalid",
+            FindingCode::QuoteNotForStatement => "quote_not_for_statement",
+            FindingCode::PcrValuesMismatch => "pcr_values_mismatch",
+            FindingCode::ImaReplayMismatch => "ima_replay_mismatch",
+            FindingCode::ImaGap => "ima_gap",
+            FindingCode::TpmReboot => "tpm_reboot",
+            FindingCode::TpmClockUnsafe => "tpm_clock_unsafe",
+            FindingCode::DaemonNotMeasured => "daemon_not_measured",
+            FindingCode::DaemonModified => "daemon_modified",
+            FindingCode::ExecutableNotAllowed => "executable_not_allowed",
+            FindingCode::ImaViolation => "ima_violation",
+            FindingCode::BootPcrMismatch => "boot_pcr_mismatch",
         }
     }
 
@@ -365,6 +431,49 @@ impl FindingCode {
             }
             FindingCode::ImageRefused => "the host refused an image whose digest did not match",
             FindingCode::ImageNotInManifest => "a loaded image is not in the signed manifest",
+            FindingCode::RootOfTrustBelowPolicy => {
+                "the root of trust the verifier could verify is weaker than the policy's min_root_of_trust"
+            }
+            FindingCode::QuoteMissing => {
+                "no TPM quote came with a statement from a host whose AK is enrolled or that says it has a TPM"
+            }
+            FindingCode::AkNotEnrolled => {
+                "a TPM quote came, but no attestation key is enrolled for this host"
+            }
+            FindingCode::QuoteInvalid => {
+                "the TPM quote is malformed or its signature does not verify with the enrolled AK"
+            }
+            FindingCode::QuoteNotForStatement => {
+                "the quote's qualifying data is not this statement's digest: a quote made for another statement"
+            }
+            FindingCode::PcrValuesMismatch => {
+                "the PCR values shipped do not hash to the quoted digest, or the quote lacks a PCR the policy needs"
+            }
+            FindingCode::ImaReplayMismatch => {
+                "PCR 10 is not the replay of the IMA entries shipped: the measurement list was altered"
+            }
+            FindingCode::ImaGap => {
+                "IMA entries are missing between the last verified position and this statement's: the runtime is not verified"
+            }
+            FindingCode::TpmReboot => {
+                "the TPM was reset (the host rebooted) since its previous quote"
+            }
+            FindingCode::TpmClockUnsafe => {
+                "the TPM says its clock may have gone backwards (clockInfo.safe is clear)"
+            }
+            FindingCode::DaemonNotMeasured => {
+                "this boot's IMA list holds no measurement of the daemon: it is not the daemon that runs"
+            }
+            FindingCode::DaemonModified => {
+                "the daemon executable IMA measured is not a build the policy accepts"
+            }
+            FindingCode::ExecutableNotAllowed => {
+                "IMA measured a file that is not in the policy's allowlist"
+            }
+            FindingCode::ImaViolation => {
+                "IMA recorded a violation (a file measured while open for writing): its content is unknown"
+            }
+            FindingCode::BootPcrMismatch => "a boot PCR differs from the policy's reference value",
         }
     }
 }
@@ -411,6 +520,10 @@ pub struct AttestationResult {
     pub seq: u64,
     pub trustworthiness: BTreeMap<Aspect, Status>,
     pub findings: Vec<Finding>,
+    /// The root of trust the verifier could verify (`none`, `tpm`, `tpm_ima`), never the
+    /// host's claim. Absent when no TPM is in play, as in verdicts made before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_of_trust: Option<crate::tpm::TrustLevel>,
 }
 
 #[cfg(test)]

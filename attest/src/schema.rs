@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use crate::{
     evidence::*,
-    tpm::{ImaSource, RootOfTrust},
     statement::{
         Challenge, EpochPredicate, GENESIS_PREV, IMAGE_DIGEST, NextKey, Statement, Subject,
     },
+    tpm::{ImaSource, RootOfTrust},
 };
 
 pub fn example_statement() -> Statement {

@@ -2,14 +2,23 @@
 //! `appraisal::Context`).
 
 use rackwarden_attest::statement::{Challenge, Statement};
+use rackwarden_attest::tpm::TpmSidecar;
 
 use crate::{
-    appraisal::{Context, NonceLookup},
+    appraisal::{Context, NonceLookup, tpm::TpmContext},
     store::{DbError, HostKey, Store},
 };
 
-/// Loads the context of `st`, signed by `hk`, whose PAE digest is `pae`.
-pub fn load(store: &Store, hk: &HostKey, st: &Statement, pae: &str) -> Result<Context, DbError> {
+/// Loads the context of `st`, signed by `hk`, whose PAE digest is `pae` (`pae_sha3` as
+/// bytes), with the TPM quote that came beside it.
+pub fn load(
+    store: &Store,
+    hk: &HostKey,
+    st: &Statement,
+    pae: &str,
+    pae_sha3: [u8; 32],
+    sidecar: Option<TpmSidecar>,
+) -> Result<Context, DbError> {
     let p = &st.predicate;
     let same_seq_others = store
         .by_seq(&hk.rack, &hk.host, p.seq)?
@@ -79,5 +88,11 @@ pub fn load(store: &Store, hk: &HostKey, st: &Statement, pae: &str) -> Result<Co
         baseline_earliest_end_ms,
         nonce,
         last_wipe_ms: store.last_wipe(&hk.rack, &hk.host)?,
+        tpm: TpmContext {
+            sidecar,
+            enrollment: store.tpm_enrollment(&hk.rack, &hk.host)?,
+            position: store.tpm_position(&hk.rack, &hk.host)?,
+            statement_digest: pae_sha3,
+        },
     })
 }

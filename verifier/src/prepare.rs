@@ -23,6 +23,11 @@ pub struct Prepared {
     pub(crate) statement: Statement,
     /// Hex SHA3-256 of the PAE bytes: the statement's identity in its host's chain.
     pub(crate) pae: String,
+    /// The same digest as bytes: what the TPM quote beside the envelope must name.
+    pub(crate) pae_sha3: [u8; 32],
+    /// The TPM quote that came beside the envelope (not signed by the host key: the
+    /// quote's own signature and qualifying data bind it).
+    pub(crate) tpm: Option<rackwarden_attest::tpm::TpmSidecar>,
 }
 
 /// Why a statement is rejected before the database is asked. The text is the `reason` the
@@ -81,7 +86,9 @@ pub fn prepare(keys: &KeyTable, raw: &[u8]) -> Result<Prepared, PrepareError> {
         hk: hk.clone(),
         raw: raw.to_vec(),
         pae: hex::encode(verified.pae_sha3),
+        pae_sha3: verified.pae_sha3,
         statement: st,
+        tpm: env.tpm,
     })
 }
 

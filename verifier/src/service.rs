@@ -367,6 +367,8 @@ impl Verifier {
             raw,
             statement: st,
             pae,
+            pae_sha3,
+            tpm,
         } = pr;
         let p = &st.predicate;
         if let Some(prev) = self.store.by_pae(&hk.rack, &hk.host, &pae)? {
@@ -376,7 +378,7 @@ impl Verifier {
                 reason: None,
             });
         }
-        let ctx = crate::context::load(&self.store, &hk, &st, &pae)?;
+        let ctx = crate::context::load(&self.store, &hk, &st, &pae, pae_sha3, tpm)?;
         // Whatever comes of it, a nonce a statement named is evidence from now on (never pruned).
         if let Challenge::Nonce { nonce } = &p.challenge {
             self.store.present_nonce(nonce, now_ms)?;
@@ -401,6 +403,9 @@ impl Verifier {
             result: serde_json::to_string(&result).unwrap_or_default(),
             wipe_ms: effects.wipe_counts.then_some(p.epoch_end_unix_ms),
         })?;
+        if let Some(pos) = &effects.tpm_position {
+            self.store.set_tpm_position(&hk.rack, &hk.host, pos)?;
+        }
         if let Some(nk) = &effects.rotate_to {
             self.store.rotate_key(
                 &Rotation {

@@ -17,6 +17,7 @@
 //! | budget | `budget` | do the caps and the bytes that passed stay within the agreement |
 //! | wipe | `wipe` | was memory wiped completely, bound to our nonce, within the interval |
 //! | images | `images` | were only manifest images loaded |
+//! | root_of_trust | `tpm` | is it quoted by the enrolled AK, and does its IMA list replay and pass |
 
 pub(crate) mod budget;
 mod chain;
@@ -25,12 +26,14 @@ mod freshness;
 mod identity;
 mod images;
 mod limiter;
+pub mod tpm;
 mod wipe;
 
 use std::collections::BTreeMap;
 
 pub use rackwarden_attest::result::{Aspect, AttestationResult, Finding, FindingCode, Status};
 use rackwarden_attest::statement::{NextKey, Statement};
+use rackwarden_attest::tpm::TrustLevel;
 
 use crate::{
     config::Policy,
@@ -66,6 +69,8 @@ pub struct Context {
     pub nonce: NonceLookup,
     /// End of the host's last epoch with a counted wipe.
     pub last_wipe_ms: Option<u64>,
+    /// The quote that came with the statement and what it is checked against.
+    pub tpm: tpm::TpmContext,
 }
 
 /// What the store says about the statement's nonce.
@@ -88,6 +93,8 @@ pub struct Effects {
     /// The statement names a next key that is accepted: it becomes the host's key from the
     /// next seq on, and the signing key is retired after this one.
     pub rotate_to: Option<NextKey>,
+    /// The host's IMA list verified this far: the position the next statement continues.
+    pub tpm_position: Option<crate::store::TpmPosition>,
 }
 
 #[derive(Debug, Clone)]
@@ -118,9 +125,10 @@ impl Judge<'_> {
             .any(|f| f.aspect == aspect && f.severity == severity)
     }
 
-    fn result(self, st: &Statement) -> AttestationResult {
+    fn result(self, st: &Statement, root_of_trust: Option<TrustLevel>) -> AttestationResult {
         let mut tw: BTreeMap<Aspect, Status> = Aspect::ALL
             .iter()
+            .filter(|a| root_of_trust.is_some() || **a != Aspect::RootOfTrust)
             .map(|a| (*a, Status::Affirming))
             .collect();
         for f in &self.findings {
@@ -136,6 +144,7 @@ impl Judge<'_> {
             seq: st.predicate.seq,
             trustworthiness: tw,
             findings: self.findings,
+            root_of_trust,
         }
     }
 }
@@ -162,12 +171,20 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
     let wipe_counts = wipe::check(&mut j, st, ctx, clock::anchored_end_ms(st, now_ms));
     images::check(&mut j, st);
     chain::check_incidents(&mut j, st);
+    // Last, so verdicts made before the TPM existed keep their finding order.
+    let (root_of_trust, tpm_position) = if ctx.tpm.in_play(st, policy.min_root_of_trust) {
+        let out = tpm::check(&mut j, st, &ctx.tpm);
+        (Some(out.level), out.position)
+    } else {
+        (None, None)
+    };
     Appraisal {
-        result: j.result(st),
+        result: j.result(st, root_of_trust),
         effects: Effects {
             consume_nonce: fresh,
             wipe_counts,
             rotate_to,
+            tpm_position,
         },
     }
 }
