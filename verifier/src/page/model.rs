@@ -80,4 +80,15 @@ pub struct HostView {
     pub caps: Option<HostCaps>,
     pub epochs: Vec<EpochPoint>,
     pub findings: Vec<ShownFinding>,
+    /// The root of trust of the host's last statement.
+    pub root_of_trust: RootOfTrustView,
+}
+
+/// What the verifier verified of a host's root of trust, beside what the host said.
+#[derive(Debug, Clone, Default)]
+pub struct RootOfTrustView {
+    /// The level the last verdict granted (`None`: no TPM in play for it).
+    pub verified: Option<rackwarden_attest::tpm::TrustLevel>,
+    /// What the last statement claimed.
+    pub claimed: Option<rackwarden_attest::tpm::RootOfTrust>,
 }

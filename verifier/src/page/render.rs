@@ -8,7 +8,7 @@ use rackwarden_attest::units::{fmt_bytes, fmt_duration, fmt_rate, fmt_unix_ms};
 use super::{
     inventory::{Disclosure, VERIFIER_HOLDS},
     scorecard::{InferenceOverhead, SLOWDOWN_TARGET, TrainingBound},
-    view::{EpochPoint, HostView, RackView},
+    view::{EpochPoint, HostView, RackView, RootOfTrustView},
 };
 use crate::appraisal::Status;
 
@@ -346,7 +346,29 @@ fn epoch_tooltip(e: &EpochPoint, eg: Option<f64>, ing: Option<f64>, down: Option
     s
 }
 
-fn host_section(rack: &str, h: &HostView) -> Markup {
+/// The host's root of trust: the level verified, what the host said, and what stays on the
+/// daemon's word.
+fn root_of_trust_line(r: &RootOfTrustView, boot_judged: bool) -> Markup {
+    use rackwarden_attest::tpm::{RootOfTrust, TrustLevel};
+    let level = r.verified.unwrap_or(TrustLevel::None);
+    html! {
+        p.root-of-trust data-level=(level.name()) {
+            "root of trust: " strong { (level.name()) } " (verified by this verifier)"
+            @match &r.claimed {
+                Some(RootOfTrust::None { reason }) => { " · the host says it has none: " q { (reason) } }
+                Some(RootOfTrust::Tpm { vendor, .. }) => { " · TPM vendor " code { (vendor.trim()) } }
+                None => { " · the host states nothing" }
+            }
+            @if level == TrustLevel::None {
+                " · everything on this host rests on its daemon's word: its signing key is readable by the host's root"
+            } @else if !boot_judged {
+                " · boot not appraised (the policy names no reference PCRs): the kernel, its command line (lsm=…bpf) and so the guard's sealed state rest on the daemon's word"
+            }
+        }
+    }
+}
+
+fn host_section(rack: &str, h: &HostView, boot_judged: bool) -> Markup {
     let s = &h.standing;
     let base = format!(
         "/v1/hosts/{}/{}/statements",
@@ -366,6 +388,7 @@ fn host_section(rack: &str, h: &HostView) -> Markup {
                     (fmt_rate(c.ingress_bytes_per_s as f64)) " (burst " (fmt_bytes(c.ingress_burst_bytes as f64)) ")"
                 }
             }
+            (root_of_trust_line(&h.root_of_trust, boot_judged))
             @if !s.clearances.is_empty() {
                 ul.clearances {
                     @for c in &s.clearances {
@@ -426,7 +449,7 @@ pub fn rack(v: &RackView) -> Markup {
                 (secrets_card(v))
             }
             h2 { "Hosts" }
-            @for h in &v.hosts { (host_section(&st.rack, h)) }
+            @for h in &v.hosts { (host_section(&st.rack, h, !v.policy.boot_pcrs.is_empty())) }
             h2 #inventory { "What is shared" }
             p { "Derived from the evidence schema: every field a signed statement can carry, by kind." }
             table {

@@ -5,7 +5,7 @@
 
 use rackwarden_attest::{evidence::LimiterReport, statement::Statement};
 
-pub use super::model::{EpochPoint, HostCaps, HostView, ShownFinding};
+pub use super::model::{EpochPoint, HostCaps, HostView, RootOfTrustView, ShownFinding};
 use super::{inventory, scorecard};
 use crate::{
     appraisal::{Status, budget},
@@ -77,6 +77,16 @@ pub fn rack_view(
                 .and_then(caps_of),
             epochs: epochs(&parsed, agreement, window),
             findings: findings(hs, parsed.last()),
+            root_of_trust: RootOfTrustView {
+                verified: parsed
+                    .last()
+                    .and_then(|(r, _)| r.result())
+                    .and_then(|r| r.root_of_trust),
+                claimed: parsed
+                    .last()
+                    .and_then(|(_, s)| s.as_ref())
+                    .and_then(|s| s.predicate.root_of_trust.clone()),
+            },
         });
     }
     Ok(RackView {
