@@ -12,6 +12,7 @@ pub mod guardteam;
 pub mod redteam;
 pub mod tamper;
 pub mod tpm;
+pub mod tpmbench;
 pub mod watchbench;
 pub mod wipe;
 

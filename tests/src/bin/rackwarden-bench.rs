@@ -39,6 +39,9 @@ fn main() {
     if all || what.iter().any(|w| w == "epoch") {
         bench_epoch();
     }
+    if all || what.iter().any(|w| w == "tpm") {
+        rackwarden_tests::tpmbench::bench_tpm();
+    }
     if all || what.iter().any(|w| w == "watch") {
         rackwarden_tests::watchbench::bench_watch();
     }
