@@ -18,6 +18,7 @@
 pub mod credential;
 pub mod ekcert;
 pub mod error;
+pub mod eventlog;
 pub mod evidence;
 pub mod ima;
 pub mod kdf;
