@@ -7,6 +7,12 @@
 //!   `GET /v1/racks/{rack}`, `GET /v1/hosts/{rack}/{host}/statements?limit=N`
 //! - `GET /v1/hosts/{rack}/{host}/statements/{seq}` the statements stored at that seq (two
 //!   for a fork)
+//! - `POST /v1/tpm/enroll` a DSSE envelope (`application/vnd.rackwarden.tpm-enroll+json`) of a
+//!   `TpmEnrollRequest`, signed by the host's enrolled key -> `TpmCredential` (a credential
+//!   for the AK under the certified EK); 409 when `[tpm] ek_roots` is not configured; counts
+//!   against the same per-source bucket as challenges
+//! - `POST /v1/tpm/activate` `TpmActivation` -> `TpmEnrolled` when the secret is the
+//!   credential's (the challenge is used up whatever the answer); 403 naming why not
 //! - `GET /metrics` (Prometheus text)
 //! - `GET /`, `GET /racks/{rack}` the auditor's pages (`page`)
 
@@ -23,14 +29,17 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use rackwarden_attest::api::{ChallengeRequest, ChallengeResponse, IngestItem, IngestResponse};
+use rackwarden_attest::{
+    api::{ChallengeRequest, ChallengeResponse, IngestItem, IngestResponse},
+    tpm::TpmActivation,
+};
 use serde::{Deserialize, Serialize};
 
 pub use crate::state::AppState;
 use crate::{
     prepare::prepare_all,
     respond::{error, json, require_json, too_many},
-    service::{AttestationResult, Status, VerifierError},
+    service::{AttestationResult, Status, TpmEnrolError, VerifierError},
     state::{CHALLENGE_BURST, CHALLENGE_RATE, with_verifier},
     store::StoredStatement,
 };
@@ -41,6 +50,8 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
     Router::new()
         .route("/v1/challenges", post(challenge))
         .route("/v1/statements", post(statements))
+        .route("/v1/tpm/enroll", post(tpm_enroll))
+        .route("/v1/tpm/activate", post(tpm_activate))
         .route("/v1/racks", get(racks))
         .route("/v1/racks/{rack}", get(rack))
         .route("/v1/hosts/{rack}/{host}/statements", get(history))
@@ -149,6 +160,77 @@ async fn statements(State(st): State<Arc<AppState>>, headers: HeaderMap, body: B
                 })
                 .collect(),
         }),
+    }
+}
+
+/// The status an AK enrolment refusal is answered with: 409 for a verifier that enrols no AKs,
+/// 400 for what does not decode, 404 for a key nobody enrolled, 403 for everything the
+/// verifier will not trust, 503 when its storage fails.
+fn tpm_refusal(e: TpmEnrolError) -> Response {
+    use TpmEnrolError as E;
+    let code = match &e {
+        E::NotConfigured => StatusCode::CONFLICT,
+        E::NotEnvelope(_) | E::Malformed { .. } => StatusCode::BAD_REQUEST,
+        E::UnknownKey { .. } => StatusCode::NOT_FOUND,
+        E::Signature(_)
+        | E::RetiredKey { .. }
+        | E::KeyOfAnotherHost { .. }
+        | E::EkPublic(_)
+        | E::AkPublic(_)
+        | E::NoEkCertificate
+        | E::EkCertificate(_)
+        | E::UnknownChallenge { .. }
+        | E::ChallengeExpired { .. }
+        | E::ChallengeOfAnotherHost { .. }
+        | E::WrongSecret { .. } => StatusCode::FORBIDDEN,
+        E::Credential(_) | E::Random(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        E::KeyTable(_) | E::Db(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error(code, e.to_string())
+}
+
+async fn tpm_enroll(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = require_json(&headers) {
+        return r;
+    }
+    // Each request makes the verifier store a challenge: the same bucket as nonces bounds it.
+    if let Err(wait) = st.take_challenge_token(peer.ip()) {
+        return too_many(
+            wait,
+            format!(
+                "{}: more than {CHALLENGE_BURST} challenges at {CHALLENGE_RATE}/s from this address",
+                peer.ip()
+            ),
+        );
+    }
+    match with_verifier(&st, move |v| v.tpm_enroll(&body, now_ms())).await {
+        Err(r) => r,
+        Ok(Ok(credential)) => json(&credential),
+        Ok(Err(e)) => tpm_refusal(e),
+    }
+}
+
+async fn tpm_activate(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = require_json(&headers) {
+        return r;
+    }
+    let activation: TpmActivation = match serde_json::from_slice(&body) {
+        Ok(a) => a,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("body: {e}")),
+    };
+    match with_verifier(&st, move |v| v.tpm_activate(&activation, now_ms())).await {
+        Err(r) => r,
+        Ok(Ok(enrolled)) => json(&enrolled),
+        Ok(Err(e)) => tpm_refusal(e),
     }
 }
 

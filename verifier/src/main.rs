@@ -103,6 +103,13 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// List the AKs enrolled through `/v1/tpm/enroll` and `/v1/tpm/activate`: each host's
+    /// AK Name, the CA that certified its EK, and when it was enrolled.
+    TpmEnrollments {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Re-derive every stored verdict from the stored statements; exits 1 on any difference.
     Recheck {
         /// Print JSON.
@@ -114,7 +121,7 @@ enum Cmd {
 fn open(cfg: &VerifierConfig) -> anyhow::Result<Verifier> {
     let store = Store::open(&cfg.database)
         .with_context(|| format!("database {}", cfg.database.display()))?;
-    Ok(Verifier::new(store, cfg.policy.clone())?)
+    Ok(Verifier::new(store, cfg.policy.clone())?.with_tpm_enrolment(cfg.tpm.clone()))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -138,6 +145,7 @@ fn main() -> anyhow::Result<()> {
             by,
         } => clear(&cfg, &rack, &host, &by, &reason),
         Cmd::Clearances { rack, json } => clearances(&cfg, rack.as_deref(), json),
+        Cmd::TpmEnrollments { json } => tpm_enrollments(&cfg, json),
         Cmd::Recheck { json } => recheck(&cfg, json),
     }
 }
@@ -303,6 +311,45 @@ fn clearances(cfg: &VerifierConfig, rack: Option<&str>, json: bool) -> anyhow::R
             } else {
                 cleared.join(", ")
             }
+        );
+    }
+    Ok(())
+}
+
+fn tpm_enrollments(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
+    let rows = open(cfg)?.tpm_enrollments()?;
+    if json {
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "rack": e.rack,
+                    "host": e.host,
+                    "ak_name": e.ak_name,
+                    "ek_issuer": e.ek_issuer,
+                    "enrolled_ms": e.enrolled_ms,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no AK enrolled");
+        return Ok(());
+    }
+    println!(
+        "{:<16} {:<16} {:<25} {:<68} ek issuer",
+        "rack", "host", "enrolled", "ak name"
+    );
+    for e in &rows {
+        println!(
+            "{:<16} {:<16} {:<25} {:<68} {}",
+            e.rack,
+            e.host,
+            rackwarden_attest::units::fmt_unix_ms(e.enrolled_ms),
+            e.ak_name,
+            e.ek_issuer
         );
     }
     Ok(())

@@ -22,6 +22,10 @@ use crate::{
     store::{Clearance, DbError, HostKey, Rotation, Store, StoredStatement},
 };
 pub use rackwarden_attest::api::{IngestOutcome, IngestStatus};
+pub use tpm_enrol::TpmEnrolError;
+
+/// AK enrolment (`/v1/tpm/enroll`, `/v1/tpm/activate`): a child module, for the private fields.
+mod tpm_enrol;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VerifierError {
@@ -94,6 +98,9 @@ pub struct Verifier {
     keys: Arc<KeyTable>,
     keys_loaded: std::time::Instant,
     pub metrics: Metrics,
+    /// `[tpm]`: whom AK enrolment trusts (`None`: this verifier enrols no AKs). Set with
+    /// `with_tpm_enrolment`.
+    tpm: Option<crate::config::TpmEnrolConfig>,
 }
 
 /// Unused, unexpired nonces one host may hold: a daemon asks once per epoch.
@@ -107,6 +114,7 @@ impl Verifier {
             keys: Arc::new(HashMap::new()),
             keys_loaded: std::time::Instant::now(),
             metrics: Metrics::default(),
+            tpm: None,
         };
         v.reload_keys()?;
         Ok(v)
