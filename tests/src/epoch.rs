@@ -180,10 +180,21 @@ ingress = "1 MB/s"
     /// POSTs envelopes (`body`: one, or a JSON array of them) to `/v1/statements`; the
     /// answer's JSON, or `None` if there was no 200.
     pub fn post_statements(&self, body: Vec<u8>) -> Option<serde_json::Value> {
-        let (port, ca) = (self.port, self.ca());
-        in_netns(&self.ns, move || {
-            https_post(port, "/v1/statements", body, &ca)
-        })
+        self.post_json("/v1/statements", body)
+    }
+
+    /// POSTs a JSON body to `path`; the answer's body when it is a success.
+    pub fn post_json(&self, path: &str, body: Vec<u8>) -> Option<serde_json::Value> {
+        let (port, ca, path) = (self.port, self.ca(), path.to_string());
+        in_netns(&self.ns, move || https_post(port, &path, body, &ca))
+    }
+
+    /// Adds `policy_lines` to the `[policy]` table and `tables` at the end of the config (a
+    /// verifier started after this reads them).
+    pub fn extend_config(&self, policy_lines: &str, tables: &str) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let text = text.replacen("[policy]\n", &format!("[policy]\n{policy_lines}\n"), 1);
+        std::fs::write(&self.config, format!("{text}\n{tables}\n")).unwrap();
     }
 
     pub fn history(&self, rack: &str, host: &str) -> Vec<serde_json::Value> {

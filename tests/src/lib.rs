@@ -456,12 +456,21 @@ impl Daemon {
         Daemon::start_with_env(config, socket, &[])
     }
 
+    /// Starts the daemon from another executable than the build's (a modified copy).
+    pub fn start_exe(exe: &Path, config: &Path, socket: &Path) -> Daemon {
+        Daemon::spawn(exe, config, socket, &[])
+    }
+
     /// Starts the daemon with extra environment (e.g. the epoch loop's test hook).
     pub fn start_with_env(config: &Path, socket: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::spawn(&bin("rackwardend"), config, socket, env)
+    }
+
+    fn spawn(exe: &Path, config: &Path, socket: &Path, env: &[(&str, &str)]) -> Daemon {
         let log = config.with_extension(format!("log.{}", SEQ.fetch_add(1, Ordering::SeqCst)));
         let f = std::fs::File::create(&log).unwrap();
         let _ = std::fs::remove_file(socket);
-        let child = Command::new(bin("rackwardend"))
+        let child = Command::new(exe)
             .arg("--config")
             .arg(config)
             .env("RUST_LOG", "info")

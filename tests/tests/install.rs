@@ -32,6 +32,7 @@ fn install_into_a_temporary_root_gives_the_tree_and_units_verify() {
         ("etc/rackwarden/rackwarden.toml.example", 0o644),
         ("etc/rackwarden-verifier/verifier.toml.example", 0o644),
         ("usr/local/share/doc/rackwarden/README.md", 0o644),
+        ("usr/share/rackwarden/rackwardend.sha256", 0o644),
     ];
     for (p, mode) in want {
         let m = std::fs::metadata(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
@@ -41,6 +42,19 @@ fn install_into_a_temporary_root_gives_the_tree_and_units_verify() {
         std::fs::read(root.join("usr/local/bin/rackwardend")).unwrap(),
         std::fs::read(bin("rackwardend")).unwrap()
     );
+    // The daemon's SHA-256 (what IMA measures and the verifier's runtime policy names) is
+    // recorded beside the install and printed, and is the installed binary's.
+    let recorded =
+        std::fs::read_to_string(root.join("usr/share/rackwarden/rackwardend.sha256")).unwrap();
+    let sha: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(
+        std::fs::read(root.join("usr/local/bin/rackwardend")).unwrap(),
+    )
+    .into();
+    assert_eq!(
+        recorded,
+        format!("{}  /usr/local/bin/rackwardend\n", hex::encode(sha))
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&hex::encode(sha)));
     // The unit's Documentation= names a file that is installed.
     let unit =
         std::fs::read_to_string(root.join("etc/systemd/system/rackwardend.service")).unwrap();

@@ -444,6 +444,9 @@ fn install(root: &Path, profile: &str) -> Result<()> {
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(*mode))?;
         std::fs::rename(&tmp, &dst).with_context(|| format!("installing {}", dst.display()))?;
         println!("installed {}", dst.display());
+        if dst.file_name().is_some_and(|n| n == "rackwardend") {
+            record_daemon_digest(root, &bytes)?;
+        }
     }
     if root == Path::new("/") {
         println!(
@@ -451,6 +454,33 @@ fn install(root: &Path, profile: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Where install records the daemon's SHA-256 (under the install root).
+const DAEMON_DIGEST_FILE: &str = "usr/share/rackwarden/rackwardend.sha256";
+
+/// The SHA-256 of the installed daemon, which IMA measures when it runs: the verifier's
+/// `[policy.runtime] daemon_digests` names it. Kept beside the install (sha256sum format) and
+/// printed, so the operator copies it from the build they installed, not from the host later.
+fn record_daemon_digest(root: &Path, exe: &[u8]) -> Result<()> {
+    use sha2::Digest as _;
+    let digest = hex_lower(&sha2::Sha256::digest(exe));
+    let file = root.join(DAEMON_DIGEST_FILE);
+    let dir = file.parent().context("digest file without a directory")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(&file, format!("{digest}  /usr/local/bin/rackwardend\n"))
+        .with_context(|| format!("writing {}", file.display()))?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
+    println!(
+        "rackwardend sha256 {digest} (in {}): name it in the verifier's [policy.runtime] daemon_digests",
+        file.display()
+    );
+    Ok(())
+}
+
+fn hex_lower(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The most exposure `systemd-analyze security` may give each installed unit (lower is
@@ -551,7 +581,11 @@ fn uninstall(root: &Path) -> Result<()> {
              set self_protection = \"watch\" or \"off\", reboot, then uninstall"
         );
     }
-    for (_, dst, _) in INSTALL {
+    let written = INSTALL
+        .iter()
+        .map(|(_, dst, _)| *dst)
+        .chain([DAEMON_DIGEST_FILE]);
+    for dst in written {
         let dst = root.join(dst);
         match std::fs::remove_file(&dst) {
             Ok(()) => println!("removed {}", dst.display()),
