@@ -187,6 +187,9 @@ pub fn ensure_bpffs() -> std::io::Result<()> {
 ///   delivered.json               how far delivery got (replaced atomically)
 ///   epoch-in-progress.json       the epoch journal (an unreadable one is kept beside it
 ///                                as epoch-in-progress.unreadable-<unix ms>)
+///   tpm-ak.json                  the TPM attestation key's public and EK-wrapped private
+///                                blobs (0600), so a restart quotes with the AK the
+///                                verifier enrolled
 /// ```
 #[derive(Debug, Clone)]
 pub struct StatePaths {
@@ -211,6 +214,9 @@ impl StatePaths {
     }
     pub fn epoch_journal(&self) -> PathBuf {
         self.dir.join("epoch-in-progress.json")
+    }
+    pub fn tpm_ak(&self) -> PathBuf {
+        self.dir.join("tpm-ak.json")
     }
 }
 

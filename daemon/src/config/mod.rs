@@ -27,12 +27,13 @@
 //! TOML puts a key written after `[cap]` into `cap`.
 //!
 //! The epoch loop's sections (`[epoch]`, `[verifier]`, `[wipe]`, `[images]`, `[workloads]`)
-//! are in [`epoch`].
+//! are in [`epoch`]; `[tpm]` (the TPM quote on every statement) is in [`tpm`].
 
 pub mod caps;
 pub mod epoch;
 pub mod preflight;
 pub mod report;
+pub mod tpm;
 
 use std::{
     ops::Range,
@@ -112,6 +113,9 @@ pub struct Config {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// The epoch loop; `None`: this daemon only enforces the caps.
     pub epoch: Option<epoch::EpochConfig>,
+    /// `[tpm]`: the root of trust the epoch loop's statements are quoted by (defaults when
+    /// the section is absent).
+    pub tpm: tpm::TpmConfig,
 }
 
 impl Config {
@@ -185,6 +189,7 @@ impl Config {
                 workloads: raw.workloads,
             },
         )?;
+        let tpm = tpm::validate(&err, raw.tpm.map(Spanned::into_inner))?;
         Ok(Config {
             path: path.to_path_buf(),
             rack_id,
@@ -203,6 +208,7 @@ impl Config {
             refusal_cgroup,
             metrics_listen,
             epoch,
+            tpm,
         })
     }
 
@@ -479,6 +485,7 @@ struct RawConfig {
     wipe: Option<Spanned<epoch::RawWipe>>,
     images: Option<Spanned<epoch::RawImages>>,
     workloads: Option<Spanned<epoch::RawWorkloads>>,
+    tpm: Option<Spanned<tpm::RawTpm>>,
 }
 
 #[cfg(test)]
