@@ -88,6 +88,8 @@ pub struct Tpm {
     tcti: String,
     ek: Option<KeyHandle>,
     ak: Option<KeyHandle>,
+    /// The loaded AK's public part and Name: what enrolment sends the verifier.
+    ak_info: Option<AkInfo>,
 }
 
 impl std::fmt::Debug for Tpm {
@@ -121,6 +123,7 @@ impl Tpm {
             tcti: tcti.to_string(),
             ek: None,
             ak: None,
+            ak_info: None,
         })
     }
 
@@ -205,11 +208,18 @@ impl Tpm {
             .ctx
             .tr_get_name(handle.into())
             .map_err(cmd("Esys_TR_GetName (AK)"))?;
-        Ok(AkInfo {
+        let info = AkInfo {
             public,
             name: name.value().to_vec(),
             source,
-        })
+        };
+        self.ak_info = Some(info.clone());
+        Ok(info)
+    }
+
+    /// The AK `load_or_create_ak` loaded, if it did.
+    pub fn ak_info(&self) -> Option<&AkInfo> {
+        self.ak_info.as_ref()
     }
 
     fn load_ak(
@@ -454,6 +464,7 @@ impl Tpm {
     }
 
     fn flush_ak(&mut self) {
+        self.ak_info = None;
         if let Some(h) = self.ak.take() {
             self.flush(h.into(), "AK");
         }

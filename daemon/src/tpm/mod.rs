@@ -9,11 +9,17 @@
 //! - [`RootOfTrust`] is what a statement says about the host's root of trust: a TPM, or none
 //!   and why. It exists without the `tpm` feature too, so the daemon can always say why not.
 //!
+//! - [`Attestor`] is the root of trust as the epoch loop holds it (opened once per start as
+//!   `[tpm]` says): what every statement states, and the [`StatementQuoter`] that quotes each
+//!   statement's chain digest and ships the IMA entries the quote covers ([`ima_cursor`]).
+//!
 //! The verifier side (parsing, MakeCredential, quote checks) is pure Rust in
 //! `rackwarden_attest::tpm`; this module is the only code that talks to libtss2.
 
+mod attestor;
 mod root;
 
+pub use attestor::{Attestor, TpmRequired};
 pub use root::{ImaSource, RootOfTrust, ima_source};
 
 #[cfg(feature = "tpm")]
@@ -22,11 +28,17 @@ mod ak_file;
 mod device;
 #[cfg(feature = "tpm")]
 mod error;
+#[cfg(feature = "tpm")]
+pub mod ima_cursor;
+#[cfg(feature = "tpm")]
+mod quoter;
 
 #[cfg(feature = "tpm")]
 pub use device::{AkInfo, AkSource, EkInfo, Quote, SharedTpm, Tpm};
 #[cfg(feature = "tpm")]
 pub use error::TpmError;
+#[cfg(feature = "tpm")]
+pub use quoter::StatementQuoter;
 #[cfg(feature = "tpm")]
 pub use root::open_root_of_trust;
 /// What [`TpmError::response_code`] returns (re-exported so callers need no tss-esapi).

@@ -1,0 +1,106 @@
+//! The quote over one statement and the IMA entries it covers: the [`TpmSidecar`] that goes
+//! beside the envelope.
+
+use std::{collections::BTreeMap, path::PathBuf};
+
+use rackwarden_attest::tpm::{ImaSource, TpmSidecar};
+
+use super::{SharedTpm, TpmError, ima_cursor::ImaCursor};
+
+/// PCR 10 is where IMA measures (CONFIG_IMA_MEASURE_PCR_IDX).
+const IMA_PCR: u8 = 10;
+
+/// Quotes statements with the AK and keeps the IMA cursor between them.
+pub struct StatementQuoter {
+    tpm: SharedTpm,
+    pcrs: Vec<u8>,
+    /// The IMA list, where it can be read and PCR 10 is quoted (without PCR 10 in the quote,
+    /// nothing the list says could be checked).
+    ima_list: Option<PathBuf>,
+    cursor: ImaCursor,
+}
+
+impl std::fmt::Debug for StatementQuoter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatementQuoter")
+            .field("pcrs", &self.pcrs)
+            .field("ima_list", &self.ima_list)
+            .field("cursor", &self.cursor)
+            .finish()
+    }
+}
+
+impl StatementQuoter {
+    pub fn new(tpm: SharedTpm, pcrs: &[u8], ima: &ImaSource) -> StatementQuoter {
+        let ima_list = match ima {
+            ImaSource::Measured { list } if pcrs.contains(&IMA_PCR) => Some(PathBuf::from(list)),
+            ImaSource::Measured { list } => {
+                log::warn!(
+                    "tpm: PCR 10 is not in [tpm] pcrs: the IMA list {list} is not shipped (nothing could replay it)"
+                );
+                None
+            }
+            ImaSource::Unavailable { .. } => None,
+        };
+        StatementQuoter {
+            tpm,
+            pcrs: pcrs.to_vec(),
+            ima_list,
+            cursor: ImaCursor::at_boot_aggregate(),
+        }
+    }
+
+    /// Quotes `chain_digest` (the statement's SHA3-256 of its PAE) over the configured PCRs,
+    /// then reads the IMA list and ships the entries the quoted PCR 10 covers. The quote
+    /// comes first: an entry measured after it must not be shipped as covered by it.
+    pub fn quote_statement(&mut self, chain_digest: &[u8; 32]) -> Result<TpmSidecar, TpmError> {
+        let quote = {
+            let mut tpm = self.tpm.lock().unwrap_or_else(|p| p.into_inner());
+            tpm.quote(chain_digest, &self.pcrs)?
+        };
+        let ima = self.ima_delta(&quote.pcr_values);
+        Ok(TpmSidecar::new(
+            &quote.attest,
+            &quote.signature,
+            &quote.pcr_values,
+            ima.as_ref()
+                .map(|(offset, bytes)| (*offset, bytes.as_slice())),
+        ))
+    }
+
+    /// The IMA entries for a quote of `pcr_values`, or `None` when there is no list to ship
+    /// or it could not be read this time (the quote still goes; the cursor stays, so the
+    /// entries go with a later statement).
+    fn ima_delta(&mut self, pcr_values: &BTreeMap<u8, [u8; 32]>) -> Option<(u64, Vec<u8>)> {
+        let list_path = self.ima_list.as_ref()?;
+        let quoted = pcr_values.get(&IMA_PCR)?;
+        let list = match std::fs::read(list_path) {
+            Ok(l) => l,
+            Err(e) => {
+                log::warn!(
+                    "tpm: cannot read the IMA list {}: {e}; this quote goes without IMA entries",
+                    list_path.display()
+                );
+                return None;
+            }
+        };
+        let from = self.cursor.offset;
+        match self.cursor.ship(&list, quoted) {
+            Ok(s) if s.replays => Some((s.offset, s.entries)),
+            Ok(s) => {
+                log::warn!(
+                    "tpm: no prefix of the {} IMA entries from {from} replays to the quoted PCR 10: shipping them all; the next statement ships the whole list again",
+                    s.count
+                );
+                Some((s.offset, s.entries))
+            }
+            Err(e) => {
+                log::warn!(
+                    "tpm: the IMA list {} does not parse from entry {from}: {e}; this quote goes without IMA entries and the next ships the whole list",
+                    list_path.display()
+                );
+                None
+            }
+        }
+    }
+}
