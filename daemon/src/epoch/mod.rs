@@ -27,8 +27,12 @@
 //! - `run`: the loop between epochs (Waiting, StorageFailed, wipe-now, reloads);
 //! - `phases`: one epoch, a method per state;
 //! - [`workloads`]: drain and restart;
-//! - [`statement`]: where a statement is built, signed and appended;
+//! - [`statement`]: where a statement is built, signed, quoted by the TPM and appended;
+//! - `tpm_enroll`: the AK's enrolment with the verifier, beside the loop;
 //! - [`spool`] and [`delivery`]: the delivered cursor and the sender.
+//!
+//! The root of trust ([`crate::tpm::Attestor`]) is opened once when the loop starts, as
+//! `[tpm]` says; every statement states it, and where it is a TPM carries a quote.
 
 pub mod challenge;
 pub mod delivery;
@@ -39,6 +43,8 @@ mod run;
 pub mod spool;
 mod startup;
 pub mod statement;
+#[cfg(feature = "tpm")]
+pub mod tpm_enroll;
 pub mod transport;
 pub mod workloads;
 
@@ -64,6 +70,7 @@ use serde::{Deserialize, Serialize};
 use self::{
     delivery::DeliveryStatus,
     journal::{Journal, JournalEntry},
+    statement::AttestedLog,
 };
 use crate::config::{Config, epoch::EpochConfig};
 
@@ -178,6 +185,8 @@ pub enum EpochError {
     Journal(#[from] journal::JournalError),
     #[error(transparent)]
     Spool(#[from] spool::SpoolError),
+    #[error(transparent)]
+    TpmRequired(#[from] crate::tpm::TpmRequired),
     #[error("cannot start the {what} thread: {source}")]
     Thread {
         what: &'static str,
@@ -215,8 +224,15 @@ struct EpochLoop {
     /// The signing key, and the next one while a rotation is pending.
     keys: host_keys::HostKeys,
     producer: ProducerIdentity,
-    log: Option<EvidenceLog>,
+    /// The log, appended to with the root of trust's quote (`None` after a failed write, until
+    /// it is reopened).
+    log: Option<AttestedLog>,
     log_path: PathBuf,
+    /// The root of trust, opened at start: it outlives a reopened log.
+    attestor: crate::tpm::Attestor,
+    /// The AK's enrolment with the verifier; `None` without a TPM.
+    #[cfg(feature = "tpm")]
+    enrolment: Option<tpm_enroll::TpmEnrolment>,
     journal: Journal,
     /// Incidents the next statement must carry (recovered from the journal at start).
     carried: Vec<Incident>,
@@ -292,12 +308,12 @@ impl EpochLoop {
     }
 
     /// Reopens the log after a failed write: the torn tail is terminated and disclosed.
-    fn log(&mut self) -> Result<&mut EvidenceLog, Abort> {
+    fn log(&mut self) -> Result<&mut AttestedLog, Abort> {
         if self.log.is_none() {
             let l = EvidenceLog::open_with_keys(&self.log_path, &self.keys.ring_keys())
                 .map_err(|e| Abort::Storage(e.to_string()))?;
             self.durable_len.store(l.durable_len(), Ordering::SeqCst);
-            self.log = Some(l);
+            self.log = Some(AttestedLog::new(l, self.attestor.clone()));
         }
         self.log
             .as_mut()

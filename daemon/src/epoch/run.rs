@@ -1,5 +1,6 @@
 //! The loop between epochs: wait for the interval (or a wipe-now), run an epoch, and after
-//! a storage failure hold the next try back; reloads arrive here too.
+//! a storage failure hold the next try back; reloads arrive here too. The TPM's AK enrolment
+//! starts with the loop and is retried after each epoch until it succeeds.
 
 use std::{
     sync::atomic::{AtomicBool, Ordering},
@@ -17,6 +18,7 @@ use crate::config::{Config, epoch::EpochConfig};
 
 impl EpochLoop {
     pub(super) fn run(mut self, stop: &AtomicBool, commands: mpsc::Receiver<EpochCommand>) {
+        self.enrol_tpm();
         while !stop.load(Ordering::SeqCst) {
             let trigger = match self.trigger_now.take() {
                 Some(t) => Some(t),
@@ -37,6 +39,7 @@ impl EpochLoop {
                         continue;
                     }
                 }
+                self.enrol_tpm();
                 self.set_state(
                     None,
                     EpochState::Waiting {
@@ -100,6 +103,29 @@ impl EpochLoop {
         }
     }
 
+    /// Starts the AK's enrolment with the verifier unless this run has enrolled it or an
+    /// attempt is still under way. It runs beside the loop: nothing here waits for it.
+    fn enrol_tpm(&mut self) {
+        #[cfg(feature = "tpm")]
+        if let Some(enrolment) = &mut self.enrolment {
+            let (ecfg, cfg, keys) = (&self.ecfg, &self.cfg, &self.keys);
+            enrolment.retry(|| super::tpm_enroll::Enrolment {
+                verifier: ecfg.verifier.clone(),
+                rack: cfg.rack_id.clone(),
+                host: cfg.host_id.clone(),
+                key: keys.current().clone(),
+            });
+        }
+    }
+
+    /// Logs the outcome of an enrolment attempt as soon as it is known.
+    fn collect_tpm_enrolment(&mut self) {
+        #[cfg(feature = "tpm")]
+        if let Some(enrolment) = &mut self.enrolment {
+            enrolment.collect();
+        }
+    }
+
     /// Sleeps until the next epoch is due, a command arrives, or `stop`. After a storage
     /// failure a wipe-now does not cut the retry pause short.
     fn wait(&mut self, stop: &AtomicBool, commands: &mpsc::Receiver<EpochCommand>, hold: bool) {
@@ -117,7 +143,10 @@ impl EpochLoop {
                     );
                 }
                 Ok(EpochCommand::Reload(cfg)) => self.reload(*cfg),
-                Err(mpsc::RecvTimeoutError::Timeout) => self.poll_next_key(),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.poll_next_key();
+                    self.collect_tpm_enrolment();
+                }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             }
         }
@@ -130,6 +159,11 @@ impl EpochLoop {
             );
             return;
         };
+        if cfg.tpm != self.cfg.tpm {
+            log::warn!(
+                "reload: [tpm] changed; it takes effect at the next restart (the TPM is opened once per run)"
+            );
+        }
         if e.signing_key != self.ecfg.signing_key {
             log::warn!(
                 "reload: epoch.signing_key changed; it takes effect at the next restart (the chain's key does not change mid-run)"

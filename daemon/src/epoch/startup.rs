@@ -1,5 +1,5 @@
 //! Starting the epoch loop: load the key, open the log, recover an interrupted epoch from
-//! the journal, and start the delivery and epoch threads.
+//! the journal, open the root of trust, and start the delivery and epoch threads.
 
 use std::{
     sync::{
@@ -16,14 +16,20 @@ use rackwarden_attest::{
     now_ms,
 };
 
+#[cfg(feature = "tpm")]
+use super::tpm_enroll::TpmEnrolment;
 use super::{
     EpochError, EpochHandle, EpochLoop, EpochState, EpochStatus,
     delivery::{Delivery, DeliveryStatus},
     host_keys::{HostKeys, KeyRing, Recovery, recovery},
     journal::{self, Journal, JournalEntry},
     spool::Spool,
+    statement::AttestedLog,
 };
-use crate::config::{Config, epoch::EpochConfig};
+use crate::{
+    config::{Config, epoch::EpochConfig},
+    tpm::Attestor,
+};
 
 /// Reads the test hook, e.g. `RACKWARDEN_TEST_HOLD=wiping:3000`.
 fn test_hold_from_env() -> Option<(String, Duration)> {
@@ -123,6 +129,14 @@ fn start_delivery(
     Ok(kick_tx)
 }
 
+/// Opens the TPM once for the whole run, as `[tpm]` says; `required` without a usable one
+/// stops the start (the caps stay in place: they were loaded before).
+fn open_root_of_trust(cfg: &Config) -> Result<Attestor, EpochError> {
+    let attestor = Attestor::open(&cfg.tpm, &cfg.state_paths().tpm_ak(), &cfg.path)?;
+    log::info!("root of trust: {}", attestor.describe());
+    Ok(attestor)
+}
+
 /// Opens the log, recovers an interrupted epoch, and starts the epoch and delivery threads.
 /// `ecfg` is `cfg.epoch`. Fails (before anything runs) on an unusable key or log.
 pub fn start(
@@ -135,6 +149,7 @@ pub fn start(
         source,
     };
     let mut keys = HostKeys::load(&ecfg.signing_key).map_err(key_error)?;
+    let attestor = open_root_of_trust(cfg)?;
     let log_path = cfg.state_paths().evidence_log();
     let log = EvidenceLog::open_with_keys(&log_path, &keys.ring_keys())?;
     // A rotation whose statement is in the log but whose rename did not happen (a crash
@@ -197,8 +212,11 @@ pub fn start(
         ecfg: ecfg.clone(),
         keys,
         producer: crate::collect::producer("rackwardend"),
-        log: Some(log),
+        log: Some(AttestedLog::new(log, attestor.clone())),
         log_path,
+        #[cfg(feature = "tpm")]
+        enrolment: attestor.tpm().map(TpmEnrolment::new),
+        attestor,
         journal,
         carried,
         trigger_now,
