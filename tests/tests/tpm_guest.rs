@@ -1,8 +1,10 @@
 //! A real kernel's IMA against a real (emulated) TPM: the `tpm` group of `cargo xtask vm-test`
-//! boots the guest with swtpm behind qemu's `tpm-tis`, SeaBIOS measuring into PCRs 0-7 and
-//! IMA (`ima_policy=tcb ima_template=ima-ng`) into PCR 10. What the daemon quotes and what
-//! the verifier replays from `/sys/kernel/security/ima/binary_runtime_measurements` must
-//! agree. The EK certificate is checked against the CA the harness manufactured the TPM with
+//! boots the guest with swtpm behind qemu's `tpm-tis` through OVMF (UEFI), the firmware and
+//! the kernel's EFI stub measuring the boot into PCRs 0-9 and IMA
+//! (`ima_policy=tcb ima_template=ima-ng`) into PCR 10. What the daemon quotes and what the
+//! verifier replays from `/sys/kernel/security/ima/binary_runtime_measurements` (PCR 10) and
+//! `/sys/kernel/security/tpm0/binary_bios_measurements` (PCRs 0-9) must agree. The EK
+//! certificate is checked against the CA the harness manufactured the TPM with
 //! (`/rw/tpm-ca/`).
 //!
 //! Only in the guest: on a host (no `RACKWARDEN_VM`, or no `/dev/tpmrm0`) each test says why
@@ -18,14 +20,21 @@ use std::{
 
 use rackwarden::tpm::Tpm;
 use rackwarden_attest::tpm::{
-    AkPublic, EkPublic, ImaEntry, PcrValues, parse_ima_binary, replay_prefix,
-    verify_ek_certificate, verify_quote,
+    AkPublic, EkPublic, ImaEntry, PcrValues,
+    eventlog::{
+        EV_EFI_BOOT_SERVICES_APPLICATION, EventLog, LINUX_EFI_INITRD_EVENT_TAG_ID,
+        LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID, LogEvent, efi_load_options_digest,
+    },
+    parse_ima_binary, replay_prefix, verify_ek_certificate, verify_quote,
 };
 use sha2::{Digest, Sha256};
 
 const DEVICE: &str = "/dev/tpmrm0";
 const TCTI: &str = "device:/dev/tpmrm0";
 const IMA_LIST: &str = "/sys/kernel/security/ima/binary_runtime_measurements";
+const EVENT_LOG: &str = "/sys/kernel/security/tpm0/binary_bios_measurements";
+/// The boot's PCRs: firmware (0-3, 5-7), the kernel image (4), initrd and command line (9).
+const BOOT_PCRS: [u8; 10] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
 const CA_ROOT: &str = "/rw/tpm-ca/root.pem";
 const CA_INTERMEDIATE: &str = "/rw/tpm-ca/intermediate.pem";
 /// The firmware's PCRs and IMA's.
@@ -221,4 +230,149 @@ fn a_new_executable_is_measured_with_its_sha256() {
         hex::encode(digest)
     );
     let _ = std::fs::remove_file(&path);
+}
+
+/// `rw.initrd_sha256=` on the command line: the SHA-256 of the initrd the harness gave qemu.
+fn initrd_sha256_from(cmdline: &str) -> Option<String> {
+    cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("rw.initrd_sha256="))
+        .map(str::to_string)
+}
+
+/// UEFI_IMAGE_LOAD_EVENT's ImageLengthInMemory: the size of the PE image the firmware started.
+fn image_length(e: &LogEvent) -> Option<u64> {
+    Some(u64::from_le_bytes(e.data.get(8..16)?.try_into().ok()?))
+}
+
+/// Measured boot: the firmware's event log replays to the quoted PCRs 0-9; PCR 4 holds the
+/// kernel's PE image (EV_EFI_BOOT_SERVICES_APPLICATION) and PCR 9 the initrd the harness
+/// handed qemu and, on kernels whose EFI stub measures it, the command line this kernel runs
+/// with. The values printed are what an operator records as `[policy.boot] pcrs`.
+#[test]
+fn the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log() {
+    if !in_tpm_guest("the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log") {
+        return;
+    }
+    assert!(
+        Path::new("/sys/firmware/efi").exists(),
+        "the guest booted without UEFI: the harness boots the tpm group through OVMF"
+    );
+    let bytes = std::fs::read(EVENT_LOG).unwrap_or_else(|e| panic!("{EVENT_LOG}: {e}"));
+    let log = EventLog::parse(&bytes).unwrap_or_else(|e| panic!("the firmware's event log: {e}"));
+    let replayed = log
+        .replay_sha256()
+        .unwrap_or_else(|e| panic!("replaying the event log: {e}"));
+
+    let dir = std::env::temp_dir().join(format!("tpm-guest-boot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut tpm = open();
+    let ak = tpm.load_or_create_ak(&dir.join("ak.json")).unwrap();
+    let ak_public = AkPublic::parse(&ak.public).unwrap();
+    let extra: [u8; 32] = Sha256::digest(b"rackwarden tpm guest boot quote").into();
+    let quote = tpm.quote(&extra, &BOOT_PCRS).unwrap();
+    let values = PcrValues::from(quote.pcr_values.clone());
+    let info = verify_quote(&ak_public, &quote.attest, &quote.signature, &extra, &values)
+        .unwrap_or_else(|e| panic!("the guest TPM's quote of PCRs 0-9 is refused: {e}"));
+    assert_eq!(info.selection.indices(), BOOT_PCRS.to_vec());
+
+    let differ: Vec<String> = BOOT_PCRS
+        .iter()
+        .filter(|p| replayed.get(**p) != values.get(**p))
+        .map(|p| {
+            let events: Vec<String> = log.events_of(u32::from(*p)).map(|e| e.describe()).collect();
+            format!(
+                "PCR {p}: quoted {}, replayed {} from {events:?}",
+                hex::encode(values.get(*p).copied().unwrap_or_default()),
+                hex::encode(replayed.get(*p).copied().unwrap_or_default()),
+            )
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the event log does not replay to the quote:\n{}",
+        differ.join("\n")
+    );
+
+    // PCR 4: the kernel, which OVMF loaded from qemu's fw_cfg and started as a UEFI
+    // application (after it, EV_EFI_ACTION and the separator).
+    let kernel: Vec<&LogEvent> = log
+        .events_of(4)
+        .filter(|e| e.event_type == EV_EFI_BOOT_SERVICES_APPLICATION)
+        .collect();
+    let [kernel] = kernel.as_slice() else {
+        panic!(
+            "PCR 4 has {} EV_EFI_BOOT_SERVICES_APPLICATION events, want the kernel's one: {:?}",
+            kernel.len(),
+            log.events_of(4).map(|e| e.describe()).collect::<Vec<_>>()
+        );
+    };
+
+    // PCR 9: the EFI stub's tagged events, the initrd always and the command line on kernels
+    // that measure LoadOptions.
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap();
+    let cmdline = cmdline.trim_end_matches('\n');
+    let tagged = |id: u32| -> Vec<[u8; 32]> {
+        log.events_of(9)
+            .filter(|e| e.tagged().is_some_and(|(t, _)| t == id))
+            .filter_map(|e| e.sha256())
+            .collect()
+    };
+    let initrd = tagged(LINUX_EFI_INITRD_EVENT_TAG_ID);
+    let [initrd] = initrd.as_slice() else {
+        panic!(
+            "PCR 9 has {} initrd events, want one: {:?}",
+            initrd.len(),
+            log.events_of(9).map(|e| e.describe()).collect::<Vec<_>>()
+        );
+    };
+    if let Some(want) = initrd_sha256_from(cmdline) {
+        assert_eq!(
+            hex::encode(initrd),
+            want,
+            "PCR 9's initrd measurement is not the SHA-256 of the initrd the harness handed qemu"
+        );
+    }
+    let load_options = tagged(LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID);
+    let cmdline_measured = match load_options.as_slice() {
+        [] => false,
+        [digest] => {
+            assert_eq!(
+                hex::encode(digest),
+                hex::encode(efi_load_options_digest(cmdline)),
+                "PCR 9's LoadOptions measurement is not this kernel's command line {cmdline:?}"
+            );
+            true
+        }
+        more => panic!("PCR 9 has {} LoadOptions events, want one", more.len()),
+    };
+
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    println!(
+        "RW_REPORT tpm-guest boot: {} {} events replay to the quoted PCRs 0-9; PCR 4 kernel image {} ({} bytes); PCR 9 initrd {} (= the harness's), command line {}",
+        release.trim(),
+        log.events.len(),
+        hex::encode(kernel.sha256().unwrap_or_default()),
+        image_length(kernel).unwrap_or(0),
+        hex::encode(initrd),
+        if cmdline_measured {
+            "measured (LOADED_IMAGE::LoadOptions = this /proc/cmdline)"
+        } else {
+            "NOT measured by this kernel's EFI stub"
+        }
+    );
+    let reference: Vec<String> = BOOT_PCRS
+        .iter()
+        .map(|p| {
+            format!(
+                "{p} = \"{}\"",
+                hex::encode(values.get(*p).copied().unwrap_or_default())
+            )
+        })
+        .collect();
+    println!(
+        "RW_REPORT tpm-guest [policy.boot] pcrs = {{ {} }}",
+        reference.join(", ")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
