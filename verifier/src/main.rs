@@ -370,6 +370,17 @@ fn recheck(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
         let edited = r.count(|c| matches!(c, Cause::PolicyChanged { .. }));
         let not_rederived = r.count(|c| *c == Cause::NotRederived);
         let unnamed = r.count(|c| *c == Cause::NoPolicyDigest);
+        println!(
+            "{} host standings re-derived, {} differ from the rows the pages read",
+            r.standings,
+            r.standing_differences.len()
+        );
+        for d in &r.standing_differences {
+            println!(
+                "  {}/{}: stored {:?}, re-derived {:?}",
+                d.rack, d.host, d.stored, d.rederived
+            );
+        }
         if edited > 0 {
             println!(
                 "policy changed: {edited} verdicts would differ under the current policy ({})",

@@ -5,6 +5,10 @@
 //! because the policy was edited is told from one that does not re-derive under its own
 //! policy (a stored verdict rewritten, or a verifier whose appraisal changed). Verdicts stored
 //! before they named a policy cannot be told apart, and are reported as such.
+//!
+//! Each host's standing row (kept up to date at ingest and clearance, what the pages read)
+//! is derived again from the stored statements and clearances, and any row that differs is
+//! reported: the pages would have shown a standing the history does not give.
 
 use serde::Serialize;
 
@@ -12,7 +16,7 @@ use crate::{
     appraisal::AttestationResult,
     config::Policy,
     service::{IngestStatus, Verifier, VerifierError},
-    store::Store,
+    store::{StandingRow, Store},
 };
 
 /// Why a stored verdict differs from the one re-derived now.
@@ -38,12 +42,24 @@ pub struct RecheckDifference {
     pub cause: DifferenceCause,
 }
 
+/// A host's standing row as kept, against the one its stored history gives.
+#[derive(Debug, Serialize)]
+pub struct StandingDifference {
+    pub rack: String,
+    pub host: String,
+    pub stored: StandingRow,
+    pub rederived: StandingRow,
+}
+
 #[derive(Debug, Serialize)]
 pub struct RecheckReport {
     pub statements: usize,
     /// The digest of the policy the verdicts were re-derived under.
     pub policy_digest: String,
     pub differences: Vec<RecheckDifference>,
+    /// Hosts whose standing was re-derived from their history.
+    pub standings: usize,
+    pub standing_differences: Vec<StandingDifference>,
 }
 
 impl RecheckReport {
@@ -53,9 +69,11 @@ impl RecheckReport {
     }
 
     /// Whether some stored verdicts cannot be trusted: they do not re-derive under the
-    /// policy they name, or name none and differ. A policy edit alone is not that.
+    /// policy they name, or name none and differ, or a host's standing row is not what its
+    /// history gives. A policy edit alone is not that.
     pub fn untrusted(&self) -> bool {
         self.count(|c| !matches!(c, DifferenceCause::PolicyChanged { .. })) > 0
+            || !self.standing_differences.is_empty()
     }
 }
 
@@ -121,9 +139,90 @@ pub fn recheck(store: &Store, policy: &Policy) -> Result<RecheckReport, Verifier
             });
         }
     }
+    let (standings, standing_differences) = recheck_standings(store)?;
     Ok(RecheckReport {
         statements: all.len(),
         policy_digest: digest,
         differences,
+        standings,
+        standing_differences,
     })
+}
+
+/// Every host with a statement or a standing row: its row as kept against the one derived
+/// from its statements and clearances.
+fn recheck_standings(store: &Store) -> Result<(usize, Vec<StandingDifference>), VerifierError> {
+    let kept = store.standing_rows()?;
+    let mut hosts: Vec<(String, String)> = kept
+        .iter()
+        .map(|(r, h, _)| (r.clone(), h.clone()))
+        .chain(store.hosts_with_statements()?)
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    let mut differences = Vec::new();
+    for (rack, host) in &hosts {
+        let stored = store.standing_row(rack, host)?;
+        let rederived = store.derive_standing(rack, host)?;
+        if stored != rederived {
+            differences.push(StandingDifference {
+                rack: rack.clone(),
+                host: host.clone(),
+                stored,
+                rederived,
+            });
+        }
+    }
+    Ok((hosts.len(), differences))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoredStatement;
+
+    /// A host's standing row rewritten behind the verifier's back (or left stale by a writer
+    /// that did not keep it) is reported, and the stored standing is not trusted.
+    #[test]
+    fn a_standing_row_the_history_does_not_give_is_reported() {
+        let cfg = crate::config::VerifierConfig::parse(
+            std::path::Path::new("v.toml"),
+            "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n",
+        )
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("rwv-recheck-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = dir.join("v.sqlite");
+        let store = Store::open(&db).unwrap();
+        for (seq, status) in [(0, "warning"), (1, "contraindicated")] {
+            store
+                .insert_statement(&StoredStatement {
+                    id: 0,
+                    rack: "r1".into(),
+                    host: "h1".into(),
+                    seq,
+                    pae_sha3: format!("pae-{seq}"),
+                    envelope: "{}".into(),
+                    received_ms: seq,
+                    epoch_end_ms: seq,
+                    status: status.into(),
+                    result: "{}".into(),
+                    wipe_ms: None,
+                })
+                .unwrap();
+        }
+        let r = recheck(&store, &cfg.policy).unwrap();
+        assert_eq!(r.standings, 1);
+        assert!(r.standing_differences.is_empty(), "{r:?}");
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute_batch("UPDATE host_standing SET uncleared = 0, first_uncleared_id = NULL")
+            .unwrap();
+        let r = recheck(&store, &cfg.policy).unwrap();
+        assert_eq!(r.standing_differences.len(), 1, "{r:?}");
+        let d = &r.standing_differences[0];
+        assert_eq!((d.stored.uncleared, d.rederived.uncleared), (0, 1));
+        assert!(r.untrusted());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::{
     appraisal::{AttestationResult, Status},
     config::{Policy, RackAgreement},
-    store::{Clearance, DbError, Store, StoredStatement},
+    store::{Clearance, DbError, StandingRow, Store, StoredStatement},
 };
 
 #[derive(Debug, Clone, Serialize)]
@@ -260,16 +260,18 @@ fn host_standing(
     } else if last.is_none() {
         findings.push("no statement yet".into());
     }
-    let seqs = store.seqs(rack, &host)?;
-    if let Some(&top) = seqs.last()
-        && seqs.len() as u64 != top + 1
+    // Gaps and uncleared statements are the whole history's: read from the host's standing
+    // row, kept up to date as statements and clearances are stored.
+    let row = store.standing_row(rack, &host)?;
+    if let Some(top) = row.top_seq
+        && row.seqs_stored != top + 1
     {
         status = status.max(Status::Warning);
-        findings.push(format!("gap: {} of seqs 0..={top} stored", seqs.len()));
+        findings.push(format!("gap: {} of seqs 0..={top} stored", row.seqs_stored));
     }
     let clearances = store.clearances(Some(rack), Some(&host))?;
     let clearance = clearances.last().cloned();
-    let (first_uncleared, uncleared_finding) = uncleared(store, rack, &host, clearance.as_ref())?;
+    let (first_uncleared, uncleared_finding) = uncleared(store, &row)?;
     if let Some(f) = uncleared_finding {
         status = Status::Contraindicated;
         findings.push(f);
@@ -310,18 +312,30 @@ fn host_standing(
 /// The first such statement, and the finding line that says so.
 fn uncleared(
     store: &Store,
-    rack: &str,
-    host: &str,
-    clearance: Option<&Clearance>,
+    row: &StandingRow,
 ) -> Result<(Option<UnclearedStatement>, Option<String>), DbError> {
-    let bad = store.contraindicated_after(rack, host, clearance.map_or(0, |c| c.up_to_id))?;
-    let Some(first) = bad.first() else {
+    if row.uncleared == 0 {
         return Ok((None, None));
+    }
+    let first = match row.first_uncleared_id {
+        Some(id) => store.seq_and_result(id)?.map(|found| (id, found)),
+        None => None,
+    };
+    let Some((id, (seq, result))) = first else {
+        // The row does not name a stored statement: the host stays held (never read as
+        // cleared), and recheck reports the row.
+        return Ok((
+            None,
+            Some(format!(
+                "{} contraindicated statement(s) not cleared, the first not found; `rackwarden-verifier recheck` re-derives the host's standing",
+                row.uncleared
+            )),
+        ));
     };
     let first = UnclearedStatement {
-        id: first.id,
-        seq: first.seq,
-        result: first.result(),
+        id,
+        seq,
+        result: serde_json::from_str(&result).ok(),
     };
     let codes: Vec<&str> = first
         .result
@@ -332,7 +346,7 @@ fn uncleared(
         .collect();
     let line = format!(
         "{} contraindicated statement(s) not cleared, the first at seq {} ({}); an operator clears them with `rackwarden-verifier clear`",
-        bad.len(),
+        row.uncleared,
         first.seq,
         codes.join(", ")
     );

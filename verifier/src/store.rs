@@ -7,7 +7,9 @@ use std::path::Path;
 use rackwarden_attest::{dsse::Envelope, result::AttestationResult, statement::Statement};
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod standing;
 mod tpm;
+pub use standing::StandingRow;
 pub use tpm::{TpmChallengeRow, TpmEnrollment, TpmPosition};
 
 pub use rusqlite::Error as DbError;
@@ -145,11 +147,12 @@ pub struct ClearedStatement {
 }
 
 impl ClearedStatement {
-    fn of(s: &StoredStatement) -> ClearedStatement {
+    /// `result`: the stored verdict's JSON (no codes when it does not read back).
+    fn of(seq: u64, result: &str) -> ClearedStatement {
         ClearedStatement {
-            seq: s.seq,
-            codes: s
-                .result()
+            seq,
+            codes: serde_json::from_str::<AttestationResult>(result)
+                .ok()
                 .map(|r| {
                     r.findings
                         .into_iter()
@@ -239,7 +242,11 @@ impl Store {
     fn init(conn: Connection) -> Result<Store, DbError> {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
+        // Asked before the schema creates it: a database made before host standings were
+        // kept has statements the new table must be filled from.
+        let had_standing = Self::has_standing_table(&conn)?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(standing::STANDING_SCHEMA)?;
         // Databases made before `presented_ms` existed get the column (NULL: never named,
         // which is what pruning needs to be sure of; rows used by a statement have used_ms).
         let has_presented: bool = conn
@@ -273,7 +280,11 @@ impl Store {
                  ALTER TABLE host_keys ADD COLUMN retired_after_seq INTEGER",
             )?;
         }
-        Ok(Store { conn })
+        let store = Store { conn };
+        if !had_standing {
+            store.fill_standing()?;
+        }
+        Ok(store)
     }
 
     /// Opens the transaction a batch of statements is stored in (taking the write lock now,
@@ -496,13 +507,18 @@ impl Store {
             .optional()
     }
 
+    /// Stores a statement and brings its host's standing row up to date with it, in the
+    /// caller's transaction (the row and the statements never disagree).
     pub fn insert_statement(&self, s: &StoredStatement) -> Result<i64, DbError> {
+        let new_seq = !self.seq_stored(&s.rack, &s.host, s.seq)?;
         self.conn.prepare_cached(
             "INSERT INTO statements (rack, host, seq, pae_sha3, envelope, received_ms, epoch_end_ms, status, result, wipe_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?.execute(params![s.rack, s.host, s.seq as i64, s.pae_sha3, s.envelope, s.received_ms as i64, s.epoch_end_ms as i64, s.status, s.result, s.wipe_ms.map(|v| v as i64)],
         )?;
-        Ok(self.conn.last_insert_rowid())
+        let id = self.conn.last_insert_rowid();
+        self.note_stored(&s.rack, &s.host, s.seq, id, &s.status, new_seq)?;
+        Ok(id)
     }
 
     /// A host's statements, newest first.
@@ -545,8 +561,37 @@ impl Store {
     }
 
     /// Records that the host's contraindicated statements stored so far are cleared, by whom
-    /// and why.
+    /// and why, and brings the host's standing row up to date. One transaction holding the
+    /// write lock from the start (a savepoint inside the caller's): the operator's CLI clears
+    /// while a serving verifier stores, and a statement stored between reading the last row
+    /// id and recording the clearance would otherwise be cleared unseen or miscounted.
     pub fn clear(
+        &self,
+        rack: &str,
+        host: &str,
+        by: &str,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<Clearance, DbError> {
+        let own_transaction = self.conn.is_autocommit();
+        self.conn.execute_batch(if own_transaction {
+            "BEGIN IMMEDIATE"
+        } else {
+            "SAVEPOINT clear"
+        })?;
+        let cleared = self.record_clearance(rack, host, by, reason, now_ms);
+        let ended = match (&cleared, own_transaction) {
+            (Ok(_), true) => self.conn.execute_batch("COMMIT"),
+            (Ok(_), false) => self.conn.execute_batch("RELEASE clear"),
+            (Err(_), true) => self.conn.execute_batch("ROLLBACK"),
+            (Err(_), false) => self.conn.execute_batch("ROLLBACK TO clear; RELEASE clear"),
+        };
+        let clearance = cleared?;
+        ended?;
+        Ok(clearance)
+    }
+
+    fn record_clearance(
         &self,
         rack: &str,
         host: &str,
@@ -564,6 +609,7 @@ impl Store {
             "INSERT INTO clearances (rack, host, up_to_id, cleared_ms, reason, cleared_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![rack, host, up_to_id, now_ms as i64, reason, by],
         )?;
+        self.note_cleared(rack, host)?;
         Ok(Clearance {
             rack: rack.into(),
             host: host.into(),
@@ -615,7 +661,8 @@ impl Store {
         Ok(self.clearances(Some(rack), Some(host))?.pop())
     }
 
-    /// Contraindicated statements of the host stored in rows (after_id, up_to_id].
+    /// Contraindicated statements of the host stored in rows (after_id, up_to_id]: their
+    /// seqs and verdicts only, from the partial index's range (never the envelopes).
     fn contraindicated_between(
         &self,
         rack: &str,
@@ -623,12 +670,16 @@ impl Store {
         after_id: i64,
         up_to_id: i64,
     ) -> Result<Vec<ClearedStatement>, DbError> {
-        Ok(self
-            .contraindicated_after(rack, host, after_id)?
-            .iter()
-            .filter(|s| s.id <= up_to_id)
-            .map(ClearedStatement::of)
-            .collect())
+        let mut st = self.conn.prepare_cached(
+            "SELECT seq, result FROM statements WHERE rack = ?1 AND host = ?2 AND id > ?3 AND id <= ?4 AND status = 'contraindicated' ORDER BY id",
+        )?;
+        let rows = st.query_map(params![rack, host, after_id, up_to_id], |r| {
+            Ok(ClearedStatement::of(
+                r.get::<_, i64>(0)? as u64,
+                &r.get::<_, String>(1)?,
+            ))
+        })?;
+        rows.collect()
     }
 
     /// Contraindicated statements of the host stored after row `after_id`, oldest first.
