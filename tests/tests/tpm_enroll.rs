@@ -628,3 +628,22 @@ fn a_verifier_without_tpm_config_says_it_enrols_no_aks() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 415);
 }
+
+#[test]
+fn one_tpm_attests_for_one_host() {
+    let (v, mut host_keys) = serving("one-ek", Some(EkTrust::swtpm_ca()), &["h1", "h2"]);
+    let swtpm = SwTpm::start();
+    let k2 = host_keys.remove(1);
+    let mut h1 = Host::new("h1", host_keys.remove(0), &swtpm);
+    h1.enrol(&v);
+    // swtpm serves one client at a time: h1 lets go of the TPM before h2 opens it.
+    drop(h1);
+    let h2 = Host::new("h2", k2, &swtpm);
+    let (code, body) = v.post("/v1/tpm/enroll", h2.own_request());
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        reason(&body).contains(&format!("already enrolled for {RACK}/h1")),
+        "{body}"
+    );
+    assert!(v.enrollment("h2").is_none());
+}

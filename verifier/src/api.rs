@@ -179,6 +179,7 @@ fn tpm_refusal(e: TpmEnrolError) -> Response {
         | E::AkPublic(_)
         | E::NoEkCertificate
         | E::EkCertificate(_)
+        | E::EkOfAnotherHost { .. }
         | E::UnknownChallenge { .. }
         | E::ChallengeExpired { .. }
         | E::ChallengeOfAnotherHost { .. }

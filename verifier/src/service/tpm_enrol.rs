@@ -74,6 +74,12 @@ pub enum TpmEnrolError {
         "no EK certificate: an AK is enrolled only beside an EK whose certificate chains to `[tpm] ek_roots`"
     )]
     NoEkCertificate,
+    /// One TPM attests for one host: the same EK under two host names would let one machine
+    /// stand in for two.
+    #[error(
+        "this EK is already enrolled for {rack}/{host}: one TPM attests for one host (retire that host's key and enrolment first)"
+    )]
+    EkOfAnotherHost { rack: String, host: String },
     #[error("EK certificate refused: {0}")]
     EkCertificate(EkCertError),
     /// MakeCredential failed on inputs that parsed: a bug, not the host's fault.
@@ -212,6 +218,18 @@ impl Verifier {
             .map_err(TpmEnrolError::EkPublic)?;
         let ak = AkPublic::parse(&decode_hex("ak_public", &req.ak_public)?)
             .map_err(TpmEnrolError::AkPublic)?;
+        let ek_hex = hex::encode(ek.bytes());
+        if let Some(other) = self
+            .store
+            .tpm_enrollments()?
+            .into_iter()
+            .find(|e| e.ek_public == ek_hex && (e.rack != hk.rack || e.host != hk.host))
+        {
+            return Err(TpmEnrolError::EkOfAnotherHost {
+                rack: other.rack,
+                host: other.host,
+            });
+        }
         let cert_b64 = req
             .ek_certificate
             .as_deref()
@@ -251,7 +269,7 @@ impl Verifier {
                 // Re-encoded from the parsed bytes: one spelling (lowercase) in the store.
                 ak_public: hex::encode(ak.bytes()),
                 ak_name: hex::encode(&ak_name),
-                ek_public: hex::encode(ek.bytes()),
+                ek_public: ek_hex,
                 ek_certificate: Some(B64.encode(&cert_der)),
                 ek_issuer,
                 enrolled_ms: 0,
