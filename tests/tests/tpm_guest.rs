@@ -232,11 +232,12 @@ fn a_new_executable_is_measured_with_its_sha256() {
     let _ = std::fs::remove_file(&path);
 }
 
-/// `rw.initrd_sha256=` on the command line: the SHA-256 of the initrd the harness gave qemu.
-fn initrd_sha256_from(cmdline: &str) -> Option<String> {
+/// `rw.<key>=` on the command line: the harness's SHA-256 of what it handed qemu
+/// (`kernel_sha256`: the kernel image as OVMF measures it; `initrd_sha256`: the initrd).
+fn harness_digest(cmdline: &str, key: &str) -> Option<String> {
     cmdline
         .split_whitespace()
-        .find_map(|w| w.strip_prefix("rw.initrd_sha256="))
+        .find_map(|w| w.strip_prefix("rw.")?.strip_prefix(key)?.strip_prefix('='))
         .map(str::to_string)
 }
 
@@ -308,10 +309,18 @@ fn the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log() {
         );
     };
 
-    // PCR 9: the EFI stub's tagged events, the initrd always and the command line on kernels
-    // that measure LoadOptions.
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap();
     let cmdline = cmdline.trim_end_matches('\n');
+    if let Some(want) = harness_digest(cmdline, "kernel_sha256") {
+        assert_eq!(
+            hex::encode(kernel.sha256().unwrap_or_default()),
+            want,
+            "PCR 4's kernel measurement is not the image the harness handed qemu"
+        );
+    }
+
+    // PCR 9: the EFI stub's tagged events, the initrd always and the command line on kernels
+    // that measure LoadOptions.
     let tagged = |id: u32| -> Vec<[u8; 32]> {
         log.events_of(9)
             .filter(|e| e.tagged().is_some_and(|(t, _)| t == id))
@@ -326,7 +335,7 @@ fn the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log() {
             log.events_of(9).map(|e| e.describe()).collect::<Vec<_>>()
         );
     };
-    if let Some(want) = initrd_sha256_from(cmdline) {
+    if let Some(want) = harness_digest(cmdline, "initrd_sha256") {
         assert_eq!(
             hex::encode(initrd),
             want,
@@ -349,7 +358,7 @@ fn the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log() {
 
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     println!(
-        "RW_REPORT tpm-guest boot: {} {} events replay to the quoted PCRs 0-9; PCR 4 kernel image {} ({} bytes); PCR 9 initrd {} (= the harness's), command line {}",
+        "RW_REPORT tpm-guest boot: {} {} events replay to the quoted PCRs 0-9; PCR 4 kernel image {} ({} bytes, = the harness's), PCR 9 initrd {} (= the harness's), command line {}",
         release.trim(),
         log.events.len(),
         hex::encode(kernel.sha256().unwrap_or_default()),

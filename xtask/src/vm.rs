@@ -17,7 +17,7 @@
 //! - Firmware: SeaBIOS (qemu's default) for most groups; the `tpm` group boots the same
 //!   `-kernel`/`-initrd` through Debian's OVMF, so that the firmware measures the kernel into
 //!   PCR 4 and the kernel's EFI stub the initrd and command line into PCR 9 (measured boot),
-//!   and is told the initrd's SHA-256 (`rw.initrd_sha256=`) to check that measurement.
+//!   and is told what those measurements must be (`rw.kernel_sha256=`, `rw.initrd_sha256=`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -273,16 +273,20 @@ pub fn vm_test(env: &BTreeMap<String, String>, args: &[String]) -> Result<()> {
     let mut runs = Vec::new();
     for k in &kernels {
         let initrd = initramfs(&common, k)?;
-        let uefi_initrd = if groups.iter().any(|g| g.firmware == Firmware::Ovmf) {
+        // A UEFI guest's initrd, and the digests its measured boot must show.
+        let uefi = if groups.iter().any(|g| g.firmware == Firmware::Ovmf) {
             let zst = compressed_initrd(&initrd)?;
-            let digest = sha256_file(&zst)?;
-            Some((zst, digest))
+            let digests = BootDigests {
+                kernel: qemu_kernel_image_sha256(&k.vmlinuz, std::fs::metadata(&zst)?.len())?,
+                initrd: sha256_file(&zst)?,
+            };
+            Some((zst, digests))
         } else {
             None
         };
         for g in &groups {
-            let (initrd, initrd_sha256) = match (&uefi_initrd, g.firmware) {
-                (Some((zst, digest)), Firmware::Ovmf) => (zst.clone(), Some(digest.clone())),
+            let (initrd, boot_digests) = match (&uefi, g.firmware) {
+                (Some((zst, digests)), Firmware::Ovmf) => (zst.clone(), Some(digests.clone())),
                 _ => (initrd.clone(), None),
             };
             runs.push(Run {
@@ -294,9 +298,7 @@ pub fn vm_test(env: &BTreeMap<String, String>, args: &[String]) -> Result<()> {
                     .as_ref()
                     .filter(|_| g.tpm)
                     .map(|m| m.dir.join("state/tpm2-00.permall")),
-                initrd_sha256: initrd_sha256
-                    .clone()
-                    .filter(|_| g.firmware == Firmware::Ovmf),
+                boot_digests,
                 outcome: None,
             });
         }
@@ -1084,11 +1086,143 @@ impl Drop for OvmfVars {
 fn sha256_file(path: &Path) -> Result<String> {
     let out = output(Command::new("sha256sum").arg(path))
         .with_context(|| format!("sha256sum {}", path.display()))?;
+    sha256sum_digest(&out)
+}
+
+/// The digest in `sha256sum`'s output line.
+fn sha256sum_digest(out: &str) -> Result<String> {
     let digest = out.split_whitespace().next().unwrap_or_default();
     if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-        bail!("sha256sum {}: {out:?}", path.display());
+        bail!("sha256sum said {out:?}");
     }
     Ok(digest.to_string())
+}
+
+/// `sha256sum` of bytes given in pieces, as lowercase hex.
+fn sha256_pieces(pieces: &[&[u8]]) -> Result<String> {
+    use std::io::Write as _;
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running sha256sum")?;
+    {
+        // sha256sum reads all its input before it writes: writing first cannot deadlock.
+        let mut stdin = child.stdin.take().context("sha256sum's stdin")?;
+        for p in pieces {
+            stdin.write_all(p).context("writing to sha256sum")?;
+        }
+    }
+    let out = child.wait_with_output().context("sha256sum")?;
+    if !out.status.success() {
+        bail!("sha256sum failed ({})", out.status);
+    }
+    sha256sum_digest(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Little-endian integers of a PE image or bzImage setup header, `None` past its end.
+fn le_u16(b: &[u8], off: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(off..off + 2)?.try_into().ok()?))
+}
+
+fn le_u32(b: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
+}
+
+/// The Authenticode SHA-256 of a PE image (the PE/COFF spec's "Windows Authenticode Portable
+/// Executable Signature Format"): the headers without the checksum and the certificate
+/// table's directory entry, the sections in file order, then what follows them short of the
+/// certificate table. What UEFI firmware logs for an image it starts.
+fn authenticode_sha256(pe: &[u8]) -> Result<String> {
+    let bad = |what: &str| anyhow::anyhow!("not a PE image: {what}");
+    let nt = le_u32(pe, 0x3c).ok_or_else(|| bad("no e_lfanew"))? as usize;
+    if pe.get(nt..nt + 4) != Some(b"PE\0\0".as_slice()) {
+        bail!(bad("no PE signature"));
+    }
+    let sections = usize::from(le_u16(pe, nt + 6).ok_or_else(|| bad("no NumberOfSections"))?);
+    let optional_size =
+        usize::from(le_u16(pe, nt + 20).ok_or_else(|| bad("no SizeOfOptionalHeader"))?);
+    let optional = nt + 24;
+    let directories = match le_u16(pe, optional) {
+        Some(0x20b) => optional + 112,
+        Some(0x10b) => optional + 96,
+        _ => bail!(bad("optional header magic")),
+    };
+    let checksum = optional + 64;
+    // The certificate table is data directory 4.
+    let cert_entry = directories + 4 * 8;
+    let headers_end = le_u32(pe, optional + 60).ok_or_else(|| bad("no SizeOfHeaders"))? as usize;
+    let cert_size = le_u32(pe, cert_entry + 4).ok_or_else(|| bad("no data directories"))? as usize;
+    let mut raw: Vec<(usize, usize)> = Vec::new();
+    for i in 0..sections {
+        let header = optional + optional_size + 40 * i;
+        let size = le_u32(pe, header + 16).ok_or_else(|| bad("short section table"))? as usize;
+        let at = le_u32(pe, header + 20).ok_or_else(|| bad("short section table"))? as usize;
+        if size > 0 {
+            raw.push((at, size));
+        }
+    }
+    raw.sort();
+    let range = |from: usize, to: usize| pe.get(from..to).ok_or_else(|| bad("range outside"));
+    let mut pieces = vec![
+        range(0, checksum)?,
+        range(checksum + 4, cert_entry)?,
+        range(cert_entry + 8, headers_end)?,
+    ];
+    let mut hashed = headers_end;
+    for (at, size) in raw {
+        pieces.push(range(at, at + size)?);
+        hashed += size;
+    }
+    let end = pe.len().saturating_sub(cert_size);
+    if hashed < end {
+        pieces.push(range(hashed, end)?);
+    }
+    sha256_pieces(&pieces)
+}
+
+/// q35's `acpi_data_size` (hw/i386/pc.c): qemu keeps the top of low memory for ACPI tables
+/// and loads the initrd below it.
+const QEMU_ACPI_DATA_SIZE: u64 = 0x28000;
+
+/// What OVMF measures into PCR 4 for a `-kernel` boot: the Authenticode SHA-256 of the
+/// kernel as qemu hands it over fw_cfg, whose setup header qemu's `x86_load_linux` has
+/// filled in (boot loader type, heap end, command line address, and the initrd's address
+/// and size). So PCR 4 changes with the initrd's size and the guest's memory, never with
+/// the command line, and is not the hash of the vmlinuz file. On hardware, where a boot
+/// loader starts the kernel file unmodified, it is that file's Authenticode hash.
+fn qemu_kernel_image_sha256(vmlinuz: &Path, initrd_size: u64) -> Result<String> {
+    let mut image =
+        std::fs::read(vmlinuz).with_context(|| format!("reading {}", vmlinuz.display()))?;
+    let protocol = le_u16(&image, 0x206).unwrap_or(0);
+    // The setup header ends by 0x268 in every protocol this checks for.
+    if image.len() < 0x268 || le_u32(&image, 0x202) != Some(0x5372_6448) || protocol < 0x203 {
+        bail!(
+            "{}: not a bzImage of boot protocol 2.03 or later",
+            vmlinuz.display()
+        );
+    }
+    let loadflags = image.get(0x211).copied().unwrap_or(0);
+    // A "high" kernel (LOADED_HIGH): real-mode code at 0x10000, command line at 0x20000.
+    if loadflags & 0x01 == 0 {
+        bail!("{}: not a LOADED_HIGH kernel", vmlinuz.display());
+    }
+    let (real_addr, cmdline_addr) = (0x1_0000u32, 0x2_0000u32);
+    let low_memory = (GUEST_MEM_MIB << 20).min(0x8000_0000);
+    let initrd_addr_max = u64::from(le_u32(&image, 0x22c).unwrap_or(0x37ff_ffff));
+    let initrd_max = initrd_addr_max.min(low_memory - QEMU_ACPI_DATA_SIZE - 1);
+    let initrd_addr = initrd_max
+        .checked_sub(initrd_size)
+        .context("the initrd does not fit in the guest's low memory")?
+        & !0xfff;
+    image[0x210] = 0xb0;
+    image[0x211] = loadflags | 0x80;
+    // Fit in u16/u32: checked above (below 2 GiB).
+    image[0x224..0x226].copy_from_slice(&((cmdline_addr - real_addr - 0x200) as u16).to_le_bytes());
+    image[0x228..0x22c].copy_from_slice(&cmdline_addr.to_le_bytes());
+    image[0x218..0x21c].copy_from_slice(&(initrd_addr as u32).to_le_bytes());
+    image[0x21c..0x220].copy_from_slice(&(initrd_size as u32).to_le_bytes());
+    authenticode_sha256(&image)
 }
 
 /// One VM run of one group on one kernel.
@@ -1099,10 +1233,20 @@ struct Run<'a> {
     initrd: PathBuf,
     /// For a TPM group: the manufactured state each boot's swtpm starts from.
     tpm_state: Option<PathBuf>,
-    /// SHA-256 of the initrd, told to a UEFI guest on its command line so that it can check
-    /// the EFI stub's PCR 9 measurement of the initrd against what the harness handed qemu.
-    initrd_sha256: Option<String>,
+    /// For a UEFI group: what its measured boot must show, told to the guest on its command
+    /// line.
+    boot_digests: Option<BootDigests>,
     outcome: Option<Outcome>,
+}
+
+/// The digests a UEFI guest checks its event log against (lowercase hex), so that PCR 4 and
+/// PCR 9 are shown to hold what the harness handed qemu, not merely some kernel and initrd.
+#[derive(Clone, Debug)]
+struct BootDigests {
+    /// `rw.kernel_sha256=`: OVMF's PCR 4 event for the kernel ([`qemu_kernel_image_sha256`]).
+    kernel: String,
+    /// `rw.initrd_sha256=`: the EFI stub's PCR 9 event for the initrd, the file's SHA-256.
+    initrd: String,
 }
 
 #[derive(Debug)]
@@ -1177,8 +1321,12 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
     ));
     let _ = std::fs::remove_file(&log);
     let mut append = kernel_command_line(run.group);
-    if let Some(digest) = &run.initrd_sha256 {
-        let _ = write!(append, " rw.initrd_sha256={digest}");
+    if let Some(d) = &run.boot_digests {
+        let _ = write!(
+            append,
+            " rw.kernel_sha256={} rw.initrd_sha256={}",
+            d.kernel, d.initrd
+        );
     }
     let started = Instant::now();
     let fail = |e: String| Outcome {
@@ -1513,6 +1661,32 @@ mod tests {
         assert!(
             raw.contains("rw.tests=raw_attach_detach_loop rw.ignored=1"),
             "{raw}"
+        );
+    }
+
+    /// The PCR 4 digest OVMF logged when it started Debian's 6.1 kernel under qemu 10.0.2
+    /// (2 GiB, a 1,984,000-byte initrd): the harness's reconstruction of qemu's patched
+    /// setup header gives the same Authenticode hash. Only where `vm-test` has unpacked that
+    /// kernel.
+    #[test]
+    fn the_kernel_digest_is_what_ovmf_measured_for_qemus_image() {
+        let vmlinuz = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/vm/kernels/linux-image-6.1.0-57-cloud-amd64/boot/vmlinuz-6.1.0-57-cloud-amd64");
+        if !vmlinuz.exists() {
+            println!(
+                "{} is not unpacked here: nothing to compare",
+                vmlinuz.display()
+            );
+            return;
+        }
+        assert_eq!(
+            qemu_kernel_image_sha256(&vmlinuz, 1_984_000).unwrap(),
+            "93b311f7899579ff3e4108f49e5edbcc0a5d2356e286ee5b3b0c2c5842205cad"
+        );
+        // The file itself (what a boot loader on hardware would have measured) differs.
+        assert_eq!(
+            authenticode_sha256(&std::fs::read(&vmlinuz).unwrap()).unwrap(),
+            "65c89335d8a5d25a8eeffd4de4a02087ac8dcf26165dbff8806a19f68ecd2842"
         );
     }
 
