@@ -3,12 +3,14 @@
 //! and the findings to explain. Rendering is separate (`render.rs`) and never touches the
 //! store.
 
+use std::collections::HashMap;
+
 use rackwarden_attest::{evidence::LimiterReport, statement::Statement};
 
 pub use super::model::{EpochPoint, HostCaps, HostView, RootOfTrustView, ShownFinding};
 use super::{inventory, scorecard};
 use crate::{
-    appraisal::{Status, budget},
+    appraisal::{AttestationResult, Status, budget},
     config::{Policy, RackAgreement},
     standing::{self, HostStanding, RackStanding},
     store::{DbError, Store, StoredStatement},
@@ -29,8 +31,12 @@ pub struct RackView {
     pub policy: Policy,
 }
 
-/// A stored row with its statement, parsed once.
-type Row = (StoredStatement, Option<Statement>);
+/// A stored row with its statement and its verdict, each parsed once.
+type Row = (
+    StoredStatement,
+    Option<Statement>,
+    Option<AttestationResult>,
+);
 
 fn caps_of(st: &Statement) -> Option<HostCaps> {
     let LimiterReport::Present(e) = &st.predicate.limiter else {
@@ -65,28 +71,24 @@ pub fn rack_view(
         let parsed: Vec<Row> = rows
             .into_iter()
             .map(|r| {
-                let st = r.statement();
-                (r, st)
+                let (st, result) = (r.statement(), r.result());
+                (r, st, result)
             })
             .collect();
+        let last = parsed.last();
         hosts.push(HostView {
             standing: hs.clone(),
-            caps: parsed
-                .last()
-                .and_then(|(_, s)| s.as_ref())
-                .and_then(caps_of),
-            epochs: epochs(&parsed, agreement, window),
-            findings: findings(hs, parsed.last()),
+            caps: last.and_then(|(_, s, _)| s.as_ref()).and_then(caps_of),
+            findings: findings(hs, last),
             root_of_trust: RootOfTrustView {
-                verified: parsed
-                    .last()
-                    .and_then(|(r, _)| r.result())
+                verified: last
+                    .and_then(|(_, _, r)| r.as_ref())
                     .and_then(|r| r.root_of_trust),
-                claimed: parsed
-                    .last()
-                    .and_then(|(_, s)| s.as_ref())
+                claimed: last
+                    .and_then(|(_, s, _)| s.as_ref())
                     .and_then(|s| s.predicate.root_of_trust.clone()),
             },
+            epochs: epochs(&parsed, agreement, window),
         });
     }
     Ok(RackView {
@@ -105,14 +107,16 @@ pub fn rack_view(
 fn epochs(parsed: &[Row], agreement: Option<&RackAgreement>, window: u32) -> Vec<EpochPoint> {
     let mut epochs = Vec::new();
     let mut prev: Option<&Row> = None;
+    // A seq stored more than once in the window is a fork (counted once, not per row).
+    let mut stored_at: HashMap<u64, usize> = HashMap::with_capacity(parsed.len());
+    for (r, _, _) in parsed {
+        *stored_at.entry(r.seq).or_default() += 1;
+    }
     for (i, cur) in parsed.iter().enumerate() {
-        let (row, st) = cur;
-        let forked = parsed
-            .iter()
-            .enumerate()
-            .any(|(j, (r, _))| j != i && r.seq == row.seq);
-        let base = prev.filter(|(p, _)| p.seq < row.seq);
-        let elapsed_ms = base.map(|(p, _)| row.epoch_end_ms.saturating_sub(p.epoch_end_ms));
+        let (row, st, result) = cur;
+        let forked = stored_at.get(&row.seq).is_some_and(|n| *n > 1);
+        let base = prev.filter(|(p, _, _)| p.seq < row.seq);
+        let elapsed_ms = base.map(|(p, _, _)| row.epoch_end_ms.saturating_sub(p.epoch_end_ms));
         let delta = |dir: &str| -> Option<u64> {
             let now = budget::counters_of(st.as_ref()?, dir)?.0;
             let before = budget::counters_of(base?.1.as_ref()?, dir)?.0;
@@ -140,7 +144,7 @@ fn epochs(parsed: &[Row], agreement: Option<&RackAgreement>, window: u32) -> Vec
                         .saturating_sub(s.predicate.epoch_start_unix_ms)
                 }),
                 elapsed_ms,
-                status: row.result().map_or(Status::Warning, |r| r.status),
+                status: result.as_ref().map_or(Status::Warning, |r| r.status),
                 egress_bytes: delta("egress"),
                 ingress_bytes: delta("ingress"),
                 agreed_egress_bound: agreed(agreement.map(|a| a.egress_bytes_per_s)),
@@ -158,7 +162,7 @@ fn epochs(parsed: &[Row], agreement: Option<&RackAgreement>, window: u32) -> Vec
                     .as_ref()
                     .and_then(|s| s.predicate.epoch.as_ref())
                     .map(|r| r.wipe_interval_ms),
-                missing_before: base.map_or(0, |(p, _)| row.seq - p.seq - 1),
+                missing_before: base.map_or(0, |(p, _, _)| row.seq - p.seq - 1),
                 forked,
             });
         }
@@ -173,16 +177,19 @@ fn epochs(parsed: &[Row], agreement: Option<&RackAgreement>, window: u32) -> Vec
 /// cleared, which holds the host.
 fn findings(hs: &HostStanding, last: Option<&Row>) -> Vec<ShownFinding> {
     let mut findings: Vec<ShownFinding> = last
-        .and_then(|(r, _)| r.result().map(|x| (r.seq, x)))
+        .and_then(|(r, _, result)| Some((r.seq, result.as_ref()?)))
         .map(|(seq, r)| {
             r.findings
-                .into_iter()
-                .map(|finding| ShownFinding { seq, finding })
+                .iter()
+                .map(|finding| ShownFinding {
+                    seq,
+                    finding: finding.clone(),
+                })
                 .collect()
         })
         .unwrap_or_default();
     if let Some(first) = &hs.first_uncleared
-        && last.is_none_or(|(r, _)| r.id != first.id)
+        && last.is_none_or(|(r, _, _)| r.id != first.id)
         && let Some(r) = &first.result
     {
         findings.extend(
