@@ -54,10 +54,7 @@ impl StatementQuoter {
     /// then reads the IMA list and ships the entries the quoted PCR 10 covers. The quote
     /// comes first: an entry measured after it must not be shipped as covered by it.
     pub fn quote_statement(&mut self, chain_digest: &[u8; 32]) -> Result<TpmSidecar, TpmError> {
-        let quote = {
-            let mut tpm = self.tpm.lock().unwrap_or_else(|p| p.into_inner());
-            tpm.quote(chain_digest, &self.pcrs)?
-        };
+        let quote = self.quote_twice(chain_digest)?;
         let ima = self.ima_delta(&quote.pcr_values);
         Ok(TpmSidecar::new(
             &quote.attest,
@@ -66,6 +63,20 @@ impl StatementQuoter {
             ima.as_ref()
                 .map(|(offset, bytes)| (*offset, bytes.as_slice())),
         ))
+    }
+
+    /// A quote, tried once more after a failed TPM command: a statement without a quote from
+    /// a host whose AK is enrolled is contraindicated, and a transport error that passes (seen
+    /// as TSS2_TCTI_RC_IO_ERROR from swtpm on a loaded machine) should not cost one.
+    fn quote_twice(&self, chain_digest: &[u8; 32]) -> Result<super::Quote, TpmError> {
+        let mut tpm = self.tpm.lock().unwrap_or_else(|p| p.into_inner());
+        match tpm.quote(chain_digest, &self.pcrs) {
+            Err(e @ TpmError::Command { .. }) => {
+                log::warn!("tpm: {e}; quoting once more");
+                tpm.quote(chain_digest, &self.pcrs)
+            }
+            other => other,
+        }
     }
 
     /// The IMA entries for a quote of `pcr_values`, or `None` when there is no list to ship
