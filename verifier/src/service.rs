@@ -397,6 +397,9 @@ impl Verifier {
         {
             self.store.use_nonce(nonce, now_ms)?;
         }
+        // The statement, and with it its host's standing row (gaps, uncleared
+        // contraindicated statements: what the pages read instead of the whole history),
+        // in this statement's savepoint.
         self.store.insert_statement(&StoredStatement {
             id: 0,
             rack: hk.rack.clone(),
@@ -496,7 +499,7 @@ impl Verifier {
     }
 
     /// Clears the host's contraindicated statements stored so far (the operator's
-    /// decision, recorded with who made it and why).
+    /// decision, recorded with who made it and why), and the host's standing row with them.
     pub fn clear(
         &self,
         rack: &str,

@@ -355,15 +355,103 @@ fn uncleared(
 
 #[cfg(test)]
 mod tests {
-    use crate::{service::Verifier, store::Store};
+    use crate::{
+        service::Verifier,
+        store::{Store, StoredStatement},
+    };
+
+    const CONFIG: &str = "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n";
+
+    fn store_verdict(v: &Verifier, seq: u64, status: &str) {
+        let result = serde_json::json!({
+            "status": status, "policy_id": "p", "rack": "r1", "host": "h1", "seq": seq,
+            "trustworthiness": {},
+            "findings": [{"aspect": "freshness", "code": "nonce_unknown", "severity": status, "detail": "test"}],
+        });
+        v.store
+            .insert_statement(&StoredStatement {
+                id: 0,
+                rack: "r1".into(),
+                host: "h1".into(),
+                seq,
+                pae_sha3: format!("pae-{seq}"),
+                envelope: "{}".into(),
+                received_ms: 1_000 + seq,
+                epoch_end_ms: 1_000 + seq,
+                status: status.into(),
+                result: result.to_string(),
+                wipe_ms: None,
+            })
+            .unwrap();
+    }
+
+    /// The host's findings, read from its standing row, say what its whole history says:
+    /// the gap, and how many contraindicated statements no clearance covers and the first
+    /// of them, after statements, a clearance and a restart.
+    #[test]
+    fn the_findings_from_the_row_are_the_whole_historys() {
+        let cfg =
+            crate::config::VerifierConfig::parse(std::path::Path::new("v.toml"), CONFIG).unwrap();
+        let dir = std::env::temp_dir().join(format!("rwv-standing-row-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = dir.join("v.sqlite");
+        let mut v = Verifier::new(Store::open(&db).unwrap(), cfg.policy.clone()).unwrap();
+        let key = rackwarden_attest::keys::generate();
+        let pem = rackwarden_attest::keys::public_pem(&key.verifying_key());
+        v.enroll("r1", "h1", &pem, 0).unwrap();
+        store_verdict(&v, 0, "warning");
+        store_verdict(&v, 1, "contraindicated");
+        store_verdict(&v, 3, "contraindicated");
+        let findings = |v: &Verifier| {
+            let rack = v.rack_standing("r1", 2_000).unwrap();
+            let h = &rack.hosts[0];
+            // What the whole history gives, read the way it was before the row.
+            let seqs = v.store.seqs("r1", "h1").unwrap();
+            let after = h.clearance.as_ref().map_or(0, |c| c.up_to_id);
+            let bad = v.store.contraindicated_after("r1", "h1", after).unwrap();
+            assert_eq!(
+                h.first_uncleared.as_ref().map(|f| f.id),
+                bad.first().map(|b| b.id)
+            );
+            assert_eq!(
+                h.first_uncleared.as_ref().map(|f| f.seq),
+                bad.first().map(|b| b.seq)
+            );
+            let mut want = Vec::new();
+            if let Some(top) = seqs.last() {
+                want.push(format!("gap: {} of seqs 0..={top} stored", seqs.len()));
+            }
+            if let Some(first) = bad.first() {
+                want.push(format!(
+                    "{} contraindicated statement(s) not cleared, the first at seq {} (nonce_unknown); an operator clears them with `rackwarden-verifier clear`",
+                    bad.len(),
+                    first.seq
+                ));
+            }
+            assert_eq!(h.findings, want);
+            h.findings.clone()
+        };
+        assert!(
+            findings(&v)[1]
+                .starts_with("2 contraindicated statement(s) not cleared, the first at seq 1")
+        );
+        v.clear("r1", "h1", "alice", "reviewed", 1_500).unwrap();
+        assert_eq!(findings(&v).len(), 1, "cleared: only the gap is left");
+        store_verdict(&v, 4, "contraindicated");
+        let before = findings(&v);
+        assert!(
+            before[1].starts_with("1 contraindicated statement(s) not cleared, the first at seq 4")
+        );
+        drop(v);
+        let v = Verifier::new(Store::open(&db).unwrap(), cfg.policy).unwrap();
+        assert_eq!(findings(&v), before, "after a restart");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_store_error_is_an_error_never_an_empty_list() {
-        let cfg = crate::config::VerifierConfig::parse(
-            std::path::Path::new("v.toml"),
-            "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n",
-        )
-        .unwrap();
+        let cfg =
+            crate::config::VerifierConfig::parse(std::path::Path::new("v.toml"), CONFIG).unwrap();
         let dir = std::env::temp_dir().join(format!("rwv-standing-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let db = dir.join("v.sqlite");
