@@ -254,3 +254,150 @@ fn unique_dir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// A `rackwarden-verifier serve` over TLS on 127.0.0.1 whose `[tpm]` trusts the EK CA of
+/// [`manufactured`] (so it enrols the AKs of this binary's swtpms), its stderr in
+/// `verifier.log`. Host keys are enrolled with the CLI before it serves. Killed by its PID
+/// and its directory removed on drop.
+pub struct TpmVerifier {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    /// The TLS CA its certificate chains to (`verifier.ca` of a host's config).
+    pub ca: PathBuf,
+}
+
+impl TpmVerifier {
+    /// Writes the config and a TLS CA and certificate for 127.0.0.1; nothing runs yet.
+    pub fn configure(tag: &str, rack: &str) -> TpmVerifier {
+        let m = manufactured();
+        let dir = unique_dir(&format!("verifier-{tag}"));
+        crate::tls_init("127.0.0.1", &dir.join("tls"));
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = dir.join("verifier.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"listen = "127.0.0.1:{port}"
+tls_cert = "{tls}/server.pem"
+tls_key = "{tls}/server.key"
+database = "{db}"
+
+[policy]
+id = "tpm-daemon-test"
+nonce_ttl = "10 min"
+max_wipe_interval = "15 min"
+max_residue_host = "2 GiB"
+max_residue_gpu = "1 GiB"
+trainable_state = "10 TB"
+max_epoch_fraction = 0.01
+
+[racks.{rack}]
+egress = "10 MB/s"
+ingress = "10 MB/s"
+
+[tpm]
+ek_roots = "{root}"
+ek_intermediates = "{intermediate}"
+challenge_ttl = "1 min"
+"#,
+                tls = dir.join("tls").display(),
+                db = dir.join("v.sqlite").display(),
+                root = m.ca_root().display(),
+                intermediate = m.ca_intermediate().display(),
+            ),
+        )
+        .unwrap();
+        TpmVerifier {
+            child: None,
+            port,
+            ca: dir.join("tls").join("ca.pem"),
+            dir,
+            config,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// Enrols the host key whose public PEM is at `public_key`, as an operator does.
+    pub fn enroll_key(&self, rack: &str, host: &str, public_key: &std::path::Path) {
+        let key = public_key.to_str().unwrap();
+        self.cli(&["enroll", "--rack", rack, "--host", host, "--key", key]);
+    }
+
+    /// Runs a CLI subcommand against this verifier's config; its stdout.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(crate::bin("rackwarden-verifier"))
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "rackwarden-verifier {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs `serve` and waits until it listens.
+    pub fn serve(&mut self) {
+        let log = std::fs::File::create(self.dir.join("verifier.log")).unwrap();
+        let child = Command::new(crate::bin("rackwarden-verifier"))
+            .arg("--config")
+            .arg(&self.config)
+            .arg("serve")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let child = self.child.insert(child);
+        let t0 = Instant::now();
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("verifier exited ({status}):\n{}", self.log());
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "verifier did not listen within 20 s:\n{}",
+                self.log()
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("verifier.log")).unwrap_or_default()
+    }
+
+    /// A client that trusts this verifier's TLS CA.
+    pub fn client(&self) -> reqwest::blocking::Client {
+        let ca = std::fs::read(&self.ca).unwrap();
+        reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .build()
+            .unwrap()
+    }
+}
+
+impl Drop for TpmVerifier {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            // Our own child, by its PID (SIGKILL); wait reaps it.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -3,10 +3,13 @@
 //! verifier accepts, and what it must refuse is refused; and statements made through the
 //! daemon's signing path carry quotes the verifier's checks accept. Root is not needed.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rackwarden::{
-    epoch::statement::{self, AttestedLog},
+    epoch::{
+        statement::{self, AttestedLog},
+        tpm_enroll::{self, Enrolment, TpmEnrolment},
+    },
     tpm::{
         AkSource, Attestor, RootOfTrust, Tpm, TpmError, Tss2ResponseCodeKind, open_root_of_trust,
     },
@@ -17,11 +20,12 @@ use rackwarden_attest::tpm::{
     verify_quote,
 };
 use rackwarden_attest::{
+    api::{IngestItem, IngestStatus, ReceivedResponse},
     dsse::{self, Envelope},
     log::EvidenceLog,
     statement::{Challenge, Statement},
 };
-use rackwarden_tests::tpm::{Manufactured, SwTpm, manufactured};
+use rackwarden_tests::tpm::{Manufactured, SwTpm, TpmVerifier, manufactured};
 use sha2::{Digest, Sha256};
 
 /// PCRs a statement quotes: the firmware's 0-7 and IMA's 10.
@@ -824,5 +828,242 @@ fn cost_of_a_quote_per_statement_on_swtpm() {
         "RW_REPORT tpm: the first statement after a start (quote + the whole {}-entry list) {first_ms:.2} ms, its log line {first_len} bytes; later lines {quoted_line} bytes vs {bare_line} without a quote",
         boot.len() + 1
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// POSTs one envelope line to the verifier as delivery does; the finding codes of its
+/// verdict (it must be accepted).
+fn deliver(v: &TpmVerifier, line: &str) -> Vec<String> {
+    let resp = v
+        .client()
+        .post(format!("{}/v1/statements", v.url()))
+        .header("Content-Type", "application/json")
+        .body(format!("[{line}]"))
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let answer: ReceivedResponse = serde_json::from_str(&resp.text().unwrap()).unwrap();
+    match answer.item(0) {
+        Some(IngestItem::Judged {
+            status: IngestStatus::Accepted,
+            result: Some(r),
+            ..
+        }) => r.findings.iter().map(|f| f.code.clone()).collect(),
+        other => panic!("not accepted: {other:?}\n{}", v.log()),
+    }
+}
+
+/// The daemon's enrolment client against the real verifier: the AK it enrols is the one
+/// its statements are quoted with, and once enrolled the verifier takes those quotes.
+#[test]
+fn the_daemon_enrols_its_ak_and_the_verifier_takes_its_quotes() {
+    let t = SwTpm::start();
+    let mut v = TpmVerifier::configure("enrol", "rack-a");
+    let dir = host_dir("enrol");
+    let (key_path, pub_path, key) = rackwarden_attest::keys::write_keypair(&dir, "host").unwrap();
+    v.enroll_key("rack-a", "h1", &pub_path);
+    v.serve();
+    let cfg = host_config(
+        &dir,
+        &format!(
+            "mode = \"required\"\ntcti = \"{}\"\n\n[epoch]\nwipe_interval = \"15 min\"\nsigning_key = \"{}\"\n\n[verifier]\nurl = \"{}\"\nca = \"{}\"\n",
+            t.tcti,
+            key_path.display(),
+            v.url(),
+            v.ca.display()
+        ),
+    );
+    std::fs::write(&cfg.tpm.ima_list, b"").unwrap();
+    let attestor = Attestor::open(&cfg.tpm, &cfg.state_paths().tpm_ak(), &cfg.path).unwrap();
+    let RootOfTrust::Tpm { ak_name, .. } = attestor.root_of_trust().clone() else {
+        panic!("{attestor:?}")
+    };
+    let tpm = attestor.tpm().unwrap();
+    let log = EvidenceLog::open(&cfg.state_paths().evidence_log(), &key.verifying_key()).unwrap();
+    let mut log = AttestedLog::new(log, attestor);
+    let producer = rackwarden::collect::producer("rackwardend");
+    let sign = |log: &mut AttestedLog| {
+        statement::sign_and_append(&cfg, log, &key, &producer, bare_evidence(), None).unwrap();
+        let text = std::fs::read_to_string(cfg.state_paths().evidence_log()).unwrap();
+        text.lines().last().unwrap().to_string()
+    };
+
+    // Before enrolment the verifier has no AK to check the quote with.
+    let findings = deliver(&v, &sign(&mut log));
+    assert!(
+        findings.contains(&"ak_not_enrolled".to_string()),
+        "{findings:?}"
+    );
+
+    let enrolment = Enrolment {
+        verifier: cfg.epoch.as_ref().unwrap().verifier.clone(),
+        rack: "rack-a".into(),
+        host: "h1".into(),
+        key: key.clone(),
+    };
+    let t0 = Instant::now();
+    let enrolled =
+        tpm_enroll::enrol(&enrolment, &tpm).unwrap_or_else(|e| panic!("{e}\n{}", v.log()));
+    println!(
+        "RW_REPORT tpm: AK enrolment (request, credential, ActivateCredential, activation) {:.0} ms against the verifier over TLS with swtpm",
+        ms_since(t0)
+    );
+    assert_eq!(enrolled.ak_name, ak_name);
+    assert!(
+        enrolled.ek_issuer.contains("swtpm"),
+        "{}",
+        enrolled.ek_issuer
+    );
+
+    // The loop's handle does the same on a thread of its own (the verifier keeps the AK).
+    let mut handle = TpmEnrolment::new(tpm.clone());
+    handle.retry(|| enrolment.clone());
+    assert!(handle.wait(Duration::from_secs(30)), "{}", v.log());
+
+    // Now the quotes verify: none of the root-of-trust findings that say otherwise.
+    let findings = deliver(&v, &sign(&mut log));
+    for code in [
+        "quote_missing",
+        "ak_not_enrolled",
+        "quote_invalid",
+        "quote_not_for_statement",
+        "pcr_values_mismatch",
+        "ima_replay_mismatch",
+        "ima_gap",
+    ] {
+        assert!(
+            !findings.iter().any(|f| f == code),
+            "{code} in {findings:?}\n{}",
+            v.log()
+        );
+    }
+
+    // A request signed by another key is refused with the verifier's reason.
+    let other = Enrolment {
+        key: rackwarden_attest::keys::generate(),
+        ..enrolment
+    };
+    let e = tpm_enroll::enrol(&other, &tpm).unwrap_err();
+    assert!(matches!(e, tpm_enroll::EnrolError::Refused { .. }), "{e}");
+    println!("refused as it should be: {e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Polls `f` every 100 ms for up to `secs`; its value once it has one.
+fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "no {what} within {secs} s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The whole loop as the daemon runs it (`epoch::start`, a scratch-only wipe so no root is
+/// needed): it opens the TPM, enrols the AK beside the first epoch, and every statement it
+/// signs and delivers carries a quote; once the AK is enrolled the verifier finds nothing
+/// wrong with them.
+#[test]
+fn the_epoch_loop_quotes_every_statement_and_enrols_its_ak() {
+    let t = SwTpm::start();
+    let mut v = TpmVerifier::configure("loop", "rack-a");
+    let dir = host_dir("loop");
+    let (key_path, pub_path, _) = rackwarden_attest::keys::write_keypair(&dir, "host").unwrap();
+    v.enroll_key("rack-a", "h1", &pub_path);
+    v.serve();
+    std::fs::create_dir_all(dir.join("scratch")).unwrap();
+    let cfg = host_config(
+        &dir,
+        &format!(
+            "mode = \"required\"\ntcti = \"{}\"\n\n[epoch]\nwipe_interval = \"15 min\"\nsigning_key = \"{}\"\n\n[verifier]\nurl = \"{}\"\nca = \"{}\"\n\n[wipe]\nbackends = [\"scratch\"]\nscratch = [\"{}\"]\nmax_bytes = \"1 MiB\"\n",
+            t.tcti,
+            key_path.display(),
+            v.url(),
+            v.ca.display(),
+            dir.join("scratch").display()
+        ),
+    );
+    // The boot aggregate, measured before the daemon starts (swtpm serves one client at a
+    // time: this one lets go before the daemon opens it).
+    let boot = ImaEntry::ima_ng("boot_aggregate", [0x11; 32]);
+    std::fs::write(
+        &cfg.tpm.ima_list,
+        encode_ima_binary(std::slice::from_ref(&boot)),
+    )
+    .unwrap();
+    open(&t)
+        .extend_pcr(10, boot.sha256_bank_extend_value())
+        .unwrap();
+
+    let ecfg = cfg.epoch.clone().unwrap();
+    let stop: &'static std::sync::atomic::AtomicBool =
+        Box::leak(Box::new(std::sync::atomic::AtomicBool::new(false)));
+    let handle = rackwarden::epoch::start(&cfg, &ecfg, stop).unwrap_or_else(|e| panic!("{e}"));
+    let verdict_of = |seq: u64| {
+        let handle = &handle;
+        wait_for(60, &format!("verdict for seq {seq}"), move || {
+            handle
+                .snapshot()
+                .and_then(|s| s.delivery.last_verdict)
+                .filter(|v| v.seq == seq)
+        })
+    };
+    verdict_of(0);
+    let enrolled = wait_for(60, "AK enrolment", || {
+        let listed = v.cli(&["tpm-enrollments"]);
+        listed.contains("h1").then_some(listed)
+    });
+    println!("{enrolled}");
+
+    // An epoch after enrolment: its quote is checked against the enrolled AK.
+    handle
+        .commands
+        .send(rackwarden::epoch::EpochCommand::WipeNow)
+        .unwrap();
+    let verdict = verdict_of(1);
+    for code in [
+        "quote_missing",
+        "ak_not_enrolled",
+        "quote_invalid",
+        "quote_not_for_statement",
+        "pcr_values_mismatch",
+        "ima_replay_mismatch",
+        "ima_gap",
+    ] {
+        assert!(
+            !verdict.findings.iter().any(|f| f == code),
+            "{code} in {:?}\n{}",
+            verdict.findings,
+            v.log()
+        );
+    }
+    println!(
+        "seq 1 after enrolment: {:?} {:?}",
+        verdict.status, verdict.findings
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+
+    // Every line the loop wrote carries its quote, and the statement says the root of trust.
+    let text = std::fs::read_to_string(cfg.state_paths().evidence_log()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2);
+    for line in lines {
+        let env: Envelope = serde_json::from_str(line).unwrap();
+        assert!(env.tpm.is_some(), "{line}");
+        let verifier_key = rackwarden_attest::keys::load_verifying_key(&pub_path).unwrap();
+        let verified =
+            dsse::verify_envelope(&env, &verifier_key, dsse::INTOTO_PAYLOAD_TYPE).unwrap();
+        let st: Statement = serde_json::from_slice(&verified.payload).unwrap();
+        assert!(
+            matches!(st.predicate.root_of_trust, Some(RootOfTrust::Tpm { .. })),
+            "{:?}",
+            st.predicate.root_of_trust
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
