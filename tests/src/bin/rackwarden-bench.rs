@@ -1328,6 +1328,7 @@ fn classifier_ns_per_packet() {
     let fd = prog.fd().unwrap().as_fd().as_raw_fd();
     let anchor = load_return_ok();
     let clock = load_clock_only();
+    // The same cap as `pass`: tau = floor(1 MiB / 1 TB/s) = 1,048 ns.
     let (minimal, minimal_maps) = load_minimal_exact(1_000_000_000_000, 1_048);
     let (rounds, repeat) = (9, 1_000_000);
     println!(
@@ -1359,8 +1360,8 @@ fn classifier_ns_per_packet() {
         // SAFETY: closing fds this function opened and no longer uses.
         unsafe { libc::close(f) };
     }
-    // Drop path: 1 B/s, the bucket is empty after the first packet (a new generation: the
-    // config map is frozen).
+    // Drop path: 1 B/s, the 1 MiB bucket is empty after ~750 frames and the rest of each
+    // round drops (a new generation: the config map is frozen).
     limiter
         .change_caps(&[CapSlot::Cap(spec(1)), pass], &[])
         .expect("change the caps");
