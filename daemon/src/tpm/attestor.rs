@@ -184,14 +184,17 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "tpm")]
-    #[test]
-    fn tpm_attestor_modes_without_a_tpm() {
-        let dir = std::env::temp_dir().join(format!("rw-attestor-{}", std::process::id()));
-        let ak = dir.join("tpm-ak.json");
-        let conf = Path::new("/etc/rackwarden/rackwarden.toml");
+    const CONF: &str = "/etc/rackwarden/rackwarden.toml";
 
-        let off = Attestor::open(&cfg(TpmMode::Off), &ak, conf).unwrap();
+    fn ak_path() -> PathBuf {
+        std::env::temp_dir()
+            .join(format!("rw-attestor-{}", std::process::id()))
+            .join("tpm-ak.json")
+    }
+
+    #[test]
+    fn tpm_attestor_off_names_the_config_and_never_quotes() {
+        let off = Attestor::open(&cfg(TpmMode::Off), &ak_path(), Path::new(CONF)).unwrap();
         assert_eq!(
             off.root_of_trust(),
             &RootOfTrust::none(
@@ -199,15 +202,19 @@ mod tests {
             )
         );
         assert!(off.quote(&[0; 32]).is_none());
+    }
 
-        let auto = Attestor::open(&cfg(TpmMode::Auto), &ak, conf).unwrap();
+    #[cfg(feature = "tpm")]
+    #[test]
+    fn tpm_attestor_without_a_device_auto_says_why_required_fails() {
+        let auto = Attestor::open(&cfg(TpmMode::Auto), &ak_path(), Path::new(CONF)).unwrap();
         let RootOfTrust::None { reason } = auto.root_of_trust() else {
             panic!("{auto:?}")
         };
         assert!(reason.contains("/nonexistent/tpmrm9"), "{reason}");
         assert!(auto.quote(&[0; 32]).is_none());
 
-        let e = Attestor::open(&cfg(TpmMode::Required), &ak, conf)
+        let e = Attestor::open(&cfg(TpmMode::Required), &ak_path(), Path::new(CONF))
             .unwrap_err()
             .to_string();
         assert!(
@@ -217,6 +224,15 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("no TPM device at /nonexistent/tpmrm9"), "{e}");
-        assert!(!ak.exists(), "no AK file without a TPM");
+        assert!(!ak_path().exists(), "no AK file without a TPM");
+    }
+
+    #[cfg(not(feature = "tpm"))]
+    #[test]
+    fn tpm_attestor_built_without_the_feature_says_so() {
+        let auto = Attestor::open(&cfg(TpmMode::Auto), &ak_path(), Path::new(CONF)).unwrap();
+        assert_eq!(auto.root_of_trust(), &RootOfTrust::not_built());
+        let e = Attestor::open(&cfg(TpmMode::Required), &ak_path(), Path::new(CONF)).unwrap_err();
+        assert!(e.to_string().contains("without the `tpm` feature"), "{e}");
     }
 }

@@ -54,11 +54,10 @@ pub fn open_root_of_trust(
     (root, Some(tpm))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tpm"))]
 mod tests {
     use super::*;
 
-    #[cfg(feature = "tpm")]
     #[test]
     fn tpm_root_of_trust_without_device_says_which() {
         let dir = std::env::temp_dir();
