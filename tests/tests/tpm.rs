@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rackwarden::{
     epoch::{
+        AkEnrolment,
         statement::{self, AttestedLog},
         tpm_enroll::{self, Enrolment, TpmEnrolment},
     },
@@ -1014,6 +1015,22 @@ fn the_epoch_loop_quotes_every_statement_and_enrols_its_ak() {
         })
     };
     verdict_of(0);
+    // The status says what the statements say, and where the enrolment stands.
+    let status = wait_for(60, "AK enrolment in the status", || {
+        handle
+            .snapshot()
+            .filter(|s| matches!(s.ak_enrolment, Some(AkEnrolment::Enrolled { .. })))
+    });
+    let Some(RootOfTrust::Tpm { ak_name, .. }) = &status.root_of_trust else {
+        panic!("{:?}", status.root_of_trust)
+    };
+    assert_eq!(
+        status.ak_enrolment,
+        Some(AkEnrolment::Enrolled {
+            ak_name: ak_name.clone(),
+            ek_issuer: "CN=swtpm-localca-rootca".into()
+        })
+    );
     let enrolled = wait_for(60, "AK enrolment", || {
         let listed = v.cli(&["tpm-enrollments"]);
         listed.contains("h1").then_some(listed)
@@ -1052,9 +1069,13 @@ fn the_epoch_loop_quotes_every_statement_and_enrols_its_ak() {
     let text = std::fs::read_to_string(cfg.state_paths().evidence_log()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2);
-    for line in lines {
+    for line in &lines {
         let env: Envelope = serde_json::from_str(line).unwrap();
-        assert!(env.tpm.is_some(), "{line}");
+        // Both ship the list from the boot aggregate: the first after the start, the second
+        // because the AK was enrolled since (the verifier could check nothing before it).
+        let sidecar = env.tpm.as_ref().expect("a quote").decode().unwrap();
+        let (offset, entries) = sidecar.ima.expect("IMA entries");
+        assert_eq!((offset, entries), (0, vec![boot.clone()]), "{line}");
         let verifier_key = rackwarden_attest::keys::load_verifying_key(&pub_path).unwrap();
         let verified =
             dsse::verify_envelope(&env, &verifier_key, dsse::INTOTO_PAYLOAD_TYPE).unwrap();

@@ -159,6 +159,29 @@ pub struct EpochStatus {
     /// A pending key rotation: the keyid the next statement names (`keygen --rotate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_keyid: Option<String>,
+    /// What every statement of this run says about the root of trust (`[tpm]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_of_trust: Option<rackwarden_attest::tpm::RootOfTrust>,
+    /// Where the AK's enrolment with the verifier stands; absent without a TPM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ak_enrolment: Option<AkEnrolment>,
+}
+
+/// The AK's enrolment in this run: until it is enrolled, the verifier cannot check the
+/// quotes (they are `ak_not_enrolled`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum AkEnrolment {
+    /// An attempt is under way (or about to start).
+    Enrolling,
+    Enrolled {
+        ak_name: String,
+        ek_issuer: String,
+    },
+    /// The last attempt failed; the next epoch tries again.
+    Failed {
+        error: String,
+    },
 }
 
 /// Asks the epoch loop to do something.

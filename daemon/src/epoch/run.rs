@@ -109,12 +109,13 @@ impl EpochLoop {
         #[cfg(feature = "tpm")]
         if let Some(enrolment) = &mut self.enrolment {
             let (ecfg, cfg, keys) = (&self.ecfg, &self.cfg, &self.keys);
-            enrolment.retry(|| super::tpm_enroll::Enrolment {
+            let changed = enrolment.retry(|| super::tpm_enroll::Enrolment {
                 verifier: ecfg.verifier.clone(),
                 rack: cfg.rack_id.clone(),
                 host: cfg.host_id.clone(),
                 key: keys.current().clone(),
             });
+            self.publish_ak_enrolment(changed);
         }
     }
 
@@ -122,7 +123,22 @@ impl EpochLoop {
     fn collect_tpm_enrolment(&mut self) {
         #[cfg(feature = "tpm")]
         if let Some(enrolment) = &mut self.enrolment {
-            enrolment.collect();
+            let changed = enrolment.collect();
+            self.publish_ak_enrolment(changed);
+        }
+    }
+
+    /// Shows where the AK's enrolment stands in the status. Once enrolled, the next statement
+    /// ships the IMA list from the boot aggregate: the statements before it were quoted by an
+    /// AK the verifier could not check, so it holds no position to continue from.
+    #[cfg(feature = "tpm")]
+    fn publish_ak_enrolment(&self, changed: Option<super::AkEnrolment>) {
+        let Some(state) = changed else { return };
+        if matches!(state, super::AkEnrolment::Enrolled { .. }) {
+            self.attestor.resend_ima_from_boot();
+        }
+        if let Ok(mut st) = self.status.lock() {
+            st.ak_enrolment = Some(state);
         }
     }
 

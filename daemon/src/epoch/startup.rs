@@ -197,6 +197,8 @@ pub fn start(
             delivery: DeliveryStatus::default(),
             keyid: keys.keyid(),
             next_keyid: keys.next_keyid(),
+            root_of_trust: Some(attestor.root_of_trust().clone()),
+            ak_enrolment: None,
         })),
         delivery_status: Arc::new(Mutex::new(DeliveryStatus::default())),
         epoch_heartbeat_ms: Arc::new(AtomicU64::new(now)),

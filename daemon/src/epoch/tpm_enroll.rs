@@ -24,6 +24,7 @@ use rackwarden_attest::{
 };
 use serde::de::DeserializeOwned;
 
+use super::AkEnrolment;
 use crate::{
     config::epoch::VerifierEndpoint,
     tpm::{SharedTpm, Tpm, TpmError},
@@ -217,18 +218,19 @@ impl TpmEnrolment {
         matches!(self.state, State::Enrolled)
     }
 
-    /// Logs the outcome of an attempt that has finished; never waits for one.
-    pub fn collect(&mut self) {
+    /// Logs the outcome of an attempt that has finished, and returns it for the status;
+    /// never waits for one.
+    pub fn collect(&mut self) -> Option<AkEnrolment> {
         let State::Running(handle) = &self.state else {
-            return;
+            return None;
         };
         if !handle.is_finished() {
-            return;
+            return None;
         }
         let State::Running(handle) = std::mem::replace(&mut self.state, State::Due) else {
-            return;
+            return None;
         };
-        match handle.join() {
+        let error = match handle.join() {
             Ok(Ok(enrolled)) => {
                 log::info!(
                     "tpm: AK {} enrolled with the verifier (EK certified by {})",
@@ -236,22 +238,24 @@ impl TpmEnrolment {
                     enrolled.ek_issuer
                 );
                 self.state = State::Enrolled;
+                return Some(AkEnrolment::Enrolled {
+                    ak_name: enrolled.ak_name,
+                    ek_issuer: enrolled.ek_issuer,
+                });
             }
-            Ok(Err(e)) => {
-                log::warn!("tpm: AK enrolment failed: {e}; tried again at the next epoch")
-            }
-            Err(_) => {
-                log::error!("tpm: the AK enrolment thread panicked; tried again at the next epoch")
-            }
-        }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "the enrolment thread panicked".to_string(),
+        };
+        log::warn!("tpm: AK enrolment failed: {error}; tried again at the next epoch");
+        Some(AkEnrolment::Failed { error })
     }
 
     /// Collects the last attempt and, unless this run is enrolled or an attempt still runs,
-    /// starts another with what `enrolment` says.
-    pub fn retry(&mut self, enrolment: impl FnOnce() -> Enrolment) {
-        self.collect();
+    /// starts another with what `enrolment` says. Returns what changed, for the status.
+    pub fn retry(&mut self, enrolment: impl FnOnce() -> Enrolment) -> Option<AkEnrolment> {
+        let collected = self.collect();
         if !matches!(self.state, State::Due) {
-            return;
+            return collected;
         }
         let e = enrolment();
         let tpm = self.tpm.clone();
@@ -260,8 +264,16 @@ impl TpmEnrolment {
             .name("tpm-enrol".into())
             .spawn(move || enrol(&e, &tpm))
         {
-            Ok(h) => self.state = State::Running(h),
-            Err(err) => log::error!("tpm: cannot start the AK enrolment thread: {err}"),
+            Ok(h) => {
+                self.state = State::Running(h);
+                Some(AkEnrolment::Enrolling)
+            }
+            Err(err) => {
+                log::error!("tpm: cannot start the AK enrolment thread: {err}");
+                Some(AkEnrolment::Failed {
+                    error: format!("cannot start the enrolment thread: {err}"),
+                })
+            }
         }
     }
 

@@ -145,6 +145,20 @@ impl Attestor {
         }
     }
 
+    /// Makes the next statement ship the whole IMA list again. Called once the AK is enrolled:
+    /// the quotes before could not be checked, so the verifier holds no verified position to
+    /// continue from, and only a list from the boot aggregate lets it replay PCR 10 again.
+    pub fn resend_ima_from_boot(&self) {
+        #[cfg(feature = "tpm")]
+        if let Some(parts) = &self.tpm {
+            parts
+                .quoter
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .restart_ima();
+        }
+    }
+
     /// One line for the log: the level, and what it rests on or why there is none.
     pub fn describe(&self) -> String {
         match &self.root {

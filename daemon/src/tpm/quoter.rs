@@ -65,6 +65,11 @@ impl StatementQuoter {
         ))
     }
 
+    /// The next quote ships the whole IMA list, from the boot aggregate.
+    pub fn restart_ima(&mut self) {
+        self.cursor = ImaCursor::at_boot_aggregate();
+    }
+
     /// A quote, tried once more after a failed TPM command: a statement without a quote from
     /// a host whose AK is enrolled is contraindicated, and a transport error that passes (seen
     /// as TSS2_TCTI_RC_IO_ERROR from swtpm on a loaded machine) should not cost one.
