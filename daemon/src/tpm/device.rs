@@ -118,13 +118,47 @@ impl Tpm {
             tcti: tcti.to_string(),
             source,
         })?;
-        Ok(Tpm {
+        let mut tpm = Tpm {
             ctx,
             tcti: tcti.to_string(),
             ek: None,
             ak: None,
             ak_info: None,
-        })
+        };
+        if !behind_resource_manager(tcti) {
+            tpm.flush_stale_transients();
+        }
+        Ok(tpm)
+    }
+
+    /// Without a resource manager (a `swtpm:`/`mssim:` socket, or `/dev/tpm0`) transient
+    /// objects outlive the process that loaded them: a daemon killed with SIGKILL leaves its
+    /// EK and AK in the TPM's few object slots, and the next start could not load its AK
+    /// ("out of memory for object contexts"). Such a TPM has one user, the daemon, so what is
+    /// loaded at open is stale. Failures are logged: the loads that follow say what is wrong.
+    fn flush_stale_transients(&mut self) {
+        use tss_esapi::constants::{CapabilityType, tss::TPM2_TRANSIENT_FIRST};
+        use tss_esapi::structures::CapabilityData;
+        let handles = match self
+            .ctx
+            .get_capability(CapabilityType::Handles, TPM2_TRANSIENT_FIRST, 64)
+        {
+            Ok((CapabilityData::Handles(list), _)) => list.into_inner(),
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                log::warn!("listing the transient objects at {}: {e}", self.tcti);
+                return;
+            }
+        };
+        for h in handles {
+            match self.ctx.tr_from_tpm_public(h) {
+                Ok(obj) => {
+                    log::info!("flushing a stale transient object {h:?} at {}", self.tcti);
+                    self.flush(obj, "stale transient object");
+                }
+                Err(e) => log::warn!("transient object {h:?} at {}: {e}", self.tcti),
+            }
+        }
     }
 
     pub fn tcti(&self) -> &str {
@@ -493,6 +527,16 @@ impl Drop for Tpm {
             self.flush(h.into(), "EK");
         }
     }
+}
+
+/// `device:/dev/tpmrm<N>`: the kernel's resource manager flushes what a process loaded when
+/// its fd closes, and other users share the TPM.
+fn behind_resource_manager(tcti: &str) -> bool {
+    device_path(tcti).is_some_and(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("tpmrm"))
+    })
 }
 
 /// The path a `device[:path]` TCTI opens (libtss2's default is /dev/tpm0).
