@@ -13,6 +13,7 @@ pub mod redteam;
 pub mod tamper;
 pub mod tpm;
 pub mod tpmbench;
+pub mod tpmmatrix;
 pub mod watchbench;
 pub mod wipe;
 

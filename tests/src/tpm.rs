@@ -139,6 +139,9 @@ pub struct SwTpm {
     pub tcti: String,
     pub ca_root: PathBuf,
     pub ca_intermediate: PathBuf,
+    /// The network namespace it listens in (its 127.0.0.1), if not the test's own: a daemon
+    /// with `netns` set opens its TCTI from inside that namespace.
+    pub netns: Option<String>,
 }
 
 impl SwTpm {
@@ -150,9 +153,18 @@ impl SwTpm {
     /// A TPM on a copy of `m`'s state. A port pair can be taken between choosing and binding
     /// it (other tests run beside us): then it tries another pair.
     pub fn start_from(m: &Manufactured) -> SwTpm {
+        SwTpm::start_from_in(m, None)
+    }
+
+    /// A TPM from the shared state, listening on the loopback of network namespace `ns`.
+    pub fn start_in_netns(ns: &str) -> SwTpm {
+        SwTpm::start_from_in(manufactured(), Some(ns))
+    }
+
+    fn start_from_in(m: &Manufactured, netns: Option<&str>) -> SwTpm {
         let mut last = String::new();
         for _ in 0..5 {
-            match SwTpm::try_start(m) {
+            match SwTpm::try_start(m, netns) {
                 Ok(t) => return t,
                 Err(log) => last = log,
             }
@@ -160,27 +172,20 @@ impl SwTpm {
         panic!("swtpm did not start on 5 port pairs; last log:\n{last}");
     }
 
-    fn try_start(m: &Manufactured) -> Result<SwTpm, String> {
+    fn try_start(m: &Manufactured, netns: Option<&str>) -> Result<SwTpm, String> {
         let dir = unique_dir("run");
         let state = dir.join("state");
         std::fs::create_dir_all(&state).unwrap();
         std::fs::copy(m.state_file(), state.join("tpm2-00.permall")).unwrap();
-        let port = free_port_pair();
+        let port = match netns {
+            Some(ns) => {
+                let ns = ns.to_string();
+                crate::in_netns(&ns, free_port_pair)
+            }
+            None => free_port_pair(),
+        };
         let log = dir.join("swtpm.log");
-        let child = Command::new("swtpm")
-            .args(["socket", "--tpm2", "--tpmstate"])
-            .arg(format!("dir={}", state.display()))
-            .arg("--server")
-            .arg(format!("type=tcp,port={port},bindaddr=127.0.0.1"))
-            .arg("--ctrl")
-            .arg(format!("type=tcp,port={},bindaddr=127.0.0.1", port + 1))
-            .args(["--flags", "not-need-init,startup-clear", "--log"])
-            .arg(format!("file={},level=1", log.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = spawn_swtpm(&state, port, &log, netns);
         // From here Drop kills it and removes the directory, whatever happens next.
         let mut t = SwTpm {
             child,
@@ -189,18 +194,48 @@ impl SwTpm {
             tcti: format!("swtpm:host=127.0.0.1,port={port}"),
             ca_root: m.ca_root(),
             ca_intermediate: m.ca_intermediate(),
+            netns: netns.map(String::from),
         };
+        t.wait_listening()?;
+        Ok(t)
+    }
+
+    fn wait_listening(&mut self) -> Result<(), String> {
         let t0 = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port + 1)).is_err() {
-            if let Ok(Some(status)) = t.child.try_wait() {
-                return Err(format!("swtpm exited ({status}):\n{}", t.log()));
+        let ctrl = self.port + 1;
+        let listening = |ns: &Option<String>| match ns {
+            Some(ns) => {
+                crate::in_netns(ns, move || TcpStream::connect(("127.0.0.1", ctrl)).is_ok())
+            }
+            None => TcpStream::connect(("127.0.0.1", ctrl)).is_ok(),
+        };
+        while !listening(&self.netns) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("swtpm exited ({status}):\n{}", self.log()));
             }
             if t0.elapsed() > Duration::from_secs(10) {
-                return Err(format!("swtpm not listening after 10 s:\n{}", t.log()));
+                return Err(format!("swtpm not listening after 10 s:\n{}", self.log()));
             }
             thread::sleep(Duration::from_millis(20));
         }
-        Ok(t)
+        Ok(())
+    }
+
+    /// A power cycle: swtpm stops and starts again on the same state and ports, so the TPM
+    /// comes up with TPM2_Startup(CLEAR): PCRs from zero, resetCount one higher (a reboot).
+    pub fn restart(&mut self) {
+        // Child::kill signals our own child by its PID; wait reaps it.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn_swtpm(
+            &self.dir.join("state"),
+            self.port,
+            &self.dir.join("swtpm.log"),
+            self.netns.as_deref(),
+        );
+        if let Err(log) = self.wait_listening() {
+            panic!("swtpm did not come back after a restart:\n{log}");
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -219,6 +254,36 @@ impl Drop for SwTpm {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+fn spawn_swtpm(
+    state: &std::path::Path,
+    port: u16,
+    log: &std::path::Path,
+    netns: Option<&str>,
+) -> Child {
+    // `ip netns exec` execs swtpm in place: the child's PID is swtpm's.
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "swtpm"]);
+            c
+        }
+        None => Command::new("swtpm"),
+    };
+    cmd.args(["socket", "--tpm2", "--tpmstate"])
+        .arg(format!("dir={}", state.display()))
+        .arg("--server")
+        .arg(format!("type=tcp,port={port},bindaddr=127.0.0.1"))
+        .arg("--ctrl")
+        .arg(format!("type=tcp,port={},bindaddr=127.0.0.1", port + 1))
+        .args(["--flags", "not-need-init,startup-clear", "--log"])
+        .arg(format!("file={},level=1", log.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// Fails (never skips) when swtpm is missing: `cargo xtask setup` installs it, and CI must run
