@@ -26,7 +26,6 @@ use rackwarden_verifier::{
 use crate::tpm::SwTpm;
 
 const STATEMENTS: u64 = 100;
-const PCRS: [u8; 9] = [0, 1, 2, 3, 4, 5, 6, 7, 10];
 const RACK: &str = "rack-bench";
 const HOST: &str = "h1";
 
@@ -92,7 +91,7 @@ fn make_statements(tpm: &mut Tpm, key: &ed25519_dalek::SigningKey) -> Made {
         let digest = rackwarden_attest::sha3(&dsse::pae(&env.payload_type, &body));
         sign_only += t.elapsed();
         let q = tpm
-            .quote(&digest, &PCRS)
+            .quote(&digest, &rackwarden_attest::tpm::DEFAULT_QUOTE_PCRS)
             .unwrap_or_else(|e| panic!("quote: {e}"));
         let delta = encode_ima_binary(&ima[shipped..]);
         env.tpm = Some(TpmSidecar::new(

@@ -25,9 +25,10 @@ use super::pcr::PcrValues;
 /// Payload type of the enrolment request the host signs with its ed25519 key.
 pub const TPM_ENROLL_PAYLOAD_TYPE: &str = "application/vnd.rackwarden.tpm-enroll+json";
 
-/// The PCRs a daemon quotes unless configured otherwise: the boot chain's 0-7 (firmware, boot
-/// loader, kernel where the boot path measures them) and 10 (IMA).
-pub const DEFAULT_QUOTE_PCRS: [u8; 9] = [0, 1, 2, 3, 4, 5, 6, 7, 10];
+/// The PCRs a daemon quotes unless configured otherwise: the boot chain's 0-7 (firmware; the
+/// kernel image in 4 where UEFI loads it), 8-9 (the boot loader's and the Linux EFI stub's:
+/// the initrd and the kernel command line), and 10 (IMA).
+pub const DEFAULT_QUOTE_PCRS: [u8; 11] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
 
 /// The root of trust a host claims. Serialized tagged by `level`:
 /// `{"level":"none","reason":"..."}` or

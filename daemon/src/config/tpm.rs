@@ -4,7 +4,7 @@
 //! [tpm]
 //! mode = "auto"                    # auto | required | off
 //! tcti = "device:/dev/tpmrm0"      # or "swtpm:host=127.0.0.1,port=2321" (tests)
-//! pcrs = [0, 1, 2, 3, 4, 5, 6, 7, 10]   # sha256 bank; 10 is IMA's
+//! pcrs = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]   # sha256 bank; 9 the initrd and command line, 10 IMA
 //! ima_list = "/sys/kernel/security/ima/binary_runtime_measurements"
 //! ```
 //!
@@ -125,7 +125,7 @@ fn pcrs(err: Err, list: &Spanned<Vec<Spanned<i64>>>) -> Result<Vec<u8>, ConfigEr
     if list.get_ref().is_empty() {
         return Err(err(
             Some(list.span()),
-            "`tpm.pcrs` must name at least one PCR (default [0, 1, 2, 3, 4, 5, 6, 7, 10])".into(),
+            "`tpm.pcrs` must name at least one PCR (default [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])".into(),
         ));
     }
     let mut out: Vec<u8> = Vec::new();
@@ -198,7 +198,7 @@ burst = "256 KiB"
         assert_eq!(c.tpm, TpmConfig::default());
         assert_eq!(c.tpm.mode, TpmMode::Auto);
         assert_eq!(c.tpm.tcti, "device:/dev/tpmrm0");
-        assert_eq!(c.tpm.pcrs, vec![0, 1, 2, 3, 4, 5, 6, 7, 10]);
+        assert_eq!(c.tpm.pcrs, vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
         assert_eq!(c.tpm.ima_list, PathBuf::from(DEFAULT_IMA_LIST));
         assert_eq!(parse("").unwrap().tpm, TpmConfig::default());
     }
