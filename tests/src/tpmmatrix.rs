@@ -30,12 +30,29 @@ use crate::{
     tpm::SwTpm,
 };
 
-/// A host with a TPM (swtpm) and a simulated IMA list.
+/// Where the TPM and the IMA list come from.
+pub enum TpmSource {
+    /// swtpm, and a list file the test writes while extending PCR 10 as the kernel would.
+    Simulated {
+        swtpm: SwTpm,
+        entries: Vec<ImaEntry>,
+    },
+    /// A VM guest's TPM (`/dev/tpmrm0`, swtpm behind qemu) and the kernel's own IMA:
+    /// measuring is running the file.
+    Device,
+}
+
+/// The TPM the daemon quotes with and the IMA list it ships.
 pub struct Platform {
-    pub swtpm: SwTpm,
+    pub source: TpmSource,
+    pub tcti: String,
     /// The binary IMA list the daemon reads (`[tpm] ima_list`).
     pub list: PathBuf,
-    pub entries: Vec<ImaEntry>,
+    /// The CA that issued the TPM's EK certificate (the verifier's `[tpm] ek_roots`).
+    pub ca_root: PathBuf,
+    pub ca_intermediate: PathBuf,
+    /// Where attack programs are written: a file system IMA measures.
+    pub scratch: PathBuf,
 }
 
 pub fn sha256_file(path: &Path) -> [u8; 32] {
@@ -44,29 +61,78 @@ pub fn sha256_file(path: &Path) -> [u8; 32] {
 }
 
 impl Platform {
-    /// A fresh boot: the boot aggregate, then the daemon binary measured when it was exec'd.
-    pub fn boot(swtpm: SwTpm, dir: &Path) -> Platform {
+    /// swtpm in namespace `ns` (where the daemon opens its TCTI) and a fresh simulated boot:
+    /// the boot aggregate, then the daemon binary measured when it was exec'd.
+    pub fn simulated(ns: &str, dir: &Path) -> Platform {
+        let swtpm = SwTpm::start_in_netns(ns);
         let mut p = Platform {
-            swtpm,
+            tcti: swtpm.tcti.clone(),
+            ca_root: swtpm.ca_root.clone(),
+            ca_intermediate: swtpm.ca_intermediate.clone(),
             list: dir.join("binary_runtime_measurements"),
-            entries: Vec::new(),
+            scratch: dir.to_path_buf(),
+            source: TpmSource::Simulated {
+                swtpm,
+                entries: Vec::new(),
+            },
         };
         p.reboot();
         p
     }
 
-    /// The list of a new boot (after the TPM was reset): the boot aggregate, then the daemon.
+    /// The guest's TPM and the kernel's IMA. Attack programs go under `scratch`, which must
+    /// not be on tmpfs (the tcb policy does not measure it).
+    pub fn device(ca_root: &Path, ca_intermediate: &Path, scratch: &Path) -> Platform {
+        std::fs::create_dir_all(scratch).unwrap();
+        Platform {
+            source: TpmSource::Device,
+            tcti: "device:/dev/tpmrm0".into(),
+            list: "/sys/kernel/security/ima/binary_runtime_measurements".into(),
+            ca_root: ca_root.into(),
+            ca_intermediate: ca_intermediate.into(),
+            scratch: scratch.into(),
+        }
+    }
+
+    /// The list of a new boot after the simulated TPM was reset: the boot aggregate, then the
+    /// daemon.
     pub fn reboot(&mut self) {
-        self.entries.clear();
+        if let TpmSource::Simulated { entries, .. } = &mut self.source {
+            entries.clear();
+        }
         self.measure_digest("boot_aggregate", [0x11; 32]);
         self.measure(&bin("rackwardend"));
     }
 
-    /// IMA measures `path` (an exec by root): the list grows and PCR 10 is extended. Only
-    /// while no daemon holds swtpm's one connection.
+    /// The entries of the list as it is now.
+    pub fn entries(&self) -> Vec<ImaEntry> {
+        match &self.source {
+            TpmSource::Simulated { entries, .. } => entries.clone(),
+            TpmSource::Device => {
+                let bytes = std::fs::read(&self.list).unwrap();
+                rackwarden_attest::tpm::parse_ima_binary(&bytes).unwrap()
+            }
+        }
+    }
+
+    /// IMA measures `path` (an exec by root). Simulated: the list grows and PCR 10 is
+    /// extended, only while no daemon holds swtpm's one connection. Device: the file runs.
     pub fn measure(&mut self, path: &Path) {
-        let digest = sha256_file(path);
-        self.measure_digest(&path.display().to_string(), digest);
+        match &self.source {
+            TpmSource::Simulated { .. } => {
+                let digest = sha256_file(path);
+                self.measure_digest(&path.display().to_string(), digest);
+            }
+            TpmSource::Device => {
+                let st = std::process::Command::new(path)
+                    .arg("--version")
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .unwrap_or_else(|e| panic!("running {}: {e}", path.display()));
+                let _ = st;
+            }
+        }
     }
 
     fn measure_digest(&mut self, path: &str, digest: [u8; 32]) {
@@ -76,23 +142,49 @@ impl Platform {
             tpm.extend_pcr(10, extend)
                 .unwrap_or_else(|e| panic!("extending PCR 10: {e}"))
         });
-        self.entries.push(e);
-        std::fs::write(&self.list, encode_ima_binary(&self.entries)).unwrap();
+        if let TpmSource::Simulated { entries, .. } = &mut self.source {
+            entries.push(e);
+            std::fs::write(&self.list, encode_ima_binary(entries)).unwrap();
+        }
     }
-}
 
-impl Platform {
+    /// A power cycle of the simulated TPM (resetCount moves, PCRs from zero) and a new boot's
+    /// list. `false` on a device: a guest cannot reboot inside its test run.
+    pub fn power_cycle(&mut self) -> bool {
+        match &mut self.source {
+            TpmSource::Simulated { swtpm, .. } => swtpm.restart(),
+            TpmSource::Device => return false,
+        }
+        self.reboot();
+        true
+    }
+
     /// Runs `f` on the TPM, from the namespace swtpm listens in (the daemon's).
     pub fn with_tpm<T: Send + 'static>(&self, f: impl FnOnce(&mut Tpm) -> T + Send + 'static) -> T {
-        let tcti = self.swtpm.tcti.clone();
+        let tcti = self.tcti.clone();
         let run = move || {
-            let mut tpm = Tpm::open(&tcti).unwrap_or_else(|e| panic!("swtpm: {e}"));
+            let mut tpm = Tpm::open(&tcti).unwrap_or_else(|e| panic!("{tcti}: {e}"));
             f(&mut tpm)
         };
-        match &self.swtpm.netns {
-            Some(ns) => crate::in_netns(ns, run),
-            None => run(),
+        match &self.source {
+            TpmSource::Simulated { swtpm, .. } => match &swtpm.netns {
+                Some(ns) => crate::in_netns(ns, run),
+                None => run(),
+            },
+            TpmSource::Device => run(),
         }
+    }
+
+    /// The SHA-256 IMA recorded for the daemon binary (what the policy must accept).
+    fn daemon_digest(&self) -> String {
+        let daemon = bin("rackwardend").display().to_string();
+        self.entries()
+            .iter()
+            .rev()
+            .find(|e| e.path.as_deref() == Some(daemon.as_str()))
+            .and_then(|e| e.file_digest.as_ref())
+            .map(|(_, d)| hex::encode(d))
+            .unwrap_or_else(|| panic!("{daemon} is not in the IMA list"))
     }
 }
 
@@ -111,17 +203,22 @@ pub struct Matrix {
 }
 
 impl Matrix {
-    pub fn new(tag: &str) -> Matrix {
+    /// `platform`: made for the rack namespace and directory (see [`Platform::simulated`]).
+    pub fn new(tag: &str, platform: impl FnOnce(&Net) -> Platform) -> Matrix {
         let net = Net::new(tag);
         let fx = EpochFixture::new(&net.dir, 1 << 20);
         let verifier = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
         let (rack, host) = ids(&net);
         verifier.enroll(&rack, &host, &fx.host_pub);
-        let platform = Platform::boot(SwTpm::start_in_netns(&net.rack_ns), &net.dir);
+        let mut platform = platform(&net);
+        if matches!(platform.source, TpmSource::Device) {
+            // The daemon runs once (it prints its version) so the kernel has measured it.
+            platform.measure(&bin("rackwardend"));
+        }
         let allowlist = net.dir.join("ima-allowlist.txt");
         // What the operator recorded at install: every file measured so far.
         let lines: String = platform
-            .entries
+            .entries()
             .iter()
             .filter_map(|e| {
                 let (_, d) = e.file_digest.as_ref()?;
@@ -133,16 +230,16 @@ impl Matrix {
             "min_root_of_trust = \"tpm_ima\"",
             &format!(
                 "[policy.runtime]\ndaemon_digests = [\"{}\"]\nallowlist = \"{}\"\n\n[tpm]\nek_roots = \"{}\"\nek_intermediates = \"{}\"\n",
-                hex::encode(sha256_file(&bin("rackwardend"))),
+                platform.daemon_digest(),
                 allowlist.display(),
-                platform.swtpm.ca_root.display(),
-                platform.swtpm.ca_intermediate.display(),
+                platform.ca_root.display(),
+                platform.ca_intermediate.display(),
             ),
         );
         let sections = fx.sections(&verifier.daemon_lines(), "1 h", "16 MiB")
             + &format!(
                 "\n[tpm]\nmode = \"required\"\ntcti = \"{}\"\nima_list = \"{}\"\n",
-                platform.swtpm.tcti,
+                platform.tcti,
                 platform.list.display()
             );
         let config = write_epoch_config(&net, &sections);
@@ -358,4 +455,124 @@ pub fn expect(attack: &str, result: &serde_json::Value, status: &str, code: &str
         "{attack}: {code} not in {found:?}: {result:#}"
     );
     assert_eq!(result["status"], status, "{attack}: {result:#}");
+}
+
+/// The whole matrix on `m`: honest, then each attack by root, each printed and checked.
+pub fn run(mut m: Matrix) {
+    m.verifier.start();
+    // honest: the AK is enrolled before the first statement; it is quoted and its IMA list
+    // replays, every entry allowed.
+    let (mut daemon, r) = m.start_and_first(None);
+    assert_eq!(r["status"], "affirming", "{r:#}");
+    assert_eq!(r["root_of_trust"], "tpm_ima", "{r:#}");
+    println!("TPM-MATRIX honest: affirming (root of trust tpm_ima)");
+    let honest = m.last_logged();
+    assert!(
+        honest.tpm.is_some(),
+        "the log keeps the quote beside the envelope"
+    );
+    let r = m.next_epoch();
+    assert_eq!(
+        (r["status"].as_str(), r["root_of_trust"].as_str()),
+        (Some("affirming"), Some("tpm_ima")),
+        "{r:#}"
+    );
+    daemon.stop();
+
+    // forged: root reads the ed25519 key and signs a wipe that never ran, chained and
+    // answering a fresh nonce. Without a quote it is contraindicated.
+    let (_, forged, _) = m.forge();
+    let r = m.post(&forged);
+    expect("forged", &r, "contraindicated", "quote_missing", "enrolled");
+
+    // replayed: the honest quote of the last statement attached to the forgery.
+    let (_, mut replayed, _) = m.forge();
+    replayed.tpm = m.last_logged().tpm;
+    let r = m.post(&replayed);
+    expect(
+        "replayed",
+        &r,
+        "contraindicated",
+        "quote_not_for_statement",
+        "extraData",
+    );
+
+    // forged with a quote: root runs a forging program (IMA measures it) and asks the TPM
+    // to quote the forgery with the daemon's own AK.
+    let forger = m.platform.scratch.join("forge");
+    std::fs::write(
+        &forger,
+        b"#!/bin/sh\n# a program that signs what it likes\n",
+    )
+    .unwrap();
+    m.platform.measure(&forger);
+    let (_, mut quoted, digest) = m.forge();
+    quoted.tpm = Some(m.quote_as_root(&digest));
+    let r = m.post(&quoted);
+    let forger_path = forger.display().to_string();
+    expect(
+        "forged with a quote",
+        &r,
+        "contraindicated",
+        "executable_not_allowed",
+        &forger_path,
+    );
+
+    // unknown: a program outside the allowlist ran; the next honest statement (the daemon
+    // ships its whole list after a start) names it.
+    let unknown = m.platform.scratch.join("miner");
+    std::fs::write(&unknown, b"#!/bin/sh\n# not in the allowlist\n").unwrap();
+    m.platform.measure(&unknown);
+    let (d, r) = m.start_and_first(None);
+    let unknown_path = unknown.display().to_string();
+    expect(
+        "unknown",
+        &r,
+        "contraindicated",
+        "executable_not_allowed",
+        &unknown_path,
+    );
+    drop(d);
+
+    // modified: the daemon binary changed by one byte and started; IMA measures the new one.
+    let modified = m.platform.scratch.join("modified/rackwardend");
+    std::fs::create_dir_all(modified.parent().unwrap()).unwrap();
+    let mut exe = std::fs::read(bin("rackwardend")).unwrap();
+    exe.push(0);
+    std::fs::write(&modified, exe).unwrap();
+    std::fs::set_permissions(
+        &modified,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    m.platform.measure(&modified);
+    let (d, r) = m.start_and_first(Some(&modified));
+    let modified_digest = hex::encode(sha256_file(&modified));
+    expect(
+        "modified",
+        &r,
+        "contraindicated",
+        "daemon_modified",
+        &modified_digest,
+    );
+    drop(d);
+
+    // reboot: the TPM is power-cycled (resetCount moves) and the list starts again from the
+    // boot aggregate with only allowed files: a warning that shows, and the level verified
+    // again from the new boot's list.
+    if !m.platform.power_cycle() {
+        println!(
+            "TPM-MATRIX reboot: not in this run (a guest cannot reboot inside its test run; the host matrix power-cycles its swtpm)"
+        );
+        return;
+    }
+    let (d, r) = m.start_and_first(None);
+    println!(
+        "TPM-MATRIX reboot: {} tpm_reboot ({:?})",
+        r["status"],
+        codes(&r)
+    );
+    assert!(codes(&r).contains(&"tpm_reboot".to_string()), "{r:#}");
+    assert_eq!(r["root_of_trust"], "tpm_ima", "{r:#}");
+    drop(d);
 }
