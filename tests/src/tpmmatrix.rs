@@ -84,14 +84,27 @@ impl Platform {
     /// not be on tmpfs (the tcb policy does not measure it).
     pub fn device(ca_root: &Path, ca_intermediate: &Path, scratch: &Path) -> Platform {
         std::fs::create_dir_all(scratch).unwrap();
-        Platform {
+        let mut p = Platform {
             source: TpmSource::Device,
             tcti: "device:/dev/tpmrm0".into(),
             list: "/sys/kernel/security/ima/binary_runtime_measurements".into(),
             ca_root: ca_root.into(),
             ca_intermediate: ca_intermediate.into(),
             scratch: scratch.into(),
+        };
+        // What the install would record: the programs the rack runs, run once so the kernel
+        // has measured them before the allowlist is taken from its list (the TCTI library
+        // the TPM loads, the CLIs the fixture calls, the hooks' `date`).
+        p.with_tpm(|_| ());
+        for exe in [
+            bin("rackwardend"),
+            bin("rackwarden"),
+            bin("rackwarden-verifier"),
+            PathBuf::from("/usr/bin/date"),
+        ] {
+            p.measure(&exe);
         }
+        p
     }
 
     /// The list of a new boot after the simulated TPM was reset: the boot aggregate, then the
@@ -210,11 +223,14 @@ impl Matrix {
         let verifier = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
         let (rack, host) = ids(&net);
         verifier.enroll(&rack, &host, &fx.host_pub);
-        let mut platform = platform(&net);
-        if matches!(platform.source, TpmSource::Device) {
-            // The daemon runs once (it prints its version) so the kernel has measured it.
-            platform.measure(&bin("rackwardend"));
-        }
+        let platform = platform(&net);
+        // A guest maps shared libraries (the verifier's, the TCTI's) that nothing loaded
+        // before the allowlist is taken from its list; an operator's allowlist would name
+        // them, this test excludes their directories instead.
+        let exclude = match platform.source {
+            TpmSource::Device => "exclude = [\"/lib/\", \"/lib64/\", \"/usr/lib/\"]\n",
+            TpmSource::Simulated { .. } => "",
+        };
         let allowlist = net.dir.join("ima-allowlist.txt");
         // What the operator recorded at install: every file measured so far.
         let lines: String = platform
@@ -229,7 +245,7 @@ impl Matrix {
         verifier.extend_config(
             "min_root_of_trust = \"tpm_ima\"",
             &format!(
-                "[policy.runtime]\ndaemon_digests = [\"{}\"]\nallowlist = \"{}\"\n\n[tpm]\nek_roots = \"{}\"\nek_intermediates = \"{}\"\n",
+                "[policy.runtime]\ndaemon_digests = [\"{}\"]\nallowlist = \"{}\"\n{exclude}\n[tpm]\nek_roots = \"{}\"\nek_intermediates = \"{}\"\n",
                 platform.daemon_digest(),
                 allowlist.display(),
                 platform.ca_root.display(),
@@ -457,6 +473,11 @@ pub fn expect(attack: &str, result: &serde_json::Value, status: &str, code: &str
     assert_eq!(result["status"], status, "{attack}: {result:#}");
 }
 
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// The whole matrix on `m`: honest, then each attack by root, each printed and checked.
 pub fn run(mut m: Matrix) {
     m.verifier.start();
@@ -505,6 +526,7 @@ pub fn run(mut m: Matrix) {
         b"#!/bin/sh\n# a program that signs what it likes\n",
     )
     .unwrap();
+    make_executable(&forger);
     m.platform.measure(&forger);
     let (_, mut quoted, digest) = m.forge();
     quoted.tpm = Some(m.quote_as_root(&digest));
@@ -522,6 +544,7 @@ pub fn run(mut m: Matrix) {
     // ships its whole list after a start) names it.
     let unknown = m.platform.scratch.join("miner");
     std::fs::write(&unknown, b"#!/bin/sh\n# not in the allowlist\n").unwrap();
+    make_executable(&unknown);
     m.platform.measure(&unknown);
     let (d, r) = m.start_and_first(None);
     let unknown_path = unknown.display().to_string();

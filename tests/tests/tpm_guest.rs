@@ -385,3 +385,22 @@ fn the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The attack matrix of `tests/tests/tpm_e2e.rs` against the guest's real TPM and its
+/// kernel's IMA: the daemon quotes with `/dev/tpmrm0`, the verifier enrols its AK against the
+/// CA the harness manufactured the TPM with, and each attack runs as root in the guest (the
+/// forging program, the unknown executable and the modified daemon are measured by the
+/// kernel because they run from the ramfs root, not from tmpfs, which the tcb policy skips).
+#[test]
+fn the_tpm_attack_matrix_in_the_guest() {
+    if !in_tpm_guest("the_tpm_attack_matrix_in_the_guest") {
+        return;
+    }
+    rackwarden_tests::tpmmatrix::run(rackwarden_tests::tpmmatrix::Matrix::new("gmx", |_| {
+        rackwarden_tests::tpmmatrix::Platform::device(
+            Path::new(CA_ROOT),
+            Path::new(CA_INTERMEDIATE),
+            Path::new("/root/rw-tpm-matrix"),
+        )
+    }));
+}
