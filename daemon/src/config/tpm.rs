@@ -125,7 +125,8 @@ fn pcrs(err: Err, list: &Spanned<Vec<Spanned<i64>>>) -> Result<Vec<u8>, ConfigEr
     if list.get_ref().is_empty() {
         return Err(err(
             Some(list.span()),
-            "`tpm.pcrs` must name at least one PCR (default [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])".into(),
+            "`tpm.pcrs` must name at least one PCR (default [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])"
+                .into(),
         ));
     }
     let mut out: Vec<u8> = Vec::new();

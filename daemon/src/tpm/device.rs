@@ -139,17 +139,18 @@ impl Tpm {
     fn flush_stale_transients(&mut self) {
         use tss_esapi::constants::{CapabilityType, tss::TPM2_TRANSIENT_FIRST};
         use tss_esapi::structures::CapabilityData;
-        let handles = match self
-            .ctx
-            .get_capability(CapabilityType::Handles, TPM2_TRANSIENT_FIRST, 64)
-        {
-            Ok((CapabilityData::Handles(list), _)) => list.into_inner(),
-            Ok(_) => Vec::new(),
-            Err(e) => {
-                log::warn!("listing the transient objects at {}: {e}", self.tcti);
-                return;
-            }
-        };
+        let handles =
+            match self
+                .ctx
+                .get_capability(CapabilityType::Handles, TPM2_TRANSIENT_FIRST, 64)
+            {
+                Ok((CapabilityData::Handles(list), _)) => list.into_inner(),
+                Ok(_) => Vec::new(),
+                Err(e) => {
+                    log::warn!("listing the transient objects at {}: {e}", self.tcti);
+                    return;
+                }
+            };
         for h in handles {
             match self.ctx.tr_from_tpm_public(h) {
                 Ok(obj) => {
