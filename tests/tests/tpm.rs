@@ -561,7 +561,10 @@ fn check_quoted(
         &sidecar.pcrs,
     )
     .unwrap_or_else(|e| panic!("the statement's quote is refused: {e}"));
-    assert_eq!(info.selection.indices(), PCRS.to_vec());
+    assert_eq!(
+        info.selection.indices(),
+        rackwarden_attest::tpm::DEFAULT_QUOTE_PCRS.to_vec()
+    );
     let quoted10 = *sidecar.pcrs.get(10).expect("PCR 10 quoted");
     let shipped = sidecar.ima.expect("IMA entries shipped");
     assert_eq!(
