@@ -1,5 +1,6 @@
-//! `cargo xtask bench watch`: what the tamper watch costs the host. It is a raw tracepoint at
-//! every syscall exit, so the load is the worst case for it: one thread making the smallest
+//! `cargo xtask bench watch`: what the tamper watch costs the host, on each hook the kernel
+//! accepts (fexit on `__x64_sys_bpf`, the raw tracepoint at `sys_exit`). The load is the worst
+//! case for a hook at every syscall exit: one thread making the smallest
 //! syscalls (a 1-byte `read` of `/dev/zero` and a 1-byte `write` to `/dev/null`) as fast as it
 //! can, timed with and without the watch attached, in alternating rounds (anchor, watch,
 //! anchor, ...), medians compared.
@@ -11,7 +12,7 @@
 
 use std::{fs::File, io::Read as _, io::Write as _, time::Instant};
 
-use rackwarden::limiter::tamper_watch::{self, UnpinnedWatch};
+use rackwarden::limiter::tamper_watch::{self, UnpinnedWatch, WatchHook};
 
 const ROUNDS: usize = 7;
 /// Read+write pairs per round (two syscalls each).
@@ -47,28 +48,33 @@ pub fn bench_watch() {
         );
         return;
     }
-    let mut watch = match UnpinnedWatch::load() {
+    for hook in WatchHook::PREFERENCE {
+        bench_hook(hook);
+    }
+}
+
+/// Alternating rounds without and with the watch on `hook`, medians and their ratio.
+fn bench_hook(hook: WatchHook) {
+    let name = hook.name();
+    let mut watch = match UnpinnedWatch::load(hook) {
         Ok(w) => w,
         Err(e) => {
-            println!("SKIP: the watch does not load here: {e}");
+            println!("{name}: SKIP, the kernel refuses this hook here: {e}");
             return;
         }
     };
     let (mut anchor, mut ours) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         anchor.push(load_ns_per_syscall());
-        let id = match watch.attach() {
-            Ok(id) => id,
+        let link = match watch.attach() {
+            Ok(link) => link,
             Err(e) => {
-                println!("SKIP: the watch does not attach here: {e}");
+                println!("{name}: SKIP, the watch does not attach here: {e}");
                 return;
             }
         };
         ours.push(load_ns_per_syscall());
-        if let Err(e) = watch.detach(id) {
-            println!("the watch did not detach: {e}");
-            return;
-        }
+        drop(link);
     }
     let (a, o) = (median(&mut anchor), median(&mut ours));
     println!(
@@ -79,11 +85,12 @@ pub fn bench_watch() {
     );
     println!(
         "{:<44} {:>10.1} ns/syscall",
-        "with the tamper watch attached", o
+        format!("with the watch on {name}"),
+        o
     );
     println!(
         "{:<44} {:>10.3}x   ({:+.1}%; goal <= 2%)",
-        "ratio",
+        format!("ratio, {name}"),
         o / a,
         (o / a - 1.0) * 100.0
     );

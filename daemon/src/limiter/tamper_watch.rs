@@ -1,12 +1,16 @@
 //! The tamper watch (`ebpf/src/watch.rs`): on hosts where the BPF LSM guard cannot load,
-//! a raw tracepoint at syscall exit reports every `bpf()` attach, detach or link update
-//! another process makes, as it returns, so the daemon checks its hooks at once
-//! (`restored_on_event`) instead of at the next poll. It refuses nothing; it shrinks the
-//! window to the time the daemon needs to re-attach.
+//! a hook on `bpf()`'s return reports every attach, detach or link update another process
+//! makes, as it returns, so the daemon checks its hooks at once (`restored_on_event`)
+//! instead of at the next poll. It refuses nothing; it shrinks the window to the time the
+//! daemon needs to re-attach.
+//!
+//! **Which hook** ([`WatchHook`]): fexit on `__x64_sys_bpf` where the kernel accepts it (only
+//! `bpf()` pays for it), else a raw tracepoint at `sys_exit` (every syscall pays about 30 ns).
 //!
 //! **Attached once per boot, never detached by the daemon.** Switching the `sys_exit`
 //! tracepoint on or off live-patches the syscall exit path that every CPU runs through (a
-//! jump label, patched with a breakpoint while other CPUs execute it). A 6.12 guest under
+//! jump label, patched with a breakpoint while other CPUs execute it); an fexit patches the
+//! entry of `__x64_sys_bpf` the same way. A 6.12 guest under
 //! qemu TCG took an `int3` oops and panicked in that path while a daemon attached the watch
 //! beside a busy CPU. So the first daemon of a boot attaches the watch and pins it
 //! ([`WatchPins`]); every later start, restart or second daemon finds it attached and only
@@ -27,8 +31,8 @@ use aya::{
     EbpfLoader,
     maps::{Array, Map, MapData, RingBuf},
     programs::{
-        ProgramError, RawTracePoint,
-        links::{FdLink, PinnedLink},
+        FExit, ProgramError, RawTracePoint,
+        links::{FdLink, LinkType, PinnedLink},
     },
 };
 use rackwarden_common::guard::TamperEvent;
@@ -38,7 +42,9 @@ use crate::pins::WatchPins;
 static WATCH_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rackwarden-watch"));
 
-const PROGRAM: &str = "rw_watch_sys_exit";
+/// The kernel function whose return the fexit hook watches: the system call's entry point,
+/// never inlined (the syscall table calls it), one `pt_regs` argument as the raw tracepoint's.
+const BPF_SYSCALL_FN: &str = "__x64_sys_bpf";
 const EVENTS: &str = "RW_WATCH_EVENTS";
 const DAEMON: &str = "RW_WATCH_DAEMON";
 
@@ -46,8 +52,14 @@ const DAEMON: &str = "RW_WATCH_DAEMON";
 pub enum WatchError {
     #[error("loading the tamper watch: {0}")]
     Load(#[from] aya::EbpfError),
-    #[error("tamper watch program `{PROGRAM}`: {0}")]
-    Program(#[source] ProgramError),
+    #[error("tamper watch program `{program}`: {source}")]
+    Program {
+        program: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("kernel BTF for the fexit hook: {0}")]
+    Btf(#[source] aya::BtfError),
     #[error("tamper watch map {name}: {source}")]
     Map {
         name: &'static str,
@@ -79,13 +91,50 @@ pub fn active() -> bool {
     ACTIVE.load(Ordering::SeqCst)
 }
 
+/// The hook the watch runs on; the daemon takes the first the kernel accepts, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchHook {
+    /// fexit on `__x64_sys_bpf`: runs only when `bpf()` returns.
+    BpfExit,
+    /// Raw tracepoint at `sys_exit`: runs at every system call's exit.
+    SysExit,
+}
+
+impl WatchHook {
+    pub const PREFERENCE: [WatchHook; 2] = [WatchHook::BpfExit, WatchHook::SysExit];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WatchHook::BpfExit => "fexit __x64_sys_bpf",
+            WatchHook::SysExit => "raw_tp sys_exit",
+        }
+    }
+
+    fn program(self) -> &'static str {
+        match self {
+            WatchHook::BpfExit => "rw_watch_bpf_exit",
+            WatchHook::SysExit => "rw_watch_sys_exit",
+        }
+    }
+
+    /// The hook of a pinned watch link, from the kernel's link type.
+    fn of_link(link: &FdLink) -> Option<WatchHook> {
+        match link.info().ok()?.link_type().ok()? {
+            LinkType::Tracing => Some(WatchHook::BpfExit),
+            LinkType::RawTracePoint => Some(WatchHook::SysExit),
+            _ => None,
+        }
+    }
+}
+
 /// How this daemon took part in the host's watch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchStart {
     /// This daemon attached the watch: the first of this boot.
-    Attached,
+    Attached(WatchHook),
     /// The watch was attached already (an earlier daemon of this boot); this one reads it.
-    Reused,
+    /// `None`: the kernel did not say which hook the pinned link is on.
+    Reused(Option<WatchHook>),
     /// Another daemon reads the reports; this one takes over when that one exits.
     Waiting,
 }
@@ -147,10 +196,10 @@ fn try_lock(fd: &OwnedFd, block: bool) -> std::io::Result<bool> {
 /// none; then names this process as the reader.
 fn take_over(pins: &WatchPins) -> Result<(RingBuf<MapData>, WatchStart), WatchError> {
     let (ring, daemon, start) = match open_pinned(pins) {
-        Some((ring, daemon)) => (ring, daemon, WatchStart::Reused),
+        Some((ring, daemon, hook)) => (ring, daemon, WatchStart::Reused(hook)),
         None => {
-            let (ring, daemon) = attach_and_pin(pins)?;
-            (ring, daemon, WatchStart::Attached)
+            let (ring, daemon, hook) = attach_and_pin(pins)?;
+            (ring, daemon, WatchStart::Attached(hook))
         }
     };
     let mut daemon: Array<MapData, u32> =
@@ -167,18 +216,19 @@ fn take_over(pins: &WatchPins) -> Result<(RingBuf<MapData>, WatchStart), WatchEr
     Ok((ring, start))
 }
 
-/// The pinned link and both maps, if all three are there.
-fn open_pinned(pins: &WatchPins) -> Option<(RingBuf<MapData>, Map)> {
-    PinnedLink::from_pin(pins.link()).ok()?;
+/// The pinned link and both maps, if all three are there, and the link's hook.
+fn open_pinned(pins: &WatchPins) -> Option<(RingBuf<MapData>, Map, Option<WatchHook>)> {
+    let link: FdLink = PinnedLink::from_pin(pins.link()).ok()?.into();
+    let hook = WatchHook::of_link(&link);
     let ring = MapData::from_pin(pins.map(EVENTS)).ok()?;
     let ring = RingBuf::try_from(Map::RingBuf(ring)).ok()?;
     let daemon = MapData::from_pin(pins.map(DAEMON)).ok()?;
-    Some((ring, Map::Array(daemon)))
+    Some((ring, Map::Array(daemon), hook))
 }
 
-/// Loads the watch, pins its maps, attaches it at `sys_exit` and pins the link: the one
-/// attach of this boot.
-fn attach_and_pin(pins: &WatchPins) -> Result<(RingBuf<MapData>, Map), WatchError> {
+/// Loads the watch, pins its maps, attaches it on the first hook the kernel accepts and pins
+/// the link: the one attach of this boot.
+fn attach_and_pin(pins: &WatchPins) -> Result<(RingBuf<MapData>, Map, WatchHook), WatchError> {
     if pins.link().exists() {
         // A link without its maps (someone removed them): nobody can read it. Unpinning it
         // detaches it; this is the only detach the daemon ever does, and only after tampering.
@@ -198,10 +248,7 @@ fn attach_and_pin(pins: &WatchPins) -> Result<(RingBuf<MapData>, Map), WatchErro
             source,
         })?;
     }
-    let p = program(&mut ebpf)?;
-    p.load().map_err(WatchError::Program)?;
-    let id = p.attach("sys_exit").map_err(WatchError::Program)?;
-    let link: FdLink = p.take_link(id).map_err(WatchError::Program)?.into();
+    let (link, hook) = attach_first(&mut ebpf)?;
     link.pin(pins.link()).map_err(|source| WatchError::Pin {
         path: pins.link().display().to_string(),
         source,
@@ -212,15 +259,86 @@ fn attach_and_pin(pins: &WatchPins) -> Result<(RingBuf<MapData>, Map), WatchErro
         source,
     })?;
     let daemon = ebpf.take_map(DAEMON).ok_or(WatchError::Missing(DAEMON))?;
-    Ok((ring, daemon))
+    Ok((ring, daemon, hook))
 }
 
-/// The watch's raw tracepoint program in a loaded object.
-fn program(ebpf: &mut aya::Ebpf) -> Result<&mut RawTracePoint, WatchError> {
-    ebpf.program_mut(PROGRAM)
-        .ok_or(WatchError::Missing(PROGRAM))?
+/// Attaches the watch on the first hook of [`WatchHook::PREFERENCE`] the kernel accepts. A
+/// refused fexit (no BTF, no trampolines) is logged with its reason, never hidden.
+fn attach_first(ebpf: &mut aya::Ebpf) -> Result<(FdLink, WatchHook), WatchError> {
+    let mut refused = None;
+    for hook in WatchHook::PREFERENCE {
+        match load_hook(ebpf, hook).and_then(|()| attach_hook(ebpf, hook)) {
+            Ok(link) => {
+                if let Some(e) = refused {
+                    log::info!(
+                        "tamper watch: the kernel refused the {} hook ({e}); on {}, every system call pays for it",
+                        WatchHook::BpfExit.name(),
+                        hook.name()
+                    );
+                }
+                return Ok((link, hook));
+            }
+            Err(e) if refused.is_none() && hook != WatchHook::SysExit => refused = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(WatchError::Missing("an attachable hook"))
+}
+
+fn load_hook(ebpf: &mut aya::Ebpf, hook: WatchHook) -> Result<(), WatchError> {
+    let err = |source| WatchError::Program {
+        program: hook.program(),
+        source,
+    };
+    match hook {
+        WatchHook::BpfExit => {
+            let btf = aya::Btf::from_sys_fs().map_err(WatchError::Btf)?;
+            fexit(ebpf)?.load(BPF_SYSCALL_FN, &btf).map_err(err)
+        }
+        WatchHook::SysExit => raw_tracepoint(ebpf)?.load().map_err(err),
+    }
+}
+
+/// Attaches a loaded hook and takes its link out of the object (to pin it, or to hold it).
+fn attach_hook(ebpf: &mut aya::Ebpf, hook: WatchHook) -> Result<FdLink, WatchError> {
+    let err = |source| WatchError::Program {
+        program: hook.program(),
+        source,
+    };
+    match hook {
+        WatchHook::BpfExit => {
+            let p = fexit(ebpf)?;
+            let id = p.attach().map_err(err)?;
+            Ok(p.take_link(id).map_err(err)?.into())
+        }
+        WatchHook::SysExit => {
+            let p = raw_tracepoint(ebpf)?;
+            let id = p.attach("sys_exit").map_err(err)?;
+            Ok(p.take_link(id).map_err(err)?.into())
+        }
+    }
+}
+
+fn raw_tracepoint(ebpf: &mut aya::Ebpf) -> Result<&mut RawTracePoint, WatchError> {
+    let name = WatchHook::SysExit.program();
+    ebpf.program_mut(name)
+        .ok_or(WatchError::Missing(name))?
         .try_into()
-        .map_err(WatchError::Program)
+        .map_err(|source| WatchError::Program {
+            program: name,
+            source,
+        })
+}
+
+fn fexit(ebpf: &mut aya::Ebpf) -> Result<&mut FExit, WatchError> {
+    let name = WatchHook::BpfExit.program();
+    ebpf.program_mut(name)
+        .ok_or(WatchError::Missing(name))?
+        .try_into()
+        .map_err(|source| WatchError::Program {
+            program: name,
+            source,
+        })
 }
 
 /// The reader thread. Without a ring it first waits for the lock, then takes the watch over.
@@ -295,42 +413,31 @@ pub fn pinned_link_id() -> Option<u32> {
     link.info().ok().map(|i| i.id())
 }
 
-/// The watch attached and detached as the daemon did before it pinned it: kept only to
-/// reproduce the kernel fault that made the daemon stop doing so (`cargo xtask vm-test
-/// --group watch-raw`). The daemon never calls it.
+/// The watch attached and detached as the daemon did before it pinned it: kept to reproduce
+/// the kernel fault that made the daemon stop doing so (`cargo xtask vm-test --group
+/// watch-raw`) and for the benchmark of each hook's cost. The daemon never uses it.
 pub struct UnpinnedWatch {
     ebpf: aya::Ebpf,
+    hook: WatchHook,
 }
 
 impl UnpinnedWatch {
-    pub fn load() -> Result<UnpinnedWatch, WatchError> {
+    /// Loads the watch for `hook`; an error where the kernel refuses that hook.
+    pub fn load(hook: WatchHook) -> Result<UnpinnedWatch, WatchError> {
         let mut ebpf = EbpfLoader::new().load(WATCH_OBJECT)?;
-        program(&mut ebpf)?.load().map_err(WatchError::Program)?;
-        Ok(UnpinnedWatch { ebpf })
+        load_hook(&mut ebpf, hook)?;
+        Ok(UnpinnedWatch { ebpf, hook })
     }
 
-    /// Attaches the program at `sys_exit` and detaches it again.
+    /// Attaches the program and detaches it again.
     pub fn attach_and_detach(&mut self) -> Result<(), WatchError> {
-        let id = self.attach()?;
-        self.detach(id)
+        drop(self.attach()?);
+        Ok(())
     }
 
-    /// Attaches the program at `sys_exit` (the benchmark of the watch's cost holds it
-    /// attached for its measured rounds).
-    pub fn attach(
-        &mut self,
-    ) -> Result<aya::programs::raw_trace_point::RawTracePointLinkId, WatchError> {
-        program(&mut self.ebpf)?
-            .attach("sys_exit")
-            .map_err(WatchError::Program)
-    }
-
-    pub fn detach(
-        &mut self,
-        id: aya::programs::raw_trace_point::RawTracePointLinkId,
-    ) -> Result<(), WatchError> {
-        program(&mut self.ebpf)?
-            .detach(id)
-            .map_err(WatchError::Program)
+    /// Attaches the program; dropping the returned link detaches it (the benchmark of the
+    /// watch's cost holds it attached for its measured rounds).
+    pub fn attach(&mut self) -> Result<FdLink, WatchError> {
+        attach_hook(&mut self.ebpf, self.hook)
     }
 }

@@ -190,7 +190,7 @@ impl Agent {
             Ok(w) => {
                 use crate::limiter::tamper_watch::WatchStart;
                 match w.start {
-                    WatchStart::Attached | WatchStart::Reused => log::info!(
+                    WatchStart::Attached(_) | WatchStart::Reused(_) => log::info!(
                         "tamper watch on bpf() ({:?}): detaches and attaches are checked as they return",
                         w.start
                     ),
