@@ -231,7 +231,7 @@ mod tests {
             seq: 3,
             trustworthiness: Aspect::ALL
                 .into_iter()
-                .filter(|a| *a != Aspect::RootOfTrust)
+                .filter(|a| *a != Aspect::RootOfTrust && *a != Aspect::Storage)
                 .map(|a| {
                     let s = if a == Aspect::Freshness {
                         Status::Warning

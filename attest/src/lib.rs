@@ -26,6 +26,7 @@ pub mod nonce;
 pub mod result;
 pub mod schema;
 pub mod statement;
+pub mod storage;
 pub mod tpm;
 pub mod units;
 pub mod verify;

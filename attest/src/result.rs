@@ -24,10 +24,14 @@ pub enum Aspect {
     /// when a TPM is in play (a quote came, an AK is enrolled, the host says it has one, or
     /// the policy asks for one), so verdicts made before it read and re-derive unchanged.
     RootOfTrust,
+    /// Disks, swap and persistent filesystems: what could carry state across a wipe
+    /// (issue 25). In a verdict's vector only when the statement carries an inventory or the
+    /// policy requires one, so verdicts made before it read and re-derive unchanged.
+    Storage,
 }
 
 impl Aspect {
-    pub const ALL: [Aspect; 8] = [
+    pub const ALL: [Aspect; 9] = [
         Aspect::Identity,
         Aspect::Chain,
         Aspect::Freshness,
@@ -36,6 +40,7 @@ impl Aspect {
         Aspect::Images,
         Aspect::Budget,
         Aspect::RootOfTrust,
+        Aspect::Storage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +53,7 @@ impl Aspect {
             Aspect::Images => "images",
             Aspect::Budget => "budget",
             Aspect::RootOfTrust => "root_of_trust",
+            Aspect::Storage => "storage",
         }
     }
 }
@@ -120,10 +126,14 @@ pub enum FindingCode {
     ExecutableNotAllowed,
     ImaViolation,
     BootPcrMismatch,
+    StorageResidue,
+    StorageResidueInconsistent,
+    StorageUnreadable,
+    StorageUnreported,
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 63] = [
+    pub const ALL: [FindingCode; 67] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -187,6 +197,10 @@ impl FindingCode {
         FindingCode::ExecutableNotAllowed,
         FindingCode::ImaViolation,
         FindingCode::BootPcrMismatch,
+        FindingCode::StorageResidue,
+        FindingCode::StorageResidueInconsistent,
+        FindingCode::StorageUnreadable,
+        FindingCode::StorageUnreported,
     ];
 
     pub fn aspect(self) -> Aspect {
@@ -254,6 +268,10 @@ impl FindingCode {
             FindingCode::ExecutableNotAllowed => Aspect::RootOfTrust,
             FindingCode::ImaViolation => Aspect::RootOfTrust,
             FindingCode::BootPcrMismatch => Aspect::RootOfTrust,
+            FindingCode::StorageResidue
+            | FindingCode::StorageResidueInconsistent
+            | FindingCode::StorageUnreadable
+            | FindingCode::StorageUnreported => Aspect::Storage,
         }
     }
 
@@ -323,6 +341,10 @@ impl FindingCode {
             FindingCode::ExecutableNotAllowed => "executable_not_allowed",
             FindingCode::ImaViolation => "ima_violation",
             FindingCode::BootPcrMismatch => "boot_pcr_mismatch",
+            FindingCode::StorageResidue => "storage_residue",
+            FindingCode::StorageResidueInconsistent => "storage_residue_inconsistent",
+            FindingCode::StorageUnreadable => "storage_unreadable",
+            FindingCode::StorageUnreported => "storage_unreported",
         }
     }
 
@@ -474,6 +496,18 @@ impl FindingCode {
                 "IMA recorded a violation (a file measured while open for writing): its content is unknown"
             }
             FindingCode::BootPcrMismatch => "a boot PCR differs from the policy's reference value",
+            FindingCode::StorageResidue => {
+                "writable persistent storage (disks, swap, persistent filesystems) exceeds the policy's max_residue_persistent: state can survive the wipe there"
+            }
+            FindingCode::StorageResidueInconsistent => {
+                "the inventory's residue total is not the sum of its residue items"
+            }
+            FindingCode::StorageUnreadable => {
+                "the host could not read part of its storage: the inventory is incomplete"
+            }
+            FindingCode::StorageUnreported => {
+                "the statement carries no storage inventory, and the policy requires one"
+            }
         }
     }
 }

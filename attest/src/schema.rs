@@ -10,6 +10,7 @@ use crate::{
     statement::{
         Challenge, EpochPredicate, GENESIS_PREV, IMAGE_DIGEST, NextKey, Statement, Subject,
     },
+    storage::*,
     tpm::{ImaSource, RootOfTrust},
 };
 
@@ -170,6 +171,47 @@ pub fn example_statement() -> Statement {
             ima: ImaSource::Measured {
                 list: String::new(),
             },
+        }),
+        storage: Some(StorageInventory {
+            devices: vec![BlockDevice {
+                name: "nvme0n1".into(),
+                size_bytes: 0,
+                kind: DeviceKind::Loop {
+                    backing_file: Some(String::new()),
+                },
+                model: Some(String::new()),
+                serial: Some(String::new()),
+                read_only: false,
+                removable: false,
+                class: StorageClass::Residue {
+                    writable_bytes: 0,
+                    why: String::new(),
+                },
+            }],
+            mounts: vec![MountedFs {
+                mount_point: "/".into(),
+                fs_type: "ext4".into(),
+                source: "/dev/nvme0n1".into(),
+                read_only: false,
+                size_bytes: 0,
+                used_bytes: 0,
+                class: StorageClass::CountedOn {
+                    item: "nvme0n1".into(),
+                },
+            }],
+            swaps: vec![SwapArea {
+                path: "/swapfile".into(),
+                kind: "file".into(),
+                size_bytes: 0,
+                used_bytes: 0,
+                class: StorageClass::InMemory,
+            }],
+            swap_turned_off: vec![SwapOff {
+                path: "/swapfile".into(),
+                error: Some(String::new()),
+            }],
+            unreadable: vec![String::new()],
+            residue_bytes: 0,
         }),
     };
     Statement::new(

@@ -80,6 +80,10 @@ pub struct EpochPredicate {
     /// verified, never from this claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_of_trust: Option<crate::tpm::RootOfTrust>,
+    /// Every place besides memory where state could survive the wipe, classed (issue 25).
+    /// Absent in statements of daemons older than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<crate::storage::StorageInventory>,
 }
 
 /// The key a host rotates to (see [`EpochPredicate::next_key`]).

@@ -27,6 +27,7 @@ pub mod notify;
 pub mod pins;
 pub mod progress;
 pub mod status;
+pub mod storage;
 pub mod tpm;
 pub use rackwarden_attest::units;
 pub mod wipe;

@@ -36,7 +36,7 @@ fn policy(dir: &std::path::Path, daemon: &[u8; 32]) -> rackwarden_verifier::conf
         .collect();
     std::fs::write(&allowlist, lines).unwrap_or_else(|e| panic!("{}: {e}", allowlist.display()));
     let text = format!(
-        "listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"/unused\"\n\n[policy]\nid = \"tpm-bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\nmin_root_of_trust = \"tpm_ima\"\n\n[policy.runtime]\ndaemon_digests = [\"{}\"]\nallowlist = \"{}\"\n\n[racks.{RACK}]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n",
+        "listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"/unused\"\n\n[policy]\nid = \"tpm-bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\nmax_residue_persistent = \"1024 TiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\nmin_root_of_trust = \"tpm_ima\"\n\n[policy.runtime]\ndaemon_digests = [\"{}\"]\nallowlist = \"{}\"\n\n[racks.{RACK}]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n",
         hex::encode(daemon),
         allowlist.display()
     );

@@ -21,6 +21,8 @@
 //! max_clock_skew = "5 s"          # how far a host's clock may be from ours (default)
 //! max_residue_host = "4 GiB"
 //! max_residue_gpu = "1 GiB"
+//! max_residue_persistent = "0 B"   # disks, swap, persistent filesystems (default 0)
+//! require_storage_inventory = false  # true: a statement without one is contraindicated
 //! trainable_state = "10 TB"
 //! max_epoch_fraction = 0.01       # bytes received in one epoch / trainable state
 //! reference_bandwidth = "400 Gbit/s" # the interconnect training would otherwise have (default)
@@ -101,6 +103,23 @@ pub struct Policy {
     /// Reference values (hex SHA-256 bank) of boot PCRs (empty: the boot is not judged).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub boot_pcrs: BTreeMap<u8, String>,
+    /// The most writable persistent bytes (residue in a statement's storage inventory) a
+    /// host may have. Default 0; left out of the digest at 0, so policies written before it
+    /// keep theirs.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub max_residue_persistent: u64,
+    /// A statement without a storage inventory is contraindicated (default false: daemons
+    /// older than the inventory are judged as before). Left out of the digest when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub require_storage_inventory: bool,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 fn trust_level_is_none(l: &rackwarden_attest::tpm::TrustLevel) -> bool {
@@ -219,6 +238,8 @@ struct RawPolicy {
     min_root_of_trust: Option<Spanned<String>>,
     runtime: Option<tpm::RawRuntime>,
     boot: Option<tpm::RawBoot>,
+    max_residue_persistent: Option<Spanned<String>>,
+    require_storage_inventory: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -443,6 +464,11 @@ fn policy(src: &Source, p: &RawPolicy, checked: CheckedFirst) -> Result<Policy, 
             p.min_root_of_trust.as_ref().map(|s| s.span()),
         )?,
         boot_pcrs: tpm::boot(src, &p.boot)?,
+        max_residue_persistent: match &p.max_residue_persistent {
+            None => 0,
+            Some(v) => src.size("policy.max_residue_persistent", v)?,
+        },
+        require_storage_inventory: p.require_storage_inventory.unwrap_or(false),
     })
 }
 

@@ -404,6 +404,7 @@ impl Host {
             },
             next_key: e.next_key,
             root_of_trust: None,
+            storage: None,
         }
     }
 }

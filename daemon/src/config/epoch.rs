@@ -21,6 +21,7 @@
 //! max_bytes = "64 GiB"             # per device (default: all that is safe)
 //! reserve = "1 GiB"                # host memory left untouched
 //! scratch = ["/var/lib/inference/scratch"]
+//! swap = "off"                     # turn swap off before each wipe (default "on": residue)
 //!
 //! [images]
 //! manifest = "/etc/rackwarden/manifest.dsse.json"
@@ -93,6 +94,17 @@ pub struct WipePlan {
     pub max_bytes: Option<u64>,
     pub reserve_bytes: u64,
     pub scratch: Vec<PathBuf>,
+    pub swap: SwapPolicy,
+}
+
+/// `wipe.swap`: what happens to swap at a wipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SwapPolicy {
+    /// `"on"` (the default): swap stays on, and every area is residue in the statement.
+    #[default]
+    On,
+    /// `"off"`: every swap area is turned off before the wipe, and the statement says so.
+    Off,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -161,6 +173,7 @@ pub(super) struct RawWipe {
     max_bytes: Option<Spanned<String>>,
     reserve: Option<Spanned<String>>,
     scratch: Option<Vec<Spanned<String>>>,
+    swap: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -406,6 +419,7 @@ fn wipe_plan(err: Err, w: Option<RawWipe>) -> Result<WipePlan, ConfigError> {
             max_bytes: None,
             reserve_bytes: 1 << 30,
             scratch: vec![],
+            swap: SwapPolicy::On,
         });
     };
     let backends = match &w.backends {
@@ -441,11 +455,25 @@ fn wipe_plan(err: Err, w: Option<RawWipe>) -> Result<WipePlan, ConfigError> {
             "`wipe.backends` names `scratch` but `wipe.scratch` lists no directory".into(),
         ));
     }
+    let swap = match &w.swap {
+        None => SwapPolicy::On,
+        Some(v) => match v.get_ref().as_str() {
+            "on" => SwapPolicy::On,
+            "off" => SwapPolicy::Off,
+            other => {
+                return Err(err(
+                    Some(v.span()),
+                    format!("`wipe.swap`: `{other}` is neither \"on\" nor \"off\""),
+                ));
+            }
+        },
+    };
     Ok(WipePlan {
         backends,
         max_bytes,
         reserve_bytes,
         scratch,
+        swap,
     })
 }
 

@@ -21,7 +21,12 @@ use super::{
     statement::{self, EpochEvidence},
     workloads,
 };
-use crate::{config::epoch::Workloads, images::StagingOutcome, wipe};
+use crate::{
+    config::epoch::{SwapPolicy, Workloads},
+    images::StagingOutcome,
+    wipe,
+};
+use rackwarden_attest::storage::SwapOff;
 
 /// Time each phase of an epoch.
 struct Phases {
@@ -53,6 +58,8 @@ struct Epoch {
     phases: Phases,
     /// From the start of the drain to the restart (0 with no workloads configured).
     downtime_ms: u64,
+    /// The swap areas turned off before the wipe (`[wipe] swap = "off"`).
+    swap_turned_off: Vec<SwapOff>,
 }
 
 /// What an epoch did between the drain and the statement.
@@ -127,6 +134,7 @@ impl EpochLoop {
             },
             phases: Phases::new(),
             downtime_ms: 0,
+            swap_turned_off: vec![],
         };
         log::info!("epoch {seq}: start ({trigger:?})");
         let challenge = self.challenge(&mut epoch)?;
@@ -223,6 +231,9 @@ impl EpochLoop {
         self.enter(&mut epoch.entry, EpochState::Wiping { seq: epoch.seq })?;
         let plan = &self.ecfg.wipe;
         self.wipe_progress.store(0, Ordering::SeqCst);
+        if plan.swap == SwapPolicy::Off {
+            epoch.swap_turned_off = crate::storage::swap::turn_off_all();
+        }
         let req = wipe::WipeRequest {
             nonce: *ch.wipe_nonce().as_bytes(),
             backends: plan.backends.clone(),
@@ -309,6 +320,7 @@ impl EpochLoop {
             images,
             incidents: self.carried.clone(),
             epoch: Some(run),
+            swap_turned_off: std::mem::take(&mut epoch.swap_turned_off),
         };
         // A key written by `keygen --rotate` since the last statement is announced in this one.
         if let Err(e) = self.keys.refresh_next() {

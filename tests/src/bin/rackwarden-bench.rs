@@ -950,6 +950,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
         },
         next_key: None,
         root_of_trust: None,
+        storage: None,
     }
 }
 

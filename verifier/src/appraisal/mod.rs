@@ -18,6 +18,7 @@
 //! | wipe | `wipe` | was memory wiped completely, bound to our nonce, within the interval |
 //! | images | `images` | were only manifest images loaded |
 //! | root_of_trust | `tpm` | is it quoted by the enrolled AK, and does its IMA list replay and pass |
+//! | storage | `storage` | can state survive the wipe on a disk, in swap or a persistent filesystem |
 
 pub(crate) mod budget;
 mod chain;
@@ -26,6 +27,7 @@ mod freshness;
 mod identity;
 mod images;
 mod limiter;
+mod storage;
 pub mod tpm;
 mod wipe;
 
@@ -125,10 +127,16 @@ impl Judge<'_> {
             .any(|f| f.aspect == aspect && f.severity == severity)
     }
 
-    fn result(self, st: &Statement, root_of_trust: Option<TrustLevel>) -> AttestationResult {
+    fn result(
+        self,
+        st: &Statement,
+        root_of_trust: Option<TrustLevel>,
+        storage: bool,
+    ) -> AttestationResult {
         let mut tw: BTreeMap<Aspect, Status> = Aspect::ALL
             .iter()
             .filter(|a| root_of_trust.is_some() || **a != Aspect::RootOfTrust)
+            .filter(|a| storage || **a != Aspect::Storage)
             .map(|a| (*a, Status::Affirming))
             .collect();
         for f in &self.findings {
@@ -178,8 +186,13 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
     } else {
         (None, None)
     };
+    // After the TPM, for the same reason.
+    let storage = storage::in_play(&j, st);
+    if storage {
+        storage::check(&mut j, st);
+    }
     Appraisal {
-        result: j.result(st, root_of_trust),
+        result: j.result(st, root_of_trust, storage),
         effects: Effects {
             consume_nonce: fresh,
             wipe_counts,

@@ -97,7 +97,19 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "tcti"
         | "vendor"
         | "ak_name"
-        | "list" => Identifier,
+        | "list"
+        | "model"
+        | "serial"
+        | "backing_file"
+        | "dm_name"
+        | "uuid_prefix"
+        | "members"
+        | "of"
+        | "item"
+        | "mount_point"
+        | "fs_type"
+        | "source"
+        | "path" => Identifier,
         "prev" | "binary_sha3_256" | "tag" | "merkle_sha3_256" | "manifest_sha3_256"
         | "sha3_256" => Digest,
         "nonce" => Nonce,
@@ -105,7 +117,9 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "unconfigured_drops" | "contention_drops" | "bytes_total" | "bytes_filled"
         | "bytes_verified" | "mismatches" | "residue_bytes" | "refusals" | "qdisc_bypass"
         | "xdp_umem_reg" | "af_xdp_sockets" | "objects" | "bpf_hook_args" | "size" | "seq"
-        | "offset" | "length" | "generation" => Counter,
+        | "offset" | "length" | "generation" | "size_bytes" | "used_bytes" | "writable_bytes" => {
+            Counter
+        }
         "ms" => Time,
         l if l.ends_with("_ms") => Time,
         "rate_bytes_per_s"
@@ -128,8 +142,11 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "ok"
         | "level"
         | "ek_certificate"
+        | "read_only"
+        | "removable"
+        | "class"
         | "status" => Setting,
-        "detail" | "reason" | "finding" => Diagnostic,
+        "detail" | "reason" | "finding" | "why" | "error" | "unreadable" => Diagnostic,
         _ => return None,
     })
 }

@@ -105,8 +105,8 @@ rate r = max(caps, measured)                  = {}
 reference interconnect R (policy)             = {}
 slowdown = R / r = {} / {}                     = {}
 time to move the trainable state S = {} through r: S / r = {}
-state that can enter per epoch: ingress caps × max wipe interval + bursts
-  = {} × {} + {} = {}  ({:.6} of S; policy allows {}{})
+state that can be held per epoch: ingress caps × max wipe interval + bursts + persistent residue
+  = {} × {} + {} + {} = {}  ({:.6} of S; policy allows {}{}){}
 largest ingress one host measured in one epoch = {}",
                         fmt_rate(t.egress_caps_bytes_per_s as f64), fmt_rate(t.ingress_caps_bytes_per_s as f64),
                         fmt_rate(t.measured_peak_bytes_per_s.round()),
@@ -115,9 +115,13 @@ largest ingress one host measured in one epoch = {}",
                         fmt_rate(t.reference_bytes_per_s as f64), fmt_rate(t.rate_bytes_per_s.round()), factor(t.slowdown_factor),
                         fmt_bytes(t.state_bytes as f64), fmt_duration(std::time::Duration::from_secs_f64(t.time_to_move_state_s.min(1e12))),
                         fmt_rate(t.ingress_caps_bytes_per_s as f64), fmt_duration(std::time::Duration::from_secs_f64(t.epoch_s)),
-                        fmt_bytes(t.ingress_bursts_bytes as f64), fmt_bytes(t.state_per_epoch_bytes.round()),
+                        fmt_bytes(t.ingress_bursts_bytes as f64), fmt_bytes(t.persistent_residue_bytes as f64),
+                        fmt_bytes(t.state_per_epoch_bytes.round()),
                         t.fraction_per_epoch, t.max_epoch_fraction,
-                        if t.fraction_per_epoch > t.max_epoch_fraction { ": the caps allow MORE than the policy" } else { "" },
+                        if t.fraction_per_epoch > t.max_epoch_fraction { ": the caps and disks allow MORE than the policy" } else { "" },
+                        if t.hosts_without_inventory > 0 {
+                            format!("\n  ({} host(s) report no storage inventory: their disks are not in this bound)", t.hosts_without_inventory)
+                        } else { String::new() },
                         fmt_bytes(t.measured_max_epoch_ingress_bytes as f64),
                     )) }
                 }

@@ -1,0 +1,135 @@
+//! Storage: could state survive the wipe outside memory? The statement's inventory (issue 25)
+//! classes every block device, mount and swap area; what is `residue` is writable and
+//! persistent. Its sum, recomputed here, must stay within `max_residue_persistent`, and an
+//! inventory the host could not read in full is never affirming.
+
+use rackwarden_attest::{statement::Statement, storage::StorageInventory, units::fmt_size};
+
+use super::{FindingCode as C, Judge, Status};
+
+/// Whether the storage aspect is in a verdict: the statement carries an inventory, or the
+/// policy requires one.
+pub(super) fn in_play(j: &Judge, st: &Statement) -> bool {
+    st.predicate.storage.is_some() || j.policy.require_storage_inventory
+}
+
+pub(super) fn check(j: &mut Judge, st: &Statement) {
+    let Some(inv) = &st.predicate.storage else {
+        if j.policy.require_storage_inventory {
+            j.add(
+                C::StorageUnreported,
+                Status::Contraindicated,
+                "no storage inventory: disks, swap and persistent filesystems are not accounted for",
+            );
+        }
+        return;
+    };
+    check_inventory(j, inv);
+}
+
+fn check_inventory(j: &mut Judge, inv: &StorageInventory) {
+    let recomputed = inv.recomputed_residue();
+    if recomputed != inv.residue_bytes {
+        j.add(
+            C::StorageResidueInconsistent,
+            Status::Contraindicated,
+            format!(
+                "residue claimed {}, the items add up to {}",
+                fmt_size(inv.residue_bytes),
+                fmt_size(recomputed)
+            ),
+        );
+    }
+    if !inv.unreadable.is_empty() {
+        j.add(
+            C::StorageUnreadable,
+            Status::Contraindicated,
+            inv.unreadable.join("; "),
+        );
+    }
+    let max = j.policy.max_residue_persistent;
+    if recomputed > max {
+        let items: Vec<String> = inv
+            .items()
+            .filter(|(_, c)| c.residue_bytes() > 0)
+            .map(|(name, c)| format!("{name}: {}", fmt_size(c.residue_bytes())))
+            .collect();
+        j.add(
+            C::StorageResidue,
+            Status::Contraindicated,
+            format!(
+                "{} of writable persistent storage, the policy allows {}: {}",
+                fmt_size(recomputed),
+                fmt_size(max),
+                items.join(", ")
+            ),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rackwarden_attest::{
+        schema::example_statement,
+        storage::{StorageClass, StorageInventory},
+    };
+
+    use super::*;
+    use crate::config::VerifierConfig;
+
+    fn judge_with(max: &str, require: bool, inv: Option<StorageInventory>) -> Vec<(C, String)> {
+        let text = format!(
+            "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\nmax_residue_persistent = \"{max}\"\nrequire_storage_inventory = {require}\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n"
+        );
+        let cfg = VerifierConfig::parse(std::path::Path::new("v.toml"), &text).unwrap();
+        let mut st = example_statement();
+        st.predicate.storage = inv;
+        let mut j = Judge {
+            policy: &cfg.policy,
+            findings: vec![],
+        };
+        check(&mut j, &st);
+        j.findings.into_iter().map(|f| (f.code, f.detail)).collect()
+    }
+
+    fn inventory(residue: u64, claimed: u64) -> StorageInventory {
+        let mut inv = example_statement().predicate.storage.unwrap();
+        inv.devices[0].class = StorageClass::Residue {
+            writable_bytes: residue,
+            why: "test".into(),
+        };
+        inv.unreadable.clear();
+        inv.residue_bytes = claimed;
+        inv
+    }
+
+    #[test]
+    fn residue_is_judged_on_the_recomputed_sum() {
+        assert!(judge_with("1 MiB", false, Some(inventory(1 << 20, 1 << 20))).is_empty());
+        let over = judge_with(
+            "1 MiB",
+            false,
+            Some(inventory((1 << 20) + 1, (1 << 20) + 1)),
+        );
+        assert_eq!(over.len(), 1);
+        assert_eq!(over[0].0, C::StorageResidue);
+        assert!(over[0].1.contains("nvme0n1"), "{}", over[0].1);
+        // A host that claims less than its items add up to is caught, and judged on the sum.
+        let lie = judge_with("1 MiB", false, Some(inventory(2 << 20, 0)));
+        let codes: Vec<C> = lie.iter().map(|f| f.0).collect();
+        assert_eq!(
+            codes,
+            vec![C::StorageResidueInconsistent, C::StorageResidue]
+        );
+    }
+
+    #[test]
+    fn an_incomplete_or_missing_inventory_is_not_affirmed() {
+        let mut inv = inventory(0, 0);
+        inv.unreadable = vec!["/proc/swaps: permission denied".into()];
+        let f = judge_with("0 B", false, Some(inv));
+        assert_eq!(f[0].0, C::StorageUnreadable);
+        assert!(judge_with("0 B", false, None).is_empty());
+        assert_eq!(judge_with("0 B", true, None)[0].0, C::StorageUnreported);
+    }
+}
