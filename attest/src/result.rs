@@ -130,10 +130,11 @@ pub enum FindingCode {
     StorageResidueInconsistent,
     StorageUnreadable,
     StorageUnreported,
+    StorageEraseFailed,
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 67] = [
+    pub const ALL: [FindingCode; 68] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -201,6 +202,7 @@ impl FindingCode {
         FindingCode::StorageResidueInconsistent,
         FindingCode::StorageUnreadable,
         FindingCode::StorageUnreported,
+        FindingCode::StorageEraseFailed,
     ];
 
     pub fn aspect(self) -> Aspect {
@@ -271,7 +273,8 @@ impl FindingCode {
             FindingCode::StorageResidue
             | FindingCode::StorageResidueInconsistent
             | FindingCode::StorageUnreadable
-            | FindingCode::StorageUnreported => Aspect::Storage,
+            | FindingCode::StorageUnreported
+            | FindingCode::StorageEraseFailed => Aspect::Storage,
         }
     }
 
@@ -345,6 +348,7 @@ impl FindingCode {
             FindingCode::StorageResidueInconsistent => "storage_residue_inconsistent",
             FindingCode::StorageUnreadable => "storage_unreadable",
             FindingCode::StorageUnreported => "storage_unreported",
+            FindingCode::StorageEraseFailed => "storage_erase_failed",
         }
     }
 
@@ -507,6 +511,9 @@ impl FindingCode {
             }
             FindingCode::StorageUnreported => {
                 "the statement carries no storage inventory, and the policy requires one"
+            }
+            FindingCode::StorageEraseFailed => {
+                "a scratch volume was not erased by key this epoch: what was written to it survives, and it counts as residue"
             }
         }
     }

@@ -121,7 +121,7 @@ fn loop_devices_and_swap_are_residue_and_swap_off_clears_swap() {
     let mut v = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
     // What this host can keep before the test adds anything (its own disks): the policy
     // accepts exactly that, so any byte more is a finding.
-    let before = rackwarden::storage::take(vec![]);
+    let before = rackwarden::storage::take(Default::default());
     assert!(before.unreadable.is_empty(), "{:?}", before.unreadable);
     let text = std::fs::read_to_string(&v.config).unwrap();
     let text = text.replace(
@@ -194,12 +194,20 @@ fn loop_devices_and_swap_are_residue_and_swap_off_clears_swap() {
     assert!(detail.contains("swap.img"), "{detail}");
     println!("seq 1 storage_residue: {detail}");
 
-    // seq 2: `swap = "off"` (a restart with the new config) turns it off before the wipe.
+    // seq 2: `swap = "off"` (a restart with the new config) turns it off before the wipe, and
+    // the loop device is configured to be erased by key, which this kernel cannot do.
     d.stop();
     let text = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(
         &cfg,
-        text.replacen("[wipe]\n", "[wipe]\nswap = \"off\"\n", 1),
+        text.replacen(
+            "[wipe]\n",
+            &format!(
+                "[wipe]\nswap = \"off\"\nerase = [{{ device = \"/dev/{}\" }}]\n",
+                lo.name()
+            ),
+            1,
+        ),
     )
     .unwrap();
     let mut d = Daemon::start(&cfg, &sock);
@@ -228,14 +236,47 @@ fn loop_devices_and_swap_are_residue_and_swap_off_clears_swap() {
             .unwrap()
             .contains("swap.img")
     );
+    // Erase by key where the kernel has no device-mapper: refused with the reason, and the
+    // device stays residue.
+    let dm = Path::new("/sys/class/misc/device-mapper").exists();
+    let erased = &p2["storage"]["erased"][0];
+    assert_eq!(
+        erased["device"],
+        format!("/dev/{}", lo.name()),
+        "{erased:#}"
+    );
+    if !dm {
+        assert!(
+            erased["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("device-mapper")),
+            "{erased:#}"
+        );
+        assert!(erased.get("header_sha3_256").is_none(), "{erased:#}");
+        let failed = finding(&h[2], "storage_erase_failed").expect("storage_erase_failed");
+        assert!(failed.contains("device-mapper"), "{failed}");
+        println!("seq 2 storage_erase_failed: {failed}");
+    } else {
+        println!("this host has device-mapper: the refusal is not checked here");
+    }
     let detail = finding(&h[2], "storage_residue").expect("the loop device is still residue");
     assert!(
         detail.contains(&format!("{}:", lo.name())) && !detail.contains("swap.img"),
         "{detail}"
     );
 
-    // seq 3: the loop device detached: back to what the policy accepts.
+    // seq 3: the loop device detached and no longer configured for erasing: back to what
+    // the policy accepts.
+    d.stop();
+    let loop_name = lo.name();
     lo.detach();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let text = text.replace(
+        &format!("erase = [{{ device = \"/dev/{loop_name}\" }}]\n"),
+        "",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let mut d = Daemon::start(&cfg, &sock);
     wipe_now(&sock);
     delivered(&sock, 3);
     let h = v.history(&rack, &host);

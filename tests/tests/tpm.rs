@@ -520,7 +520,7 @@ fn bare_evidence() -> statement::EpochEvidence {
         images: None,
         incidents: vec![],
         epoch: None,
-        swap_turned_off: vec![],
+        storage: Default::default(),
     }
 }
 

@@ -22,6 +22,7 @@
 //! reserve = "1 GiB"                # host memory left untouched
 //! scratch = ["/var/lib/inference/scratch"]
 //! swap = "off"                     # turn swap off before each wipe (default "on": residue)
+//! erase = [{ device = "/dev/nvme1n1", mount = "/srv/scratch" }]  # erased by key each epoch
 //!
 //! [images]
 //! manifest = "/etc/rackwarden/manifest.dsse.json"
@@ -95,6 +96,8 @@ pub struct WipePlan {
     pub reserve_bytes: u64,
     pub scratch: Vec<PathBuf>,
     pub swap: SwapPolicy,
+    /// Scratch volumes erased by key at every wipe.
+    pub erase: Vec<crate::storage::erase::EraseVolume>,
 }
 
 /// `wipe.swap`: what happens to swap at a wipe.
@@ -174,6 +177,14 @@ pub(super) struct RawWipe {
     reserve: Option<Spanned<String>>,
     scratch: Option<Vec<Spanned<String>>>,
     swap: Option<Spanned<String>>,
+    erase: Option<Vec<Spanned<RawEraseVolume>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEraseVolume {
+    device: Spanned<String>,
+    mount: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -420,6 +431,7 @@ fn wipe_plan(err: Err, w: Option<RawWipe>) -> Result<WipePlan, ConfigError> {
             reserve_bytes: 1 << 30,
             scratch: vec![],
             swap: SwapPolicy::On,
+            erase: vec![],
         });
     };
     let backends = match &w.backends {
@@ -468,12 +480,39 @@ fn wipe_plan(err: Err, w: Option<RawWipe>) -> Result<WipePlan, ConfigError> {
             }
         },
     };
+    let mut erase: Vec<crate::storage::erase::EraseVolume> = Vec::new();
+    for v in w.erase.iter().flatten() {
+        let raw = v.get_ref();
+        let device = path(err, "wipe.erase.device", &raw.device)?;
+        if !device.is_absolute() || !device.starts_with("/dev") {
+            return Err(err(
+                Some(raw.device.span()),
+                format!(
+                    "`wipe.erase.device`: `{}` is not a device under /dev",
+                    device.display()
+                ),
+            ));
+        }
+        let mount = raw
+            .mount
+            .as_ref()
+            .map(|m| path(err, "wipe.erase.mount", m))
+            .transpose()?;
+        if erase.iter().any(|e| e.device == device) {
+            return Err(err(
+                Some(raw.device.span()),
+                format!("`wipe.erase`: {} is listed twice", device.display()),
+            ));
+        }
+        erase.push(crate::storage::erase::EraseVolume { device, mount });
+    }
     Ok(WipePlan {
         backends,
         max_bytes,
         reserve_bytes,
         scratch,
         swap,
+        erase,
     })
 }
 
@@ -647,6 +686,12 @@ units = ["vllm.service", "router.service"]
         assert_eq!(e.wipe.backends, [Backend::Host, Backend::Scratch]);
         assert_eq!(e.wipe.max_bytes, Some(64 << 30), "a bare number is bytes");
         assert_eq!(e.wipe.reserve_bytes, 1 << 30);
+        assert_eq!(
+            e.wipe.swap,
+            SwapPolicy::On,
+            "swap stays on (and is residue) by default"
+        );
+        assert!(e.wipe.erase.is_empty());
         assert!(matches!(e.workloads, Workloads::Units { ref units, .. } if units.len() == 2));
         assert!(e.images.is_some());
         assert!(
@@ -740,6 +785,26 @@ units = ["vllm.service", "router.service"]
                 "max_bytes = \"68719476736\"",
                 "max_bytes = \"0 B\"",
                 "above zero",
+            ),
+            (
+                "scratch = [\"/scratch\"]",
+                "scratch = [\"/scratch\"]\nswap = \"sometimes\"",
+                "`wipe.swap`: `sometimes` is neither",
+            ),
+            (
+                "scratch = [\"/scratch\"]",
+                "scratch = [\"/scratch\"]\nerase = [{ device = \"/srv/disk.img\" }]",
+                "not a device under /dev",
+            ),
+            (
+                "scratch = [\"/scratch\"]",
+                "scratch = [\"/scratch\"]\nerase = [{ device = \"/dev/vdb\" }, { device = \"/dev/vdb\" }]",
+                "/dev/vdb is listed twice",
+            ),
+            (
+                "scratch = [\"/scratch\"]",
+                "scratch = [\"/scratch\"]\nerase = [{ device = \"/dev/vdb\", mount = \"scratch\" }]",
+                "wipe.erase.mount` must be an absolute path",
             ),
             (
                 "source = \"/srv/models\"",

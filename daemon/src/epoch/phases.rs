@@ -21,12 +21,12 @@ use super::{
     statement::{self, EpochEvidence},
     workloads,
 };
+use crate::storage::EpochStorage;
 use crate::{
     config::epoch::{SwapPolicy, Workloads},
     images::StagingOutcome,
     wipe,
 };
-use rackwarden_attest::storage::SwapOff;
 
 /// Time each phase of an epoch.
 struct Phases {
@@ -58,8 +58,8 @@ struct Epoch {
     phases: Phases,
     /// From the start of the drain to the restart (0 with no workloads configured).
     downtime_ms: u64,
-    /// The swap areas turned off before the wipe (`[wipe] swap = "off"`).
-    swap_turned_off: Vec<SwapOff>,
+    /// Swap turned off and volumes erased before the wipe (`[wipe] swap`, `[wipe] erase`).
+    storage: EpochStorage,
 }
 
 /// What an epoch did between the drain and the statement.
@@ -134,7 +134,7 @@ impl EpochLoop {
             },
             phases: Phases::new(),
             downtime_ms: 0,
-            swap_turned_off: vec![],
+            storage: EpochStorage::default(),
         };
         log::info!("epoch {seq}: start ({trigger:?})");
         let challenge = self.challenge(&mut epoch)?;
@@ -232,8 +232,10 @@ impl EpochLoop {
         let plan = &self.ecfg.wipe;
         self.wipe_progress.store(0, Ordering::SeqCst);
         if plan.swap == SwapPolicy::Off {
-            epoch.swap_turned_off = crate::storage::swap::turn_off_all();
+            epoch.storage.swap_turned_off = crate::storage::swap::turn_off_all();
         }
+        // Before the host wipe, so that the pages the old keys were in are overwritten too.
+        epoch.storage.erased = crate::storage::erase::erase_all(&plan.erase);
         let req = wipe::WipeRequest {
             nonce: *ch.wipe_nonce().as_bytes(),
             backends: plan.backends.clone(),
@@ -320,7 +322,7 @@ impl EpochLoop {
             images,
             incidents: self.carried.clone(),
             epoch: Some(run),
-            swap_turned_off: std::mem::take(&mut epoch.swap_turned_off),
+            storage: std::mem::take(&mut epoch.storage),
         };
         // A key written by `keygen --rotate` since the last statement is announced in this one.
         if let Err(e) = self.keys.refresh_next() {

@@ -98,8 +98,9 @@ pub struct EpochEvidence {
     /// Incidents beyond the log's own (e.g. an interrupted epoch).
     pub incidents: Vec<Incident>,
     pub epoch: Option<EpochRun>,
-    /// Swap areas turned off before this epoch's wipe (they are in the storage inventory).
-    pub swap_turned_off: Vec<rackwarden_attest::storage::SwapOff>,
+    /// What the epoch did to storage before the wipe (swap turned off, volumes erased by
+    /// key): the storage inventory carries it.
+    pub storage: crate::storage::EpochStorage,
 }
 
 /// Signs the next statement of `log` with `key`, quotes it where `log` has a TPM, appends it
@@ -143,7 +144,7 @@ pub fn sign_and_append<L: StatementLog>(
         next_key,
         root_of_trust,
         // Taken now, after the wipe: what could carry state into the next epoch.
-        storage: Some(crate::storage::take(ev.swap_turned_off)),
+        storage: Some(crate::storage::take(ev.storage)),
     };
     let st = Statement::new(subject, predicate);
     let payload = st.to_json();

@@ -22,7 +22,8 @@
 use std::path::{Path, PathBuf};
 
 use rackwarden_attest::storage::{
-    BlockDevice, DeviceKind, MountedFs, StorageClass, StorageInventory, SwapArea, SwapOff,
+    BlockDevice, DeviceKind, ErasedVolume, MountedFs, StorageClass, StorageInventory, SwapArea,
+    SwapOff,
 };
 
 pub const SYS_CLASS_BLOCK: &str = "/sys/class/block";
@@ -64,8 +65,15 @@ const KERNEL_FS: &[&str] = &[
     "nfsd",
 ];
 
-/// The inventory of this host, with the swap areas this epoch turned off.
-pub fn take(swap_turned_off: Vec<SwapOff>) -> StorageInventory {
+/// What the epoch did to storage before the inventory is taken.
+#[derive(Debug, Clone, Default)]
+pub struct EpochStorage {
+    pub swap_turned_off: Vec<SwapOff>,
+    pub erased: Vec<ErasedVolume>,
+}
+
+/// The inventory of this host, with what this epoch turned off and erased.
+pub fn take(done: EpochStorage) -> StorageInventory {
     take_from(
         &Sources {
             class_block: SYS_CLASS_BLOCK.into(),
@@ -74,7 +82,7 @@ pub fn take(swap_turned_off: Vec<SwapOff>) -> StorageInventory {
             root: HOST_ROOT.into(),
             swaps: PROC_SWAPS.into(),
         },
-        swap_turned_off,
+        done,
     )
 }
 
@@ -87,20 +95,28 @@ pub struct Sources {
     pub swaps: PathBuf,
 }
 
-pub fn take_from(src: &Sources, swap_turned_off: Vec<SwapOff>) -> StorageInventory {
+pub fn take_from(src: &Sources, done: EpochStorage) -> StorageInventory {
     let mut unreadable = Vec::new();
-    let devices = block_devices(&src.class_block, &mut unreadable);
+    let mut devices = block_devices(&src.class_block, &mut unreadable);
     let mounts = mounts(src, &mut unreadable);
     let (swaps, swap_errors) = swap_lines(&src.swaps);
     unreadable.extend(swap_errors);
     let mut inv = StorageInventory {
-        devices,
+        devices: vec![],
         mounts,
         swaps,
-        swap_turned_off,
+        swap_turned_off: done.swap_turned_off,
+        erased: done.erased,
         unreadable,
         residue_bytes: 0,
     };
+    // A device erased by key this epoch (and only one whose erase succeeded) is `erased`.
+    for d in &mut devices {
+        if inv.erase_succeeded(&d.name) {
+            d.class = StorageClass::Erased;
+        }
+    }
+    inv.devices = devices;
     inv.residue_bytes = inv.recomputed_residue();
     inv
 }
@@ -515,7 +531,7 @@ mod tests {
 
     #[test]
     fn this_host_has_an_inventory_that_adds_up() {
-        let inv = take(vec![]);
+        let inv = take(EpochStorage::default());
         for (name, class) in inv.items() {
             println!("{name}: {class:?}");
         }

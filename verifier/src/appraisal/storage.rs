@@ -40,6 +40,17 @@ fn check_inventory(j: &mut Judge, inv: &StorageInventory) {
             ),
         );
     }
+    for e in inv.erased.iter().filter(|e| e.error.is_some()) {
+        j.add(
+            C::StorageEraseFailed,
+            Status::Warning,
+            format!(
+                "{}: {}",
+                e.device,
+                e.error.as_deref().unwrap_or("no detail")
+            ),
+        );
+    }
     if !inv.unreadable.is_empty() {
         j.add(
             C::StorageUnreadable,
@@ -99,6 +110,7 @@ mod tests {
             why: "test".into(),
         };
         inv.unreadable.clear();
+        inv.erased.clear();
         inv.residue_bytes = claimed;
         inv
     }
@@ -120,6 +132,33 @@ mod tests {
         assert_eq!(
             codes,
             vec![C::StorageResidueInconsistent, C::StorageResidue]
+        );
+    }
+
+    #[test]
+    fn an_erased_class_counts_only_with_a_successful_erase() {
+        let mut inv = inventory(0, 0);
+        inv.devices[0].class = StorageClass::Erased;
+        inv.devices[0].size_bytes = 4 << 20;
+        // No erase record: the class is not evidence, its size is residue.
+        let f = judge_with("1 MiB", false, Some(inv.clone()));
+        assert_eq!(
+            f.iter().map(|f| f.0).collect::<Vec<_>>(),
+            vec![C::StorageResidueInconsistent, C::StorageResidue]
+        );
+        let mut erased = example_statement().predicate.storage.unwrap().erased;
+        erased[0].device = format!("/dev/{}", inv.devices[0].name);
+        erased[0].error = None;
+        inv.erased = erased.clone();
+        assert!(judge_with("1 MiB", false, Some(inv.clone())).is_empty());
+        // A failed erase is a warning, and the volume is residue.
+        erased[0].error = Some("this kernel has no device-mapper".into());
+        inv.erased = erased;
+        inv.residue_bytes = 4 << 20;
+        let f = judge_with("1 MiB", false, Some(inv));
+        assert_eq!(
+            f.iter().map(|f| f.0).collect::<Vec<_>>(),
+            vec![C::StorageEraseFailed, C::StorageResidue]
         );
     }
 

@@ -107,11 +107,14 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "of"
         | "item"
         | "mount_point"
+        | "mount"
+        | "mapping"
+        | "cipher"
         | "fs_type"
         | "source"
         | "path" => Identifier,
         "prev" | "binary_sha3_256" | "tag" | "merkle_sha3_256" | "manifest_sha3_256"
-        | "sha3_256" => Digest,
+        | "sha3_256" | "header_sha3_256" => Digest,
         "nonce" => Nonce,
         "passed_bytes" | "passed_packets" | "dropped_bytes" | "dropped_packets"
         | "unconfigured_drops" | "contention_drops" | "bytes_total" | "bytes_filled"

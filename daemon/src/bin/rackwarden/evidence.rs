@@ -113,7 +113,7 @@ pub fn attest(config: &Path, key: &Path, log: &Path, nonce: Option<Nonce>) -> an
             images: None,
             incidents: vec![],
             epoch: None,
-            swap_turned_off: vec![],
+            storage: Default::default(),
         },
         None,
     )?;
