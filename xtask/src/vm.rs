@@ -45,10 +45,29 @@ const VM_PACKAGES: &[&str] = &[
     // of that group's initrd (see [`compressed_initrd`]).
     "ovmf",
     "zstd",
+    // The storage group's erase by key (`cryptsetup`, `dmsetup`, `mkfs.ext4` in the guest).
+    "cryptsetup-bin",
+    "dmsetup",
+    "e2fsprogs",
 ];
 
 /// Modules the tests need that Debian's cloud kernels build as modules.
-const MODULES: &[&str] = &["veth", "sch_ingress", "cls_bpf", "act_bpf"];
+const MODULES: &[&str] = &[
+    "veth",
+    "sch_ingress",
+    "cls_bpf",
+    "act_bpf",
+    // The storage group: its second disk and dm-crypt with AES-XTS (built in where no file).
+    "virtio_pci",
+    "virtio_blk",
+    "dm_crypt",
+    "xts",
+    // xts(aes) is instantiated as xts(ecb(aes)): a module on 6.1, built in on 6.12.
+    "ecb",
+];
+
+/// The storage group's second virtual disk (`/dev/vda` in the guest).
+const SCRATCH_DISK_BYTES: u64 = 64 << 20;
 
 /// Guest memory and CPUs: two CPUs so the two-senders test runs on two CPUs.
 const GUEST_MEM_MIB: u64 = 2048;
@@ -74,6 +93,8 @@ struct Group {
     tpm: bool,
     /// What the guest boots through: the measured-boot group needs UEFI.
     firmware: Firmware,
+    /// The guest gets a second, empty virtio disk of [`SCRATCH_DISK_BYTES`] (`/dev/vda`).
+    scratch_disk: bool,
     /// Part of a plain `vm-test` (and so of `cargo xtask test`); a group that is not runs
     /// only when named with `--group`.
     default: bool,
@@ -87,6 +108,7 @@ const GROUPS: &[Group] = &[
         ignored: false,
         tpm: false,
         firmware: Firmware::SeaBios,
+        scratch_disk: false,
         default: true,
     },
     Group {
@@ -96,6 +118,7 @@ const GROUPS: &[Group] = &[
         ignored: false,
         tpm: false,
         firmware: Firmware::SeaBios,
+        scratch_disk: false,
         default: true,
     },
     Group {
@@ -105,6 +128,7 @@ const GROUPS: &[Group] = &[
         ignored: false,
         tpm: false,
         firmware: Firmware::SeaBios,
+        scratch_disk: false,
         default: true,
     },
     Group {
@@ -114,6 +138,7 @@ const GROUPS: &[Group] = &[
         ignored: false,
         tpm: false,
         firmware: Firmware::SeaBios,
+        scratch_disk: false,
         default: true,
     },
     Group {
@@ -123,6 +148,7 @@ const GROUPS: &[Group] = &[
         ignored: false,
         tpm: false,
         firmware: Firmware::SeaBios,
+        scratch_disk: false,
         default: true,
     },
     Group {
@@ -132,6 +158,7 @@ const GROUPS: &[Group] = &[
         ignored: false,
         tpm: false,
         firmware: Firmware::SeaBios,
+        scratch_disk: false,
         default: true,
     },
     // Hundreds of daemon starts of the tamper watch beside CPUs busy with syscalls: the
@@ -143,6 +170,7 @@ const GROUPS: &[Group] = &[
         ignored: false,
         tpm: false,
         firmware: Firmware::SeaBios,
+        scratch_disk: false,
         default: true,
     },
     // The old attach/detach at every start, to reproduce the int3 oops it caused under
@@ -154,6 +182,7 @@ const GROUPS: &[Group] = &[
         ignored: true,
         tpm: false,
         firmware: Firmware::SeaBios,
+        scratch_disk: false,
         default: false,
     },
     // A real (emulated) TPM in the guest and IMA measuring into it: the EK certificate, an
@@ -167,6 +196,19 @@ const GROUPS: &[Group] = &[
         ignored: false,
         tpm: true,
         firmware: Firmware::Ovmf,
+        scratch_disk: false,
+        default: true,
+    },
+    // A scratch volume on a second virtual disk, erased by key at every epoch (dm-crypt):
+    // state written before an epoch is gone after it, or the disk is residue.
+    Group {
+        name: "storage",
+        target: "erase_guest",
+        tests: &[],
+        ignored: false,
+        tpm: false,
+        firmware: Firmware::SeaBios,
+        scratch_disk: true,
         default: true,
     },
 ];
@@ -581,7 +623,15 @@ fn common_root(tests: &BTreeMap<String, PathBuf>) -> Result<PathBuf> {
     // iproute2 proper (`ip netns`, `tc -j`): busybox's applets lack both; coreutils `date`
     // for `%N` (the workload hooks stamp milliseconds).
     let mut elfs: Vec<(PathBuf, PathBuf)> = Vec::new();
-    for tool in ["ip", "tc", "bpftool", "date"] {
+    for tool in [
+        "ip",
+        "tc",
+        "bpftool",
+        "date",
+        "cryptsetup",
+        "dmsetup",
+        "mkfs.ext4",
+    ] {
         let path = which(tool).with_context(|| format!("{tool} is not installed"))?;
         // Where the host has it: busybox ash runs its own applet for a bare `date` whatever
         // PATH says, so the workload hooks name `/usr/bin/date`.
@@ -618,6 +668,13 @@ fn common_root(tests: &BTreeMap<String, PathBuf>) -> Result<PathBuf> {
     std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n")?;
     std::fs::write(root.join("etc/group"), "root:x:0:\n")?;
     std::fs::write(root.join("etc/hosts"), "127.0.0.1 localhost\n")?;
+    if Path::new("/etc/mke2fs.conf").exists() {
+        copy_file(
+            Path::new("/etc/mke2fs.conf"),
+            &root.join("etc/mke2fs.conf"),
+            false,
+        )?;
+    }
     Ok(root)
 }
 
@@ -761,8 +818,10 @@ fn module_closure(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
         };
         let deps =
             output(Command::new("modinfo").args(["-F", "depends"]).arg(path)).unwrap_or_default();
+        // `depends` names modules as their files are named (`dm-mod`); the map's keys,
+        // like the kernel's names, have `_` for `-`.
         for d in deps.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-            visit(d, files, order, depth + 1)?;
+            visit(&d.replace('-', "_"), files, order, depth + 1)?;
         }
         order.push((name.to_string(), path.clone()));
         Ok(())
@@ -1361,6 +1420,28 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
             }
         }
     };
+    // A fresh, empty second disk for each boot of a group that has one.
+    let scratch = if run.group.scratch_disk {
+        let path = PathBuf::from(format!(
+            "target/vm/disks/{}-{}-{attempt}.img",
+            run.kernel.label, run.group.name
+        ));
+        let made = path
+            .parent()
+            .map(std::fs::create_dir_all)
+            .unwrap_or(Ok(()))
+            .and_then(|()| std::fs::File::create(&path))
+            .and_then(|f| f.set_len(SCRATCH_DISK_BYTES));
+        if let Err(e) = made {
+            return fail(format!("scratch disk {}: {e}", path.display()));
+        }
+        vec![
+            "-drive".to_string(),
+            format!("file={},format=raw,if=virtio", path.display()),
+        ]
+    } else {
+        vec![]
+    };
     let child = Command::new("qemu-system-x86_64")
         .args([
             "-M",
@@ -1379,6 +1460,7 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         .arg(&run.initrd)
         .args(["-append", &append])
         .args(swtpm.iter().flat_map(GuestSwtpm::qemu_args))
+        .args(&scratch)
         .args([
             "-nodefaults",
             "-nic",
