@@ -14,7 +14,7 @@ use std::{
 };
 
 use rackwarden_tests::{
-    Daemon, Net,
+    Daemon, Net, bin,
     epoch::{EpochFixture, Verifier, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config},
 };
 
@@ -159,6 +159,21 @@ fn loop_devices_and_swap_are_residue_and_swap_off_clears_swap() {
     let mut lo = LoopDevice::attach(&net.dir.join("disk.img"), 64 << 20);
     let swap_path = net.dir.join("swap.img");
     let _swap = SwapFile::on(&swap_path, 32 << 20);
+    // What an operator sees before deploying: `rackwarden storage` lists it, exit 1.
+    let out = Command::new(bin("rackwarden"))
+        .args(["storage", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "residue exits 1");
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        shown["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["name"] == lo.name() && d["class"]["class"] == "residue"),
+        "{shown:#}"
+    );
     wipe_now(&sock);
     delivered(&sock, 1);
     let h = v.history(&rack, &host);

@@ -202,6 +202,13 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Every disk, mount and swap area of this host and where its bytes are accounted for:
+    /// the storage inventory a statement would carry now. Exits 1 when anything is residue.
+    Storage {
+        /// Print JSON (the statement's `storage` object) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// The arithmetic behind the caps: transfer times, slowdown, state bound per wipe epoch.
     Budget(BudgetArgs),
     /// Image digests and verified staging.

@@ -67,6 +67,12 @@ fn run(cmd: &Cmd) -> anyhow::Result<ExitCode> {
             let code = wipe::wipe_cmd(backend, *max_bytes, *nonce, *reserve, scratch, *json)?;
             return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
         }
+        Cmd::Storage { json } => {
+            let residue = wipe::storage_cmd(*json)?;
+            if residue > 0 {
+                return Ok(ExitCode::from(1));
+            }
+        }
         Cmd::Budget(a) => budget::budget_cmd(a)?,
         Cmd::Image { cmd } => image::image_cmd(cmd)?,
         Cmd::Manifest { cmd } => image::manifest_cmd(cmd)?,

@@ -1,10 +1,11 @@
-//! `rackwarden wipe`: one wipe, run by hand, with its report.
+//! `rackwarden wipe`: one wipe, run by hand, with its report; `rackwarden storage`: what a
+//! wipe does not cover.
 
 use std::path::PathBuf;
 
 use anyhow::bail;
 use rackwarden::{units::ByteSize, wipe};
-use rackwarden_attest::nonce::Nonce;
+use rackwarden_attest::{nonce::Nonce, storage::StorageClass, units::fmt_size};
 
 /// Exit code: 0 when every device is complete without mismatches, or absent; 1 on
 /// mismatches or failures; 3 when interrupted (2 is clap's usage error).
@@ -108,4 +109,34 @@ pub fn wipe_cmd(
     } else {
         0
     })
+}
+
+/// `rackwarden storage`: the inventory a statement would carry now; returns its residue.
+pub fn storage_cmd(json: bool) -> anyhow::Result<u64> {
+    let inv = rackwarden::storage::take(Default::default());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&inv)?);
+        return Ok(inv.residue_bytes);
+    }
+    println!("{:<44} {:<11} {:>12}  why", "item", "class", "residue");
+    for (name, class) in inv.items() {
+        let (bytes, why) = match class {
+            StorageClass::Residue {
+                writable_bytes,
+                why,
+            } => (fmt_size(*writable_bytes), why.clone()),
+            StorageClass::CountedOn { item } => (String::new(), format!("counted on {item}")),
+            _ => (String::new(), String::new()),
+        };
+        println!("{name:<44} {:<11} {bytes:>12}  {why}", class.name());
+    }
+    for u in &inv.unreadable {
+        println!("UNREADABLE: {u}");
+    }
+    println!(
+        "persistent residue: {} ({} B): state written there survives a wipe",
+        fmt_size(inv.residue_bytes),
+        inv.residue_bytes
+    );
+    Ok(inv.residue_bytes)
 }
