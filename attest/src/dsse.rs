@@ -57,7 +57,18 @@ pub fn pae(payload_type: &str, body: &[u8]) -> Vec<u8> {
 
 /// Signs `body` as `payload_type`. This is where every statement and manifest is signed.
 pub fn sign(key: &SigningKey, payload_type: &str, body: &[u8]) -> Envelope {
-    let sig = key.sign(&pae(payload_type, body));
+    sign_pae(key, payload_type, body, &pae(payload_type, body))
+}
+
+/// Signs `body` and returns the envelope with the SHA3-256 of the PAE it signed (a
+/// statement's link in its host's chain), encoding the PAE once for both.
+pub fn sign_chained(key: &SigningKey, payload_type: &str, body: &[u8]) -> (Envelope, [u8; 32]) {
+    let pae = pae(payload_type, body);
+    (sign_pae(key, payload_type, body, &pae), crate::sha3(&pae))
+}
+
+fn sign_pae(key: &SigningKey, payload_type: &str, body: &[u8], pae: &[u8]) -> Envelope {
+    let sig = key.sign(pae);
     Envelope {
         payload: B64.encode(body),
         payload_type: payload_type.to_string(),

@@ -167,6 +167,19 @@ impl EvidenceLog {
     /// Appends one signed statement and fsyncs. Only after this returns Ok is the statement
     /// acknowledged; on error the log may end in a torn line, which the next open reports.
     pub fn append(&mut self, env: &Envelope, statement: &Statement) -> Result<(), LogError> {
+        let link = crate::sha3(&dsse::pae(&env.payload_type, &statement.to_json()));
+        self.append_linked(env, statement, link)
+    }
+
+    /// [`append`](Self::append) for a statement whose link (SHA3-256 of the PAE its envelope
+    /// signs) the signer already computed (`dsse::sign_chained`): the statement is neither
+    /// serialised nor hashed again.
+    pub fn append_linked(
+        &mut self,
+        env: &Envelope,
+        statement: &Statement,
+        link: [u8; 32],
+    ) -> Result<(), LogError> {
         let e = |source| LogError {
             path: self.path.clone(),
             source,
@@ -176,10 +189,9 @@ impl EvidenceLog {
         self.file.write_all(&line).map_err(e)?;
         self.file.sync_data().map_err(e)?;
         self.durable_len += line.len() as u64;
-        let payload = statement.to_json();
         self.tip = Some(ChainTip {
             seq: statement.predicate.seq,
-            pae_sha3: crate::sha3(&dsse::pae(&env.payload_type, &payload)),
+            pae_sha3: link,
             epoch_end_unix_ms: statement.predicate.epoch_end_unix_ms,
         });
         self.tip_next_keyid = statement

@@ -83,12 +83,6 @@ impl StatementLog for AttestedLog {
     }
 }
 
-/// The statement's link in the chain: SHA3-256 of its DSSE PAE. What [`EvidenceLog::append`]
-/// keeps as the tip, the next statement's `prev`, and the quote's qualifying data.
-pub fn chain_digest(payload_type: &str, payload: &[u8]) -> [u8; 32] {
-    rackwarden_attest::sha3(&dsse::pae(payload_type, payload))
-}
-
 /// What an epoch contributes to its statement; the rest comes from the log and the kernel.
 pub struct EpochEvidence {
     pub challenge: Challenge,
@@ -148,9 +142,9 @@ pub fn sign_and_append<L: StatementLog>(
     };
     let st = Statement::new(subject, predicate);
     let payload = st.to_json();
-    let mut env = dsse::sign(key, dsse::INTOTO_PAYLOAD_TYPE, &payload);
+    let (mut env, link) = dsse::sign_chained(key, dsse::INTOTO_PAYLOAD_TYPE, &payload);
     // Beside the envelope, not in it: the quote is over the signed bytes.
-    env.tpm = log.quote(&chain_digest(&env.payload_type, &payload));
-    log.evidence_log().append(&env, &st)?;
+    env.tpm = log.quote(&link);
+    log.evidence_log().append_linked(&env, &st, link)?;
     Ok(st)
 }
