@@ -13,6 +13,11 @@
 //! request_timeout = "10 s"
 //! max_connections = 1024          # open connections at once; more wait in the backlog
 //! header_timeout = "5 s"          # a client that has not sent its headers by then is dropped
+//! # The transparency log of stored statements (issue 24). Its ed25519 key is made on the
+//! # first `serve` and never overwritten: <key> (0600), <key stem>.pub and <key stem>.vkey
+//! # (the C2SP verifier key hosts and auditors check checkpoints with).
+//! # log_key = "/var/lib/rackwarden-verifier/tlog.key"   # default: tlog.key beside `database`
+//! # log_origin = "rackwarden-verifier/10.0.0.5"        # default: rackwarden-verifier/<listen IP>
 //!
 //! [policy]
 //! id = "inference-only-2026-12"
@@ -178,6 +183,10 @@ pub struct VerifierConfig {
     pub policy: Policy,
     /// `[tpm]`: whom AK enrolment trusts to certify EKs (`None`: no AK is enrolled).
     pub tpm: Option<TpmEnrolConfig>,
+    /// The transparency log's private key (made on first `serve` if absent).
+    pub log_key: PathBuf,
+    /// The log's origin: the first line of its checkpoints and its key's name.
+    pub log_origin: String,
 }
 
 #[derive(Deserialize)]
@@ -196,6 +205,8 @@ struct Raw {
     #[serde(default)]
     racks: BTreeMap<String, Spanned<RawRack>>,
     tpm: Option<tpm::RawTpm>,
+    log_key: Option<Spanned<String>>,
+    log_origin: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -263,11 +274,31 @@ impl VerifierConfig {
             Some(s) => src.dur("request_timeout", s)?,
             None => Duration::from_secs(10),
         };
+        let database = PathBuf::from(raw.database.get_ref());
+        let log_key = match &raw.log_key {
+            Some(k) => PathBuf::from(k.get_ref()),
+            None => database.parent().unwrap_or(Path::new(".")).join("tlog.key"),
+        };
+        let log_origin = match &raw.log_origin {
+            Some(o) => {
+                let name = o.get_ref();
+                if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == '+') {
+                    return Err(src.err(
+                        Some(o.span()),
+                        format!("`log_origin`: `{name}` is empty or has a space or `+` (it names the log's key)"),
+                    ));
+                }
+                name.clone()
+            }
+            None => format!("rackwarden-verifier/{}", listen.ip()),
+        };
         Ok(VerifierConfig {
             path: path.into(),
             listen,
             transport,
-            database: PathBuf::from(raw.database.get_ref()),
+            database,
+            log_key,
+            log_origin,
             max_body_bytes,
             request_timeout,
             max_connections,
