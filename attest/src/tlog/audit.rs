@@ -169,7 +169,8 @@ pub fn audit_tiles<F: Fn(&str) -> Result<Vec<u8>, String>>(
 /// `tlog.vkey`).
 pub fn load_log_key(arg: &str) -> Result<NoteVerifier, NoteError> {
     let path = std::path::Path::new(arg.trim());
-    if path.is_file() {
+    // A vkey always has `+`; a path without one is a file that must be there.
+    if path.is_file() || !arg.contains('+') {
         let text = std::fs::read_to_string(path)
             .map_err(|e| NoteError::BadKey(format!("{}: {e}", path.display())))?;
         return NoteVerifier::from_vkey(&text)

@@ -107,6 +107,16 @@ pub fn empty_root() -> Hash {
 /// The leaf data of a stored statement (see the module doc). `None`: a rack or host id
 /// longer than 65535 bytes.
 pub fn statement_leaf(rack: &str, host: &str, seq: u64, envelope: &[u8]) -> Option<Vec<u8>> {
+    statement_leaf_of_digest(rack, host, seq, &Sha256::digest(envelope).into())
+}
+
+/// [`statement_leaf`] from the SHA-256 of the envelope rather than its bytes.
+pub fn statement_leaf_of_digest(
+    rack: &str,
+    host: &str,
+    seq: u64,
+    envelope_sha256: &Hash,
+) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(1 + 2 + rack.len() + 2 + host.len() + 8 + 32);
     out.push(1u8);
     for id in [rack, host] {
@@ -114,7 +124,7 @@ pub fn statement_leaf(rack: &str, host: &str, seq: u64, envelope: &[u8]) -> Opti
         out.extend_from_slice(id.as_bytes());
     }
     out.extend_from_slice(&seq.to_be_bytes());
-    out.extend_from_slice(&Sha256::digest(envelope));
+    out.extend_from_slice(envelope_sha256);
     Some(out)
 }
 
