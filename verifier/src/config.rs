@@ -17,7 +17,8 @@
 //! # first `serve` and never overwritten: <key> (0600), <key stem>.pub and <key stem>.vkey
 //! # (the C2SP verifier key hosts and auditors check checkpoints with).
 //! # log_key = "/var/lib/rackwarden-verifier/tlog.key"   # default: tlog.key beside `database`
-//! # log_origin = "rackwarden-verifier/10.0.0.5"        # default: rackwarden-verifier/<listen IP>
+//! # log_origin = "verifier.example/rackwarden"  # default: rackwarden-verifier/<listen IP>, or
+//! #                                            # /<host name> when listening on 0.0.0.0 or ::
 //!
 //! [policy]
 //! id = "inference-only-2026-12"
@@ -290,7 +291,7 @@ impl VerifierConfig {
                 }
                 name.clone()
             }
-            None => format!("rackwarden-verifier/{}", listen.ip()),
+            None => default_log_origin(listen),
         };
         Ok(VerifierConfig {
             path: path.into(),
@@ -306,6 +307,26 @@ impl VerifierConfig {
             policy: policy(&src, &raw.policy, checked)?,
             tpm: tpm::tpm_enrol(&src, &raw.tpm)?,
         })
+    }
+}
+
+/// `rackwarden-verifier/<listen IP>`, or `rackwarden-verifier/<host name>` when the verifier
+/// listens on every address (0.0.0.0 or ::). It names the log's key: set `log_origin`
+/// explicitly on a verifier whose address or name may change.
+fn default_log_origin(listen: SocketAddr) -> String {
+    if !listen.ip().is_unspecified() {
+        return format!("rackwarden-verifier/{}", listen.ip());
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '+')
+        .collect();
+    if host.is_empty() {
+        "rackwarden-verifier".into()
+    } else {
+        format!("rackwarden-verifier/{host}")
     }
 }
 
@@ -636,6 +657,33 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.policy.max_clock_skew, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn the_log_key_lies_beside_the_database_and_the_origin_names_the_listener() {
+        let c = VerifierConfig::parse(Path::new("v.toml"), GOOD).unwrap();
+        assert_eq!(c.log_key, PathBuf::from("/tmp/tlog.key"));
+        assert_eq!(c.log_origin, "rackwarden-verifier/127.0.0.1");
+        let c = VerifierConfig::parse(
+            Path::new("v.toml"),
+            &GOOD.replace(
+                "database = \"/tmp/v.sqlite\"",
+                "database = \"/tmp/v.sqlite\"\nlog_key = \"/k/log.key\"\nlog_origin = \"v.example/log\"",
+            ),
+        )
+        .unwrap();
+        assert_eq!(c.log_key, PathBuf::from("/k/log.key"));
+        assert_eq!(c.log_origin, "v.example/log");
+        let e = VerifierConfig::parse(
+            Path::new("v.toml"),
+            &GOOD.replace(
+                "database = \"/tmp/v.sqlite\"",
+                "database = \"/tmp/v.sqlite\"\nlog_origin = \"two words\"",
+            ),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("v.toml:4: `log_origin`"), "{e}");
     }
 
     #[test]

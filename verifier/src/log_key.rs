@@ -45,3 +45,33 @@ pub fn open_or_create(key: &Path, origin: &str) -> anyhow::Result<NoteSigner> {
     }
     Ok(signer)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_is_made_once_and_kept() {
+        let dir = std::env::temp_dir().join(format!("rwv-logkey-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let key = dir.join("tlog.key");
+        let first = open_or_create(&key, "v.example/log").unwrap().verifier();
+        let again = open_or_create(&key, "v.example/log").unwrap().verifier();
+        assert_eq!(first, again);
+        assert_eq!(
+            std::fs::read_to_string(vkey_path(&key)).unwrap().trim(),
+            first.vkey()
+        );
+        assert!(dir.join("tlog.pub").exists());
+        // A new origin names the same key anew; the key itself stays.
+        let renamed = open_or_create(&key, "v.example/other").unwrap().verifier();
+        assert_eq!(renamed.key, first.key);
+        assert!(
+            std::fs::read_to_string(vkey_path(&key))
+                .unwrap()
+                .starts_with("v.example/other+")
+        );
+        assert!(open_or_create(&dir.join("tlog.pem"), "o").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
