@@ -3,7 +3,8 @@
 //! and checks it; then a statement is removed behind the verifier's back (its row and its
 //! leaf deleted from the SQLite database, the log rebuilt without it so that every proof the
 //! verifier serves is well formed), and the host's consistency check catches it, naming the
-//! checkpoint it kept and the one it was shown, and keeping both as evidence.
+//! checkpoint it kept and the one it was shown, and keeping both as evidence. The same for a
+//! statement rewritten in place (its envelope and its leaf changed, the nodes recomputed).
 
 use std::{path::Path, process::Command, time::Duration};
 
@@ -31,9 +32,18 @@ fn wait_kept(state: &Path, key: &NoteVerifier, size: u64) -> tlog::note::Checkpo
     }
 }
 
-/// Deletes the statement at `seq` and its leaf, and rebuilds the log without it: leaves
-/// renumbered, every node recomputed. What a verifier rewriting its history would do.
-fn remove_statement(db: &Path, rack: &str, host: &str, seq: u64) {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tamper {
+    /// The statement and its leaf deleted.
+    Remove,
+    /// The statement's envelope changed (a byte appended) and its leaf with it.
+    Rewrite,
+}
+
+/// Removes or rewrites the statement at `seq` and its leaf, and rebuilds the log: leaves
+/// renumbered, every hash and node recomputed. What a verifier rewriting its history
+/// thoroughly would do.
+fn tamper(db: &Path, rack: &str, host: &str, seq: u64, how: Tamper) {
     let c = rusqlite::Connection::open(db).unwrap();
     let id: i64 = c
         .query_row(
@@ -42,10 +52,32 @@ fn remove_statement(db: &Path, rack: &str, host: &str, seq: u64) {
             |r| r.get(0),
         )
         .unwrap();
-    c.execute("DELETE FROM statements WHERE id = ?1", [id])
-        .unwrap();
-    c.execute("DELETE FROM tlog_leaves WHERE statement_id = ?1", [id])
-        .unwrap();
+    match how {
+        Tamper::Remove => {
+            c.execute("DELETE FROM statements WHERE id = ?1", [id])
+                .unwrap();
+            c.execute("DELETE FROM tlog_leaves WHERE statement_id = ?1", [id])
+                .unwrap();
+        }
+        Tamper::Rewrite => {
+            c.execute(
+                "UPDATE statements SET envelope = envelope || ' ' WHERE id = ?1",
+                [id],
+            )
+            .unwrap();
+            let env: String = c
+                .query_row("SELECT envelope FROM statements WHERE id = ?1", [id], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            let data = tlog::statement_leaf(rack, host, seq, env.as_bytes()).unwrap();
+            c.execute(
+                "UPDATE tlog_leaves SET data = ?1 WHERE statement_id = ?2",
+                rusqlite::params![data, id],
+            )
+            .unwrap();
+        }
+    }
     let rest: Vec<(i64, Vec<u8>)> = c
         .prepare("SELECT statement_id, data FROM tlog_leaves ORDER BY idx")
         .unwrap()
@@ -100,7 +132,20 @@ fn log_verify(net: &Net, cfg: &Path, tiles: Option<&str>) -> (bool, String) {
 
 #[test]
 fn a_statement_removed_behind_the_verifiers_back_is_caught_by_the_host() {
-    let net = Net::new("tlog");
+    caught(Tamper::Remove);
+}
+
+#[test]
+fn a_statement_rewritten_behind_the_verifiers_back_is_caught_by_the_host() {
+    caught(Tamper::Rewrite);
+}
+
+fn caught(how: Tamper) {
+    let net = Net::new(if how == Tamper::Remove {
+        "tlgr"
+    } else {
+        "tlgw"
+    });
     let fx = EpochFixture::new(&net.dir, 64 * 1024);
     let (rack, host) = ids(&net);
     let mut verifier = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
@@ -140,11 +185,12 @@ fn a_statement_removed_behind_the_verifiers_back_is_caught_by_the_host() {
     let (ok, out) = log_verify(&net, &cfg, Some(&tiles));
     assert!(ok, "{out}");
 
-    // Behind the verifier's back: seq 1 and its leaf go, the log is rebuilt without it.
+    // Behind the verifier's back: seq 1 and its leaf go (or change), the log is rebuilt.
     verifier.kill9();
-    remove_statement(&verifier.dir.join("verifier.sqlite"), &rack, &host, 1);
+    tamper(&verifier.dir.join("verifier.sqlite"), &rack, &host, 1, how);
     verifier.start();
-    assert_eq!(verifier.history(&rack, &host).len(), 2);
+    let stored = if how == Tamper::Remove { 2 } else { 3 };
+    assert_eq!(verifier.history(&rack, &host).len(), stored);
 
     // The next statement's checkpoint is of a log that does not extend the kept one.
     wipe_now(&sock);
@@ -159,8 +205,13 @@ fn a_statement_removed_behind_the_verifiers_back_is_caught_by_the_host() {
     let old = format!("size 3 root {}", tlog::hex(&kept.root));
     assert!(failure.contains("not append-only"), "{failure}");
     assert!(failure.contains(&old), "{failure}");
-    // The new checkpoint (size 3 again: 0, 2, 3) is named with its own root.
-    assert_eq!(failure.matches("size 3 root").count(), 2, "{failure}");
+    // The new checkpoint (removed: size 3 again, leaves 0, 2, 3; rewritten: size 4) is
+    // named with its own root.
+    let new_size = stored + 1;
+    assert!(
+        failure.contains(&format!("is not a prefix of the checkpoint of `rackwarden-verifier/127.0.0.1` at size {new_size} root")),
+        "{failure}"
+    );
 
     // Kept as evidence: both signed checkpoints, each verifying with the log's key.
     let failures = std::fs::read_to_string(state.join("tlog-failures.jsonl")).unwrap();
@@ -173,7 +224,7 @@ fn a_statement_removed_behind_the_verifiers_back_is_caught_by_the_host() {
         .unwrap();
     assert_eq!(old_cp, kept);
     assert_ne!(new_cp.root, kept.root);
-    assert!(new_cp.size >= 3);
+    assert_eq!(new_cp.size, new_size as u64);
     // The host did not adopt the rewritten history.
     assert_eq!(wait_kept(&state, &key, 3), kept);
 
@@ -182,10 +233,7 @@ fn a_statement_removed_behind_the_verifiers_back_is_caught_by_the_host() {
     let (ok, out) = log_verify(&net, &cfg, Some(&tiles));
     assert!(!ok, "{out}");
     assert!(out.contains("not append-only"), "{out}");
-    assert!(
-        out.contains(&tlog::hex(&new_cp.root)) || out.contains("size 3 root"),
-        "{out}"
-    );
+    assert!(out.contains(&tlog::hex(&new_cp.root)), "{out}");
     println!(
         "RW_REPORT tlog: rackwarden log verify --tiles: {}",
         out.trim()
