@@ -404,6 +404,29 @@ mod tests {
         assert_eq!(parsed.body(), body);
     }
 
+    /// The example key and note of the Go reference implementation
+    /// (golang.org/x/mod/sumdb/note): ed25519 is deterministic, so ours match byte for byte.
+    #[test]
+    fn the_go_reference_note_is_reproduced_byte_for_byte() {
+        const VKEY: &str = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW";
+        const SKEY_MATERIAL: &str = "AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz";
+        const TEXT: &str = "If you think cryptography is the answer to your problem,\nthen you don't know what your problem is.\n";
+        const SIG: &str = "— PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n";
+        let material = STANDARD.decode(SKEY_MATERIAL).unwrap();
+        assert_eq!(material[0], ED25519);
+        let seed: [u8; 32] = material[1..].try_into().unwrap();
+        let signer = NoteSigner::new("PeterNeumann", SigningKey::from_bytes(&seed)).unwrap();
+        assert_eq!(signer.verifier().vkey(), VKEY);
+        let note = signer.sign(TEXT).unwrap();
+        assert_eq!(note, format!("{TEXT}\n{SIG}"));
+        let v = NoteVerifier::from_vkey(VKEY).unwrap();
+        assert_eq!(v.open(&note).unwrap(), TEXT);
+        assert!(
+            v.open(&note.replace("cryptography", "cryptographY"))
+                .is_err()
+        );
+    }
+
     #[test]
     fn vkeys_are_checked() {
         let vk = signer().verifier().vkey();
