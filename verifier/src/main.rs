@@ -142,10 +142,14 @@ enum LogCmd {
         /// The log's key: a vkey, or a file holding one (`tlog.vkey`).
         #[arg(long)]
         key: String,
-        /// A directory holding the log's tiles (`tile/...`, as `log export` writes them).
-        /// Without it, only the signature is checked.
+        /// The log's tiles: a directory (`tile/...`, as `log export` writes them) or the
+        /// URL of a verifier's log (`https://verifier.example:7700/tlog`). Without it, only
+        /// the signature is checked.
         #[arg(long)]
-        tiles: Option<PathBuf>,
+        tiles: Option<String>,
+        /// The CA (PEM) to trust for an https:// --tiles URL (a verifier's `ca.pem`).
+        #[arg(long)]
+        ca: Option<PathBuf>,
         /// Earlier checkpoints (files) that must be prefixes of this one.
         #[arg(long = "old")]
         old: Vec<PathBuf>,
@@ -170,10 +174,11 @@ fn main() -> anyhow::Result<()> {
         checkpoint,
         key,
         tiles,
+        ca,
         old,
     }) = &cli.cmd
     {
-        return log_verify(checkpoint, key, tiles.as_deref(), old);
+        return log_verify(checkpoint, key, tiles.as_deref(), ca.as_deref(), old);
     }
     let cfg = VerifierConfig::load(&cli.config)?;
     match cli.cmd {
@@ -523,10 +528,39 @@ fn log_export(cfg: &VerifierConfig, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Reads a tile by its path under a log's URL.
+fn tile_fetcher(
+    url: &str,
+    ca: Option<&Path>,
+) -> anyhow::Result<impl Fn(&str) -> Result<Vec<u8>, String>> {
+    let mut b = reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .tls_built_in_root_certs(false);
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca).with_context(|| format!("{}", ca.display()))?;
+        b = b.add_root_certificate(
+            reqwest::Certificate::from_pem(&pem).with_context(|| format!("{}", ca.display()))?,
+        );
+    }
+    let client = b.build()?;
+    let base = url.trim_end_matches('/').to_string();
+    Ok(move |p: &str| -> Result<Vec<u8>, String> {
+        let u = format!("{base}/{p}");
+        let r = client.get(&u).send().map_err(|e| format!("{u}: {e}"))?;
+        if !r.status().is_success() {
+            return Err(format!("{u}: {}", r.status()));
+        }
+        r.bytes()
+            .map(|b| b.to_vec())
+            .map_err(|e| format!("{u}: {e}"))
+    })
+}
+
 fn log_verify(
     checkpoint: &Path,
     key: &str,
-    tiles: Option<&Path>,
+    tiles: Option<&str>,
+    ca: Option<&Path>,
     old: &[PathBuf],
 ) -> anyhow::Result<()> {
     use rackwarden_attest::tlog::audit;
@@ -541,7 +575,7 @@ fn log_verify(
                 .with_context(|| format!("{}", o.display()))?,
         );
     }
-    let Some(dir) = tiles else {
+    let Some(tiles) = tiles else {
         let cp = log_key
             .open_checkpoint(&note)
             .with_context(|| format!("{}", checkpoint.display()))?;
@@ -551,9 +585,14 @@ fn log_verify(
         );
         return Ok(());
     };
-    let fetch = |p: &str| std::fs::read(dir.join(p)).map_err(|e| e.to_string());
-    let audited = audit::audit_tiles(&log_key, &note, fetch, true, &older)
-        .with_context(|| format!("{}", checkpoint.display()))?;
+    let audited = if tiles.starts_with("http://") || tiles.starts_with("https://") {
+        audit::audit_tiles(&log_key, &note, tile_fetcher(tiles, ca)?, true, &older)
+    } else {
+        let dir = Path::new(tiles);
+        let fetch = |p: &str| std::fs::read(dir.join(p)).map_err(|e| format!("{p}: {e}"));
+        audit::audit_tiles(&log_key, &note, fetch, true, &older)
+    }
+    .with_context(|| format!("{}", checkpoint.display()))?;
     println!(
         "OK: {}: signature, root from the tiles, {} entries, {} older checkpoints consistent",
         audited.checkpoint.describe(),

@@ -2673,6 +2673,26 @@ fn the_transparency_log_proves_every_stored_statement() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(stdout.contains("5 entries"), "{stdout}");
+    // The same from the verifier's URL.
+    let served = dir.join("served-checkpoint");
+    std::fs::write(&served, &note).unwrap();
+    let o = Command::new(BIN)
+        .args(["log", "verify", "--checkpoint"])
+        .arg(&served)
+        .arg("--key")
+        .arg(vkey_text.trim())
+        .args(["--tiles", &s.url("/tlog")])
+        .arg("--ca")
+        .arg(test_tls().dir.join("ca.pem"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("5 entries"), "{stdout}");
     // One entry rewritten in the copy: its leaf no longer matches the hash tile.
     let entries = out.join("tile/entries/000.p/5");
     let mut b = std::fs::read(&entries).unwrap();
