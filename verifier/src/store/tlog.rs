@@ -115,3 +115,50 @@ pub enum TlogAppendError {
     #[error("log: {0}")]
     Log(#[from] TlogError),
 }
+
+#[cfg(test)]
+mod tests {
+    use rackwarden_attest::tlog::{MemoryTree, consistency_proof, inclusion_proof, tree_hash};
+
+    use super::*;
+
+    #[test]
+    fn the_stored_log_answers_as_the_tree_of_its_leaves() {
+        let store = Store::in_memory().unwrap();
+        let mut mem = MemoryTree::new();
+        let t0 = std::time::Instant::now();
+        for i in 0..600u64 {
+            let data = format!("leaf {i}").into_bytes();
+            assert_eq!(store.tlog_append(i as i64 + 1, &data).unwrap(), i);
+            mem.push(&data);
+        }
+        let appended = t0.elapsed();
+        assert_eq!(store.tlog_size().unwrap(), 600);
+        for n in [1u64, 255, 256, 257, 511, 512, 600] {
+            assert_eq!(tree_hash(&store, n).unwrap(), tree_hash(&mem, n).unwrap());
+            assert_eq!(
+                inclusion_proof(&store, n - 1, n).unwrap(),
+                inclusion_proof(&mem, n - 1, n).unwrap()
+            );
+            assert_eq!(
+                consistency_proof(&store, n / 3, n).unwrap(),
+                consistency_proof(&mem, n / 3, n).unwrap()
+            );
+        }
+        // The level-8 nodes a level-1 tile serves.
+        for i in 0..2 {
+            assert_eq!(store.node(8, i).unwrap(), mem.node(8, i).unwrap());
+        }
+        assert!(matches!(
+            store.node(8, 2),
+            Err(TlogError::MissingNode { level: 8, index: 2 })
+        ));
+        assert_eq!(store.tlog_index_of(5).unwrap(), Some(4));
+        assert_eq!(store.tlog_index_of(9999).unwrap(), None);
+        assert_eq!(
+            store.tlog_entries(598, 700).unwrap(),
+            vec![b"leaf 598".to_vec(), b"leaf 599".to_vec()]
+        );
+        println!("600 leaves appended in {appended:?}");
+    }
+}
