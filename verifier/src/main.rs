@@ -437,6 +437,13 @@ fn recheck(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
             r.standings,
             r.standing_differences.len()
         );
+        println!(
+            "transparency log: {} differences from the stored statements",
+            r.log_differences.len()
+        );
+        for d in &r.log_differences {
+            println!("  {d}");
+        }
         for d in &r.standing_differences {
             println!(
                 "  {}/{}: stored {:?}, re-derived {:?}",

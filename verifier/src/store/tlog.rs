@@ -107,6 +107,118 @@ impl HashReader for Store {
     }
 }
 
+impl Store {
+    /// The log against the statements it logs, for `recheck`: every leaf's hash is its
+    /// data's, its data is its statement's (rack, host, seq, envelope digest as stored now),
+    /// indexes run without gaps, every complete node is the hash of its children, and every
+    /// statement stored since the log began has a leaf. Each difference in a sentence.
+    pub fn tlog_audit(&self) -> Result<Vec<String>, DbError> {
+        let mut out = Vec::new();
+        let mut st = self.conn.prepare(
+            "SELECT l.idx, l.statement_id, l.data, l.hash, s.rack, s.host, s.seq, s.envelope
+             FROM tlog_leaves l LEFT JOIN statements s ON s.id = l.statement_id ORDER BY l.idx",
+        )?;
+        type LeafRow = (
+            i64,
+            i64,
+            Vec<u8>,
+            Vec<u8>,
+            Option<String>,
+            Option<String>,
+            Option<i64>,
+            Option<String>,
+        );
+        let rows: Vec<LeafRow> = st
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
+            })?
+            .collect::<Result<_, _>>()?;
+        let mut tree = tlog::MemoryTree::new();
+        let mut first_statement = None;
+        for (expect, (idx, sid, data, hash, rack, host, seq, envelope)) in rows.iter().enumerate() {
+            if *idx != expect as i64 {
+                out.push(format!(
+                    "leaf {idx} is where leaf {expect} should be: the log has a gap"
+                ));
+            }
+            first_statement.get_or_insert(*sid);
+            let leaf = tlog::leaf_hash(data);
+            if hash.as_slice() != leaf.as_slice() {
+                out.push(format!("leaf {idx}: its stored hash is not its data's"));
+            }
+            match (rack, host, seq, envelope) {
+                (Some(rack), Some(host), Some(seq), Some(envelope)) => {
+                    if tlog::statement_leaf(rack, host, *seq as u64, envelope.as_bytes()).as_deref()
+                        != Some(data.as_slice())
+                    {
+                        out.push(format!(
+                            "leaf {idx}: statement {rack}/{host} seq {seq} (row {sid}) is not what was logged: it was rewritten"
+                        ));
+                    }
+                }
+                _ => out.push(format!(
+                    "leaf {idx}: its statement (row {sid}) is gone: it was removed"
+                )),
+            }
+            tree.push_hash(leaf);
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT level, idx, hash FROM tlog_nodes ORDER BY level, idx")?;
+        let nodes: Vec<(u32, i64, Vec<u8>)> = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut stored_nodes = 0u64;
+        for (level, idx, hash) in &nodes {
+            stored_nodes += 1;
+            match tlog::HashReader::node(&tree, *level, *idx as u64) {
+                Ok(h) if h.as_slice() == hash.as_slice() => {}
+                Ok(_) => out.push(format!(
+                    "node {level}/{idx} is not the hash of the leaves below it"
+                )),
+                Err(_) => out.push(format!("node {level}/{idx} is above no leaves of the log")),
+            }
+        }
+        // Each leaf completes as many nodes as its index + 1 has trailing zeros.
+        let want: u64 = (1..=tree.size())
+            .map(|n| u64::from(n.trailing_zeros()))
+            .sum();
+        if stored_nodes != want {
+            out.push(format!(
+                "the log of {} leaves has {stored_nodes} complete nodes stored, not {want}",
+                tree.size()
+            ));
+        }
+        if let Some(first) = first_statement {
+            let mut st = self.conn.prepare(
+                "SELECT s.id, s.rack, s.host, s.seq FROM statements s
+                 LEFT JOIN tlog_leaves l ON l.statement_id = s.id
+                 WHERE s.id >= ?1 AND l.idx IS NULL ORDER BY s.id",
+            )?;
+            let unlogged: Vec<(i64, String, String, i64)> = st
+                .query_map([first], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect::<Result<_, _>>()?;
+            for (id, rack, host, seq) in unlogged {
+                out.push(format!(
+                    "statement {rack}/{host} seq {seq} (row {id}) was stored after the log began and has no leaf"
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Appending a leaf failed: the database, or a node the log should have is not there.
 #[derive(Debug, thiserror::Error)]
 pub enum TlogAppendError {
@@ -160,5 +272,99 @@ mod tests {
             vec![b"leaf 598".to_vec(), b"leaf 599".to_vec()]
         );
         println!("600 leaves appended in {appended:?}");
+    }
+
+    /// A store with `n` statements of host `h`, each logged.
+    fn logged(n: u64) -> Store {
+        let store = Store::in_memory().unwrap();
+        for seq in 0..n {
+            let envelope = format!("{{\"seq\":{seq}}}");
+            let id = store
+                .insert_statement(&crate::store::StoredStatement {
+                    id: 0,
+                    rack: "r".into(),
+                    host: "h".into(),
+                    seq,
+                    pae_sha3: format!("pae-{seq}"),
+                    envelope: envelope.clone(),
+                    received_ms: 1_000 + seq,
+                    epoch_end_ms: 1_000 + seq,
+                    status: "affirming".into(),
+                    result: "{}".into(),
+                    wipe_ms: None,
+                })
+                .unwrap();
+            let data = tlog::statement_leaf("r", "h", seq, envelope.as_bytes()).unwrap();
+            store.tlog_append(id, &data).unwrap();
+        }
+        store
+    }
+
+    #[test]
+    fn the_audit_finds_statements_removed_or_rewritten_behind_the_log() {
+        assert_eq!(logged(9).tlog_audit().unwrap(), Vec::<String>::new());
+        let s = logged(9);
+        s.conn
+            .execute(
+                "UPDATE statements SET envelope = '{\"seq\":99}' WHERE seq = 3",
+                [],
+            )
+            .unwrap();
+        s.conn
+            .execute("DELETE FROM statements WHERE seq = 5", [])
+            .unwrap();
+        let found = s.tlog_audit().unwrap();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].contains("r/h seq 3 (row 4) is not what was logged"),
+            "{found:?}"
+        );
+        assert!(
+            found[1].contains("leaf 5: its statement (row 6) is gone"),
+            "{found:?}"
+        );
+        // A node edited, a leaf edited with its hash, a statement stored without a leaf.
+        let s = logged(9);
+        s.conn
+            .execute(
+                "UPDATE tlog_nodes SET hash = zeroblob(32) WHERE level = 2 AND idx = 1",
+                [],
+            )
+            .unwrap();
+        s.conn
+            .execute(
+                "UPDATE tlog_leaves SET data = x'00', hash = x'00' WHERE idx = 0",
+                [],
+            )
+            .unwrap();
+        s.insert_statement(&crate::store::StoredStatement {
+            id: 0,
+            rack: "r".into(),
+            host: "h".into(),
+            seq: 9,
+            pae_sha3: "pae-9".into(),
+            envelope: "{}".into(),
+            received_ms: 2_000,
+            epoch_end_ms: 2_000,
+            status: "affirming".into(),
+            result: "{}".into(),
+            wipe_ms: None,
+        })
+        .unwrap();
+        let found = s.tlog_audit().unwrap().join("\n");
+        assert!(
+            found.contains("leaf 0: its stored hash is not its data's"),
+            "{found}"
+        );
+        assert!(
+            found.contains("seq 0 (row 1) is not what was logged"),
+            "{found}"
+        );
+        assert!(found.contains("node 2/1 is not the hash"), "{found}");
+        assert!(found.contains("node 1/0 is not the hash"), "{found}");
+        assert!(
+            found.contains("seq 9 (row 10) was stored after the log began and has no leaf"),
+            "{found}"
+        );
     }
 }
