@@ -202,6 +202,16 @@ fn caught(how: Tamper) {
         .unwrap_or_default()
         .to_string();
     println!("RW_REPORT tlog: the host caught it: {failure}");
+    let text = Command::new(bin("rackwarden"))
+        .args(["status", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("VERIFIER LOG CHECK FAILED: the log is not append-only"),
+        "{text}"
+    );
     let old = format!("size 3 root {}", tlog::hex(&kept.root));
     assert!(failure.contains("not append-only"), "{failure}");
     assert!(failure.contains(&old), "{failure}");
