@@ -90,6 +90,10 @@ pub enum IngestItem<R = AttestationResult> {
         status: IngestStatus,
         result: Option<R>,
         reason: Option<String>,
+        /// The stored statement's place in the verifier's transparency log (absent for a
+        /// rejected statement, and from verifiers without a log).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        log: Option<LogEntry>,
     },
     /// The verifier failed on this statement; nothing of it was kept (no `result` key).
     Failed {
@@ -101,11 +105,21 @@ pub enum IngestItem<R = AttestationResult> {
 
 impl IngestItem {
     pub fn judged(index: usize, outcome: IngestOutcome) -> IngestItem {
+        Self::judged_logged(index, outcome, None)
+    }
+
+    /// An item for a stored statement with its log entry.
+    pub fn judged_logged(
+        index: usize,
+        outcome: IngestOutcome,
+        log: Option<LogEntry>,
+    ) -> IngestItem {
         IngestItem::Judged {
             index,
             status: outcome.status,
             result: outcome.result,
             reason: outcome.reason,
+            log,
         }
     }
 
@@ -124,6 +138,39 @@ impl<R> IngestItem<R> {
             IngestItem::Judged { index, .. } | IngestItem::Failed { index, .. } => *index,
         }
     }
+}
+
+/// A stored statement's entry in the verifier's transparency log (`crate::tlog`): its leaf
+/// index, the inclusion proof of its leaf (hex hashes, nearest sibling first) in the tree of
+/// the checkpoint, and that checkpoint as a signed note.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub index: u64,
+    pub proof: Vec<String>,
+    pub checkpoint: String,
+}
+
+/// `GET /v1/tlog/inclusion?index=I&size=N`: the inclusion proof of leaf `index` in the tree
+/// of `size` leaves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InclusionProof {
+    pub index: u64,
+    pub size: u64,
+    pub proof: Vec<String>,
+}
+
+/// `GET /v1/tlog/consistency?from=M&to=N`: the consistency proof from the tree of `from`
+/// leaves to the tree of `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsistencyProof {
+    pub from: u64,
+    pub to: u64,
+    pub proof: Vec<String>,
+}
+
+/// Hex hashes of a proof as hashes (`None`: one is not 64 hex digits).
+pub fn proof_hashes(proof: &[String]) -> Option<Vec<crate::tlog::Hash>> {
+    proof.iter().map(|h| crate::tlog::from_hex(h)).collect()
 }
 
 /// The answer to `POST /v1/statements`: one item per statement sent, in order.
@@ -277,6 +324,30 @@ mod tests {
         );
         assert_eq!(resp.item(3).map(IngestItem::index), Some(3));
         assert!(resp.item(4).is_none());
+    }
+
+    #[test]
+    fn a_log_entry_is_optional_on_the_wire() {
+        const WITH_LOG: &str = concat!(
+            r#"{"results":[{"index":0,"log":{"checkpoint":"o\n1\nAAAA\n\n— o x\n","index":4,"proof":["aa","bb"]},"#,
+            r#""reason":null,"result":null,"status":"duplicate"}]}"#
+        );
+        let resp: ReceivedResponse = round_trip(WITH_LOG);
+        let Some(IngestItem::Judged { log: Some(log), .. }) = resp.item(0) else {
+            panic!("{resp:?}");
+        };
+        assert_eq!(log.index, 4);
+        assert_eq!(log.proof, vec!["aa".to_string(), "bb".to_string()]);
+        assert!(log.checkpoint.starts_with("o\n1\n"));
+        // Bodies of verifiers without a log still parse (the captured one above, too).
+        let old: ReceivedResponse = serde_json::from_str(
+            r#"{"results":[{"index":0,"reason":null,"result":null,"status":"duplicate"}]}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            old.item(0),
+            Some(IngestItem::Judged { log: None, .. })
+        ));
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - [`nonce`]: the challenge nonce (parsed and generated in one place);
 //! - [`verify`]: checking a whole log (signatures, chain, time) line by line;
 //! - [`result`]: the verifier's verdict on a statement (status, findings, aspects);
-//! - [`api`]: the daemon-verifier protocol (challenge, ingest response, error body).
+//! - [`api`]: the daemon-verifier protocol (challenge, ingest response, error body);
+//! - [`tlog`]: the transparency log (RFC 6962 hashing, proofs, signed checkpoints, tiles).
 
 pub mod api;
 pub mod budget;
@@ -27,6 +28,7 @@ pub mod result;
 pub mod schema;
 pub mod statement;
 pub mod storage;
+pub mod tlog;
 pub mod tpm;
 pub mod units;
 pub mod verify;

@@ -190,6 +190,11 @@ pub fn ensure_bpffs() -> std::io::Result<()> {
 ///   tpm-ak.json                  the TPM attestation key's public and EK-wrapped private
 ///                                blobs (0600), so a restart quotes with the AK the
 ///                                verifier enrolled
+///   tlog-entries.jsonl           each acknowledged statement's entry in the verifier's
+///                                transparency log (index, proof, checkpoint), appended
+///   tlog-checkpoint              the newest log checkpoint that checked out (replaced
+///                                atomically)
+///   tlog-failures.jsonl          failed log checks, with both checkpoints (evidence)
 /// ```
 #[derive(Debug, Clone)]
 pub struct StatePaths {
@@ -217,6 +222,15 @@ impl StatePaths {
     }
     pub fn tpm_ak(&self) -> PathBuf {
         self.dir.join("tpm-ak.json")
+    }
+    pub fn tlog_entries(&self) -> PathBuf {
+        self.dir.join("tlog-entries.jsonl")
+    }
+    pub fn tlog_checkpoint(&self) -> PathBuf {
+        self.dir.join("tlog-checkpoint")
+    }
+    pub fn tlog_failures(&self) -> PathBuf {
+        self.dir.join("tlog-failures.jsonl")
     }
 }
 

@@ -428,4 +428,7 @@ fn render_epoch(s: &mut String, e: &crate::epoch::EpochStatus) {
             }
         );
     }
+    if let Some(f) = &d.log_failure {
+        let _ = writeln!(s, "VERIFIER LOG CHECK FAILED: {f}");
+    }
 }

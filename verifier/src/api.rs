@@ -13,6 +13,10 @@
 //!   against the same per-source bucket as challenges
 //! - `POST /v1/tpm/activate` `TpmActivation` -> `TpmEnrolled` when the secret is the
 //!   credential's (the challenge is used up whatever the answer); 403 naming why not
+//! - `GET /tlog/checkpoint` the transparency log's signed checkpoint (C2SP signed note);
+//!   `GET /tlog/tile/<L>/<N>[.p/<W>]` and `GET /tlog/tile/entries/<N>[.p/<W>]` its tiles
+//!   (C2SP tlog-tiles); `GET /v1/tlog/inclusion?index=I&size=N` and
+//!   `GET /v1/tlog/consistency?from=M&to=N` proofs (`rackwarden_attest::api`)
 //! - `GET /metrics` (Prometheus text)
 //! - `GET /`, `GET /racks/{rack}` the auditor's pages (`page`)
 
@@ -39,7 +43,7 @@ pub use crate::state::AppState;
 use crate::{
     prepare::prepare_all,
     respond::{error, json, require_json, too_many},
-    service::{AttestationResult, Status, TpmEnrolError, VerifierError},
+    service::{AttestationResult, Ingested, LogServeError, Status, TpmEnrolError, VerifierError},
     state::{CHALLENGE_BURST, CHALLENGE_RATE, with_verifier},
     store::StoredStatement,
 };
@@ -56,6 +60,10 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
         .route("/v1/racks/{rack}", get(rack))
         .route("/v1/hosts/{rack}/{host}/statements", get(history))
         .route("/v1/hosts/{rack}/{host}/statements/{seq}", get(at_seq))
+        .route("/tlog/checkpoint", get(tlog_checkpoint))
+        .route("/tlog/tile/{*rest}", get(tlog_tile))
+        .route("/v1/tlog/inclusion", get(tlog_inclusion))
+        .route("/v1/tlog/consistency", get(tlog_consistency))
         .route("/metrics", get(metrics))
         .merge(crate::page::routes())
         .layer(DefaultBodyLimit::max(max_body))
@@ -155,7 +163,7 @@ async fn statements(State(st): State<Arc<AppState>>, headers: HeaderMap, body: B
                 .into_iter()
                 .enumerate()
                 .map(|(i, o)| match o {
-                    Ok(o) => IngestItem::judged(i, o),
+                    Ok(Ingested { outcome, log }) => IngestItem::judged_logged(i, outcome, log),
                     Err(e) => IngestItem::failed(i, e.to_string()),
                 })
                 .collect(),
@@ -366,5 +374,69 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     match with_verifier(&st, |v| v.metrics_text(now_ms())).await {
         Err(r) => r,
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+    }
+}
+
+fn log_refusal(e: LogServeError) -> Response {
+    let code = match &e {
+        LogServeError::NoLog | LogServeError::NotFound(_) => StatusCode::NOT_FOUND,
+        LogServeError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        LogServeError::Internal(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error(code, e.to_string())
+}
+
+async fn tlog_checkpoint(State(st): State<Arc<AppState>>) -> Response {
+    match with_verifier(&st, |v| v.log_checkpoint()).await {
+        Err(r) => r,
+        Ok(Err(e)) => log_refusal(e),
+        Ok(Ok(note)) => {
+            ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], note).into_response()
+        }
+    }
+}
+
+async fn tlog_tile(State(st): State<Arc<AppState>>, Path(rest): Path<String>) -> Response {
+    let path = format!("tile/{rest}");
+    match with_verifier(&st, move |v| v.log_tile(&path)).await {
+        Err(r) => r,
+        Ok(Err(e)) => log_refusal(e),
+        Ok(Ok(bytes)) => {
+            ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response()
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct InclusionQuery {
+    index: u64,
+    size: u64,
+}
+
+async fn tlog_inclusion(
+    State(st): State<Arc<AppState>>,
+    Query(q): Query<InclusionQuery>,
+) -> Response {
+    match with_verifier(&st, move |v| v.log_inclusion(q.index, q.size)).await {
+        Err(r) => r,
+        Ok(Err(e)) => log_refusal(e),
+        Ok(Ok(p)) => json(&p),
+    }
+}
+
+#[derive(Deserialize)]
+struct ConsistencyQuery {
+    from: u64,
+    to: u64,
+}
+
+async fn tlog_consistency(
+    State(st): State<Arc<AppState>>,
+    Query(q): Query<ConsistencyQuery>,
+) -> Response {
+    match with_verifier(&st, move |v| v.log_consistency(q.from, q.to)).await {
+        Err(r) => r,
+        Ok(Err(e)) => log_refusal(e),
+        Ok(Ok(p)) => json(&p),
     }
 }

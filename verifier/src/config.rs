@@ -13,6 +13,12 @@
 //! request_timeout = "10 s"
 //! max_connections = 1024          # open connections at once; more wait in the backlog
 //! header_timeout = "5 s"          # a client that has not sent its headers by then is dropped
+//! # The transparency log of stored statements (issue 24). Its ed25519 key is made on the
+//! # first `serve` and never overwritten: <key> (0600), <key stem>.pub and <key stem>.vkey
+//! # (the C2SP verifier key hosts and auditors check checkpoints with).
+//! # log_key = "/var/lib/rackwarden-verifier/tlog.key"   # default: tlog.key beside `database`
+//! # log_origin = "verifier.example/rackwarden"  # default: rackwarden-verifier/<listen IP>, or
+//! #                                            # /<host name> when listening on 0.0.0.0 or ::
 //!
 //! [policy]
 //! id = "inference-only-2026-12"
@@ -197,6 +203,10 @@ pub struct VerifierConfig {
     pub policy: Policy,
     /// `[tpm]`: whom AK enrolment trusts to certify EKs (`None`: no AK is enrolled).
     pub tpm: Option<TpmEnrolConfig>,
+    /// The transparency log's private key (made on first `serve` if absent).
+    pub log_key: PathBuf,
+    /// The log's origin: the first line of its checkpoints and its key's name.
+    pub log_origin: String,
 }
 
 #[derive(Deserialize)]
@@ -215,6 +225,8 @@ struct Raw {
     #[serde(default)]
     racks: BTreeMap<String, Spanned<RawRack>>,
     tpm: Option<tpm::RawTpm>,
+    log_key: Option<Spanned<String>>,
+    log_origin: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -284,11 +296,31 @@ impl VerifierConfig {
             Some(s) => src.dur("request_timeout", s)?,
             None => Duration::from_secs(10),
         };
+        let database = PathBuf::from(raw.database.get_ref());
+        let log_key = match &raw.log_key {
+            Some(k) => PathBuf::from(k.get_ref()),
+            None => database.parent().unwrap_or(Path::new(".")).join("tlog.key"),
+        };
+        let log_origin = match &raw.log_origin {
+            Some(o) => {
+                let name = o.get_ref();
+                if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == '+') {
+                    return Err(src.err(
+                        Some(o.span()),
+                        format!("`log_origin`: `{name}` is empty or has a space or `+` (it names the log's key)"),
+                    ));
+                }
+                name.clone()
+            }
+            None => default_log_origin(listen),
+        };
         Ok(VerifierConfig {
             path: path.into(),
             listen,
             transport,
-            database: PathBuf::from(raw.database.get_ref()),
+            database,
+            log_key,
+            log_origin,
             max_body_bytes,
             request_timeout,
             max_connections,
@@ -296,6 +328,26 @@ impl VerifierConfig {
             policy: policy(&src, &raw.policy, checked)?,
             tpm: tpm::tpm_enrol(&src, &raw.tpm)?,
         })
+    }
+}
+
+/// `rackwarden-verifier/<listen IP>`, or `rackwarden-verifier/<host name>` when the verifier
+/// listens on every address (0.0.0.0 or ::). It names the log's key: set `log_origin`
+/// explicitly on a verifier whose address or name may change.
+fn default_log_origin(listen: SocketAddr) -> String {
+    if !listen.ip().is_unspecified() {
+        return format!("rackwarden-verifier/{}", listen.ip());
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '+')
+        .collect();
+    if host.is_empty() {
+        "rackwarden-verifier".into()
+    } else {
+        format!("rackwarden-verifier/{host}")
     }
 }
 
@@ -631,6 +683,33 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.policy.max_clock_skew, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn the_log_key_lies_beside_the_database_and_the_origin_names_the_listener() {
+        let c = VerifierConfig::parse(Path::new("v.toml"), GOOD).unwrap();
+        assert_eq!(c.log_key, PathBuf::from("/tmp/tlog.key"));
+        assert_eq!(c.log_origin, "rackwarden-verifier/127.0.0.1");
+        let c = VerifierConfig::parse(
+            Path::new("v.toml"),
+            &GOOD.replace(
+                "database = \"/tmp/v.sqlite\"",
+                "database = \"/tmp/v.sqlite\"\nlog_key = \"/k/log.key\"\nlog_origin = \"v.example/log\"",
+            ),
+        )
+        .unwrap();
+        assert_eq!(c.log_key, PathBuf::from("/k/log.key"));
+        assert_eq!(c.log_origin, "v.example/log");
+        let e = VerifierConfig::parse(
+            Path::new("v.toml"),
+            &GOOD.replace(
+                "database = \"/tmp/v.sqlite\"",
+                "database = \"/tmp/v.sqlite\"\nlog_origin = \"two words\"",
+            ),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("v.toml:4: `log_origin`"), "{e}");
     }
 
     #[test]

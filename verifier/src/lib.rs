@@ -2,6 +2,7 @@ pub mod api;
 pub mod appraisal;
 pub mod config;
 pub mod context;
+pub mod log_key;
 pub mod metrics;
 pub mod page;
 pub mod prepare;

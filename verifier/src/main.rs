@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use rackwarden_verifier::{
     api,
     config::{Transport, VerifierConfig},
-    recheck,
+    log_key, recheck,
     serve::{self, ConnLimits},
     service::Verifier,
     standing::EnrolledHost,
@@ -110,11 +110,49 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The transparency log of stored statements: its key, a static copy, offline checks.
+    #[command(subcommand)]
+    Log(LogCmd),
     /// Re-derive every stored verdict from the stored statements; exits 1 on any difference.
     Recheck {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum LogCmd {
+    /// Print the log's verifier key (C2SP vkey: what hosts set as `[verifier] log_key`).
+    Vkey,
+    /// Write the log as static files: `checkpoint` and every tile under `tile/` (what a
+    /// third party checks with `log verify --tiles DIR`).
+    Export {
+        /// Directory to write into (created).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Check a checkpoint offline: its signature, that the tiles hash to its root, every
+    /// entry against its leaf hash, and that each `--old` checkpoint is a prefix of it.
+    /// Needs no config.
+    Verify {
+        /// The signed checkpoint (a file).
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// The log's key: a vkey, or a file holding one (`tlog.vkey`).
+        #[arg(long)]
+        key: String,
+        /// The log's tiles: a directory (`tile/...`, as `log export` writes them) or the
+        /// URL of a verifier's log (`https://verifier.example:7700/tlog`). Without it, only
+        /// the signature is checked.
+        #[arg(long)]
+        tiles: Option<String>,
+        /// The CA (PEM) to trust for an https:// --tiles URL (a verifier's `ca.pem`).
+        #[arg(long)]
+        ca: Option<PathBuf>,
+        /// Earlier checkpoints (files) that must be prefixes of this one.
+        #[arg(long = "old")]
+        old: Vec<PathBuf>,
     },
 }
 
@@ -130,6 +168,17 @@ fn main() -> anyhow::Result<()> {
     // tls-init makes what `serve` will need: it runs before a config exists.
     if let Cmd::TlsInit { names, out } = &cli.cmd {
         return tls_init(names, out);
+    }
+    // An offline check needs no config: a third party runs it.
+    if let Cmd::Log(LogCmd::Verify {
+        checkpoint,
+        key,
+        tiles,
+        ca,
+        old,
+    }) = &cli.cmd
+    {
+        return log_verify(checkpoint, key, tiles.as_deref(), ca.as_deref(), old);
     }
     let cfg = VerifierConfig::load(&cli.config)?;
     match cli.cmd {
@@ -147,6 +196,13 @@ fn main() -> anyhow::Result<()> {
         Cmd::Clearances { rack, json } => clearances(&cfg, rack.as_deref(), json),
         Cmd::TpmEnrollments { json } => tpm_enrollments(&cfg, json),
         Cmd::Recheck { json } => recheck(&cfg, json),
+        Cmd::Log(LogCmd::Vkey) => {
+            let signer = log_key::open_or_create(&cfg.log_key, &cfg.log_origin)?;
+            println!("{}", signer.verifier().vkey());
+            Ok(())
+        }
+        Cmd::Log(LogCmd::Export { out }) => log_export(&cfg, &out),
+        Cmd::Log(LogCmd::Verify { .. }) => Ok(()),
     }
 }
 
@@ -161,7 +217,13 @@ fn serve(cfg: VerifierConfig) -> anyhow::Result<()> {
             None
         }
     };
-    let state = Arc::new(api::AppState::new(open(&cfg)?));
+    let signer = log_key::open_or_create(&cfg.log_key, &cfg.log_origin)?;
+    log::info!(
+        "transparency log `{}`: key {}",
+        cfg.log_origin,
+        log_key::vkey_path(&cfg.log_key).display()
+    );
+    let state = Arc::new(api::AppState::new(open(&cfg)?.with_log(signer)));
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(cfg.listen)
@@ -375,6 +437,13 @@ fn recheck(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
             r.standings,
             r.standing_differences.len()
         );
+        println!(
+            "transparency log: {} differences from the stored statements",
+            r.log_differences.len()
+        );
+        for d in &r.log_differences {
+            println!("  {d}");
+        }
         for d in &r.standing_differences {
             println!(
                 "  {}/{}: stored {:?}, re-derived {:?}",
@@ -444,6 +513,98 @@ fn tls_init(names: &[String], out: &Path) -> anyhow::Result<()> {
         "verifier.toml: tls_cert = \"{}\", tls_key = \"{}\"; hosts: [verifier] ca = <copy of ca.pem> (or pinned_cert = <copy of server-leaf.pem>)",
         out.join("server.pem").display(),
         out.join("server.key").display()
+    );
+    Ok(())
+}
+
+fn log_export(cfg: &VerifierConfig, out: &Path) -> anyhow::Result<()> {
+    let signer = log_key::open_or_create(&cfg.log_key, &cfg.log_origin)?;
+    let files = open(cfg)?.with_log(signer).log_publish()?;
+    for (path, bytes) in &files {
+        let dest = out.join(path);
+        if let Some(dir) = dest.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+        }
+        std::fs::write(&dest, bytes).with_context(|| format!("{}", dest.display()))?;
+    }
+    println!(
+        "wrote the checkpoint and {} tiles to {}",
+        files.len() - 1,
+        out.display()
+    );
+    Ok(())
+}
+
+/// Reads a tile by its path under a log's URL.
+fn tile_fetcher(
+    url: &str,
+    ca: Option<&Path>,
+) -> anyhow::Result<impl Fn(&str) -> Result<Vec<u8>, String>> {
+    let mut b = reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .tls_built_in_root_certs(false);
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca).with_context(|| format!("{}", ca.display()))?;
+        b = b.add_root_certificate(
+            reqwest::Certificate::from_pem(&pem).with_context(|| format!("{}", ca.display()))?,
+        );
+    }
+    let client = b.build()?;
+    let base = url.trim_end_matches('/').to_string();
+    Ok(move |p: &str| -> Result<Vec<u8>, String> {
+        let u = format!("{base}/{p}");
+        let r = client.get(&u).send().map_err(|e| format!("{u}: {e}"))?;
+        if !r.status().is_success() {
+            return Err(format!("{u}: {}", r.status()));
+        }
+        r.bytes()
+            .map(|b| b.to_vec())
+            .map_err(|e| format!("{u}: {e}"))
+    })
+}
+
+fn log_verify(
+    checkpoint: &Path,
+    key: &str,
+    tiles: Option<&str>,
+    ca: Option<&Path>,
+    old: &[PathBuf],
+) -> anyhow::Result<()> {
+    use rackwarden_attest::tlog::audit;
+    let log_key = audit::load_log_key(key)?;
+    let read = |p: &Path| std::fs::read_to_string(p).with_context(|| format!("{}", p.display()));
+    let note = read(checkpoint)?;
+    let mut older = Vec::new();
+    for o in old {
+        older.push(
+            log_key
+                .open_checkpoint(&read(o)?)
+                .with_context(|| format!("{}", o.display()))?,
+        );
+    }
+    let Some(tiles) = tiles else {
+        let cp = log_key
+            .open_checkpoint(&note)
+            .with_context(|| format!("{}", checkpoint.display()))?;
+        println!(
+            "signature OK: {} (no tiles given: nothing else checked)",
+            cp.describe()
+        );
+        return Ok(());
+    };
+    let audited = if tiles.starts_with("http://") || tiles.starts_with("https://") {
+        audit::audit_tiles(&log_key, &note, tile_fetcher(tiles, ca)?, true, &older)
+    } else {
+        let dir = Path::new(tiles);
+        let fetch = |p: &str| std::fs::read(dir.join(p)).map_err(|e| format!("{p}: {e}"));
+        audit::audit_tiles(&log_key, &note, fetch, true, &older)
+    }
+    .with_context(|| format!("{}", checkpoint.display()))?;
+    println!(
+        "OK: {}: signature, root from the tiles, {} entries, {} older checkpoints consistent",
+        audited.checkpoint.describe(),
+        audited.entries,
+        older.len()
     );
     Ok(())
 }

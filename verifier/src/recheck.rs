@@ -9,6 +9,9 @@
 //! Each host's standing row (kept up to date at ingest and clearance, what the pages read)
 //! is derived again from the stored statements and clearances, and any row that differs is
 //! reported: the pages would have shown a standing the history does not give.
+//!
+//! The transparency log is checked against the statements: each leaf against the statement
+//! it logged, each stored node against the leaves below it (`Store::tlog_audit`).
 
 use serde::Serialize;
 
@@ -60,6 +63,9 @@ pub struct RecheckReport {
     /// Hosts whose standing was re-derived from their history.
     pub standings: usize,
     pub standing_differences: Vec<StandingDifference>,
+    /// Where the transparency log and the stored statements disagree (a statement removed
+    /// or rewritten after it was logged, a leaf or node edited), each in a sentence.
+    pub log_differences: Vec<String>,
 }
 
 impl RecheckReport {
@@ -74,6 +80,7 @@ impl RecheckReport {
     pub fn untrusted(&self) -> bool {
         self.count(|c| !matches!(c, DifferenceCause::PolicyChanged { .. })) > 0
             || !self.standing_differences.is_empty()
+            || !self.log_differences.is_empty()
     }
 }
 
@@ -146,6 +153,7 @@ pub fn recheck(store: &Store, policy: &Policy) -> Result<RecheckReport, Verifier
         differences,
         standings,
         standing_differences,
+        log_differences: store.tlog_audit()?,
     })
 }
 

@@ -24,8 +24,11 @@ use crate::{
 pub use rackwarden_attest::api::{IngestOutcome, IngestStatus};
 pub use tpm_enrol::TpmEnrolError;
 
+/// The transparency log: checkpoints, proofs and tiles of the stored statements.
+mod tlog;
 /// AK enrolment (`/v1/tpm/enroll`, `/v1/tpm/activate`): a child module, for the private fields.
 mod tpm_enrol;
+pub use tlog::{Ingested, LogServeError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VerifierError {
@@ -47,6 +50,8 @@ pub enum VerifierError {
     Key(String),
     #[error("{0}")]
     Nonce(#[from] rackwarden_attest::nonce::NonceError),
+    #[error("transparency log: {0}")]
+    Log(String),
     #[error(
         "key {keyid} is already enrolled for {enrolled_rack}/{enrolled_host}: one key belongs to one host (make a key for {rack}/{host})"
     )]
@@ -101,6 +106,9 @@ pub struct Verifier {
     /// `[tpm]`: whom AK enrolment trusts (`None`: this verifier enrols no AKs). Set with
     /// `with_tpm_enrolment`.
     tpm: Option<crate::config::TpmEnrolConfig>,
+    /// The transparency log's signer (its key name is the log's origin; `None`: leaves are
+    /// appended, but no checkpoint is signed or served). Set with `with_log`.
+    log: Option<rackwarden_attest::tlog::note::NoteSigner>,
 }
 
 /// Unused, unexpired nonces one host may hold: a daemon asks once per epoch.
@@ -115,6 +123,7 @@ impl Verifier {
             keys_loaded: std::time::Instant::now(),
             metrics: Metrics::default(),
             tpm: None,
+            log: None,
         };
         v.reload_keys()?;
         Ok(v)
@@ -285,16 +294,20 @@ impl Verifier {
     /// savepoint of its own: an item the store fails on is rolled back alone (its refusal is
     /// its outcome), the others are kept. `Err`: the transaction itself failed, nothing is
     /// stored.
+    /// Each stored statement (accepted, or a duplicate of one) comes back with its log
+    /// entry: its leaf index, its inclusion proof and the checkpoint of the log with the
+    /// whole batch in it (signed before the commit; sent only after it).
     pub fn ingest_batch(
         &mut self,
         items: Vec<PreparedItem>,
         now_ms: u64,
-    ) -> Result<Vec<Result<IngestOutcome, VerifierError>>, VerifierError> {
+    ) -> Result<Vec<Result<Ingested, VerifierError>>, VerifierError> {
         self.in_transaction(|v| {
-            Ok(items
+            let judged: Vec<Result<(IngestOutcome, Option<u64>), VerifierError>> = items
                 .into_iter()
                 .map(|item| v.ingest_prepared(item, now_ms))
-                .collect())
+                .collect();
+            Ok(v.with_log_entries(judged))
         })
     }
 
@@ -308,6 +321,7 @@ impl Verifier {
             },
             now_ms,
         )
+        .map(|(o, _)| o)
     }
 
     /// The database half of ingest, in a savepoint: everything the statement wrote is kept
@@ -316,14 +330,14 @@ impl Verifier {
         &mut self,
         item: PreparedItem,
         now_ms: u64,
-    ) -> Result<IngestOutcome, VerifierError> {
+    ) -> Result<(IngestOutcome, Option<u64>), VerifierError> {
         self.store.savepoint()?;
         let judged = self
             .judge(item, now_ms)
             .and_then(|o| Ok(self.store.release_savepoint().map(|()| o)?));
         match judged {
             Ok(out) => {
-                self.metrics.count(&out);
+                self.metrics.count(&out.0);
                 Ok(out)
             }
             Err(e) => {
@@ -348,7 +362,11 @@ impl Verifier {
     /// (a rotation earlier in the same batch, or since it was prepared, adds the new key),
     /// after reloading it from the store (keys enrolled while the service runs) at most once
     /// a second.
-    fn judge(&mut self, item: PreparedItem, now_ms: u64) -> Result<IngestOutcome, VerifierError> {
+    fn judge(
+        &mut self,
+        item: PreparedItem,
+        now_ms: u64,
+    ) -> Result<(IngestOutcome, Option<u64>), VerifierError> {
         let PreparedItem { raw, prepared } = item;
         let prepared = match prepared {
             Err(PrepareError::UnknownKey) => {
@@ -360,16 +378,17 @@ impl Verifier {
             other => other,
         };
         match prepared {
-            Err(reason) => Ok(IngestOutcome::rejected(reason.to_string())),
+            Err(reason) => Ok((IngestOutcome::rejected(reason.to_string()), None)),
             Ok(p) => self.judge_and_store(p, now_ms),
         }
     }
 
+    /// The outcome, and the leaf index of the statement stored (or stored before).
     fn judge_and_store(
         &mut self,
         pr: Prepared,
         now_ms: u64,
-    ) -> Result<IngestOutcome, VerifierError> {
+    ) -> Result<(IngestOutcome, Option<u64>), VerifierError> {
         let Prepared {
             hk,
             raw,
@@ -380,11 +399,15 @@ impl Verifier {
         } = pr;
         let p = &st.predicate;
         if let Some(prev) = self.store.by_pae(&hk.rack, &hk.host, &pae)? {
-            return Ok(IngestOutcome {
-                status: IngestStatus::Duplicate,
-                result: prev.result(),
-                reason: None,
-            });
+            let index = self.store.tlog_index_of(prev.id)?;
+            return Ok((
+                IngestOutcome {
+                    status: IngestStatus::Duplicate,
+                    result: prev.result(),
+                    reason: None,
+                },
+                index,
+            ));
         }
         let ctx = crate::context::load(&self.store, &hk, &st, &pae, pae_sha3, tpm)?;
         // Whatever comes of it, a nonce a statement named is evidence from now on (never pruned).
@@ -400,7 +423,7 @@ impl Verifier {
         // The statement, and with it its host's standing row (gaps, uncleared
         // contraindicated statements: what the pages read instead of the whole history),
         // in this statement's savepoint.
-        self.store.insert_statement(&StoredStatement {
+        let statement_id = self.store.insert_statement(&StoredStatement {
             id: 0,
             rack: hk.rack.clone(),
             host: hk.host.clone(),
@@ -414,6 +437,8 @@ impl Verifier {
             result: serde_json::to_string(&result).unwrap_or_default(),
             wipe_ms: effects.wipe_counts.then_some(p.epoch_end_unix_ms),
         })?;
+        // Its leaf in the transparency log, in the same savepoint.
+        let leaf_index = self.log_statement(statement_id, &hk.rack, &hk.host, p.seq, &raw)?;
         if let Some(pos) = &effects.tpm_position {
             self.store.set_tpm_position(&hk.rack, &hk.host, pos)?;
         }
@@ -440,11 +465,14 @@ impl Verifier {
                 nk.keyid
             );
         }
-        Ok(IngestOutcome {
-            status: IngestStatus::Accepted,
-            result: Some(result),
-            reason: None,
-        })
+        Ok((
+            IngestOutcome {
+                status: IngestStatus::Accepted,
+                result: Some(result),
+                reason: None,
+            },
+            Some(leaf_index),
+        ))
     }
 
     /// Every rack with an agreement or an enrolled host.

@@ -8,8 +8,10 @@ use rackwarden_attest::{dsse::Envelope, result::AttestationResult, statement::St
 use rusqlite::{Connection, OptionalExtension, params};
 
 mod standing;
+mod tlog;
 mod tpm;
 pub use standing::StandingRow;
+pub use tlog::TlogAppendError;
 pub use tpm::{TpmChallengeRow, TpmEnrollment, TpmPosition};
 
 pub use rusqlite::Error as DbError;
@@ -247,6 +249,7 @@ impl Store {
         let had_standing = Self::has_standing_table(&conn)?;
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(standing::STANDING_SCHEMA)?;
+        conn.execute_batch(tlog::TLOG_SCHEMA)?;
         // Databases made before `presented_ms` existed get the column (NULL: never named,
         // which is what pruning needs to be sure of; rows used by a statement have used_ms).
         let has_presented: bool = conn

@@ -2532,3 +2532,178 @@ fn a_rotation_does_not_restart_the_wipe_clock_and_a_batch_can_carry_it() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The transparency log (issue 24): every stored statement's answer carries its leaf index,
+/// an inclusion proof and a checkpoint signed with the key the verifier made on its first
+/// start; a duplicate carries its original leaf; checkpoints are consistent; the tiles and
+/// `log export` / `log verify` let a third party check the log from the tiles alone, and a
+/// tile rewritten behind its back fails that check.
+#[test]
+fn the_transparency_log_proves_every_stored_statement() {
+    use std::os::unix::fs::PermissionsExt;
+
+    use rackwarden_attest::{
+        api::{ConsistencyProof, LogEntry},
+        tlog::{self, audit, note::Checkpoint},
+    };
+    let (dir, config, port) = setup("tlog", "1 h", None);
+    let k1 = enroll(&config, &dir, "rack-a", "h1");
+    let s = Server::start(&dir, &config, port);
+    // The key was made beside the database, with its vkey.
+    let vkey_text = std::fs::read_to_string(dir.join("tlog.vkey")).unwrap();
+    let log_key = audit::load_log_key(dir.join("tlog.vkey").to_str().unwrap()).unwrap();
+    assert_eq!(log_key.name, "rackwarden-verifier/127.0.0.1");
+    assert_eq!(
+        std::fs::metadata(dir.join("tlog.key"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    let mut h1 = Host::new(k1, "rack-a", "h1");
+    let mut checkpoints: Vec<Checkpoint> = Vec::new();
+    let mut first_env = Vec::new();
+    for i in 0..5u64 {
+        let env = h1.next(Epoch::default());
+        if i == 0 {
+            first_env = env.clone();
+        }
+        let r = post_one(&s, env.clone());
+        assert_eq!(r["status"], "accepted", "{r}");
+        let entry: LogEntry = serde_json::from_value(r["log"].clone()).unwrap();
+        assert_eq!(entry.index, i);
+        let leaf = tlog::statement_leaf("rack-a", "h1", h1.seq - 1, &env).unwrap();
+        let cp = audit::check_entry(&log_key, &entry, &leaf).unwrap();
+        assert_eq!(cp.size, i + 1);
+        // Another statement's leaf is not at this index.
+        let other = tlog::statement_leaf("rack-a", "h1", h1.seq, &env).unwrap();
+        assert!(audit::check_entry(&log_key, &entry, &other).is_err());
+        checkpoints.push(cp);
+    }
+    // A duplicate answers with its first leaf, proven in the log as it is now.
+    let dup = post_one(&s, first_env.clone());
+    assert_eq!(dup["status"], "duplicate");
+    let entry: LogEntry = serde_json::from_value(dup["log"].clone()).unwrap();
+    assert_eq!(entry.index, 0);
+    let leaf = tlog::statement_leaf("rack-a", "h1", 0, &first_env).unwrap();
+    assert_eq!(audit::check_entry(&log_key, &entry, &leaf).unwrap().size, 5);
+    // A rejected statement has no entry.
+    let rejected = post_one(
+        &s,
+        b"{\"payload\":\"\",\"payloadType\":\"x\",\"signatures\":[]}".to_vec(),
+    );
+    assert_eq!(rejected["status"], "rejected");
+    assert!(rejected.get("log").is_none(), "{rejected}");
+
+    // The served checkpoint, and consistency between every pair kept.
+    let note = client()
+        .get(s.url("/tlog/checkpoint"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let now = log_key.open_checkpoint(&note).unwrap();
+    assert_eq!((now.size, now.root), (5, checkpoints[4].root));
+    for old in &checkpoints {
+        let p: ConsistencyProof = serde_json::from_value(get(
+            &s,
+            &format!("/v1/tlog/consistency?from={}&to={}", old.size, now.size),
+        ))
+        .unwrap();
+        audit::check_consistency(old, &now, &p.proof).unwrap();
+    }
+    let p = get(&s, "/v1/tlog/inclusion?index=2&size=5");
+    assert_eq!(p["proof"].as_array().unwrap().len(), 3, "{p}");
+    let tile = |path: &str| {
+        let r = client().get(s.url(path)).send().unwrap();
+        (r.status().as_u16(), r.bytes().unwrap().to_vec())
+    };
+    assert_eq!(tile("/tlog/tile/0/000.p/5").1.len(), 5 * 32);
+    assert_eq!(tile("/tlog/tile/0/000.p/6").0, 404);
+    assert_eq!(tile("/tlog/tile/0/000").0, 404);
+    assert_eq!(tile("/tlog/tile/0/5").0, 400);
+    let bundle = tlog::tile::decode_bundle(&tile("/tlog/tile/entries/000.p/5").1).unwrap();
+    assert_eq!(bundle[0], leaf);
+    assert!(
+        get(&s, "/v1/tlog/consistency?from=6&to=5")["error"]
+            .as_str()
+            .is_some()
+    );
+
+    // Offline, from the exported tiles alone.
+    let out = dir.join("published");
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["log", "export", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["log", "vkey"]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        vkey_text,
+        "the key was kept"
+    );
+    let old = dir.join("old-checkpoint");
+    // The first statement's checkpoint, as a host kept it.
+    let first: LogEntry = serde_json::from_value(dup["log"].clone()).unwrap();
+    std::fs::write(&old, &first.checkpoint).unwrap();
+    let verify = |tiles: &Path| {
+        Command::new(BIN)
+            .args(["log", "verify", "--checkpoint"])
+            .arg(tiles.join("checkpoint"))
+            .arg("--key")
+            .arg(dir.join("tlog.vkey"))
+            .arg("--tiles")
+            .arg(tiles)
+            .arg("--old")
+            .arg(&old)
+            .output()
+            .unwrap()
+    };
+    let o = verify(&out);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("5 entries"), "{stdout}");
+    // The same from the verifier's URL.
+    let served = dir.join("served-checkpoint");
+    std::fs::write(&served, &note).unwrap();
+    let o = Command::new(BIN)
+        .args(["log", "verify", "--checkpoint"])
+        .arg(&served)
+        .arg("--key")
+        .arg(vkey_text.trim())
+        .args(["--tiles", &s.url("/tlog")])
+        .arg("--ca")
+        .arg(test_tls().dir.join("ca.pem"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("5 entries"), "{stdout}");
+    // One entry rewritten in the copy: its leaf no longer matches the hash tile.
+    let entries = out.join("tile/entries/000.p/5");
+    let mut b = std::fs::read(&entries).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 1;
+    std::fs::write(&entries, &b).unwrap();
+    let o = verify(&out);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(stderr.contains("entry 4 hashes to"), "{stderr}");
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

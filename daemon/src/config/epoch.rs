@@ -15,6 +15,10 @@
 //! # (http:// only to a loopback address, with neither)
 //! request_timeout = "10 s"
 //! retry_max = "15 s"               # ceiling of the delivery backoff
+//! # The verifier's transparency log key (its `tlog.vkey`): a C2SP vkey, or an absolute path
+//! # to a file holding one. With it, each acknowledged statement's inclusion proof and each
+//! # new checkpoint's consistency with the last are checked (see `epoch::tlog`).
+//! # log_key = "/etc/rackwarden/verifier-tlog.vkey"
 //!
 //! [wipe]
 //! backends = ["host", "gpu"]       # host, gpu, scratch
@@ -73,6 +77,8 @@ pub struct VerifierEndpoint {
     pub request_timeout: Duration,
     /// Ceiling of the exponential delivery backoff.
     pub retry_max: Duration,
+    /// The verifier's transparency log key (`None`: log entries are kept, not checked).
+    pub log_key: Option<rackwarden_attest::tlog::note::NoteVerifier>,
 }
 
 /// How the daemon knows it talks to its verifier. The certificates are read when the
@@ -151,6 +157,7 @@ pub(super) struct RawVerifier {
     pinned_cert: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
     retry_max: Option<Spanned<String>>,
+    log_key: Option<Spanned<String>>,
 }
 
 /// The PEM certificates in the file a key names (at least one).
@@ -328,7 +335,21 @@ fn verifier(err: Err, v: RawVerifier) -> Result<VerifierEndpoint, ConfigError> {
         ));
     }
     let trust = verifier_trust(err, &v, &parsed, &url)?;
+    let log_key = match &v.log_key {
+        None => None,
+        Some(k) => {
+            let text = k.get_ref();
+            if text.starts_with('/') {
+                path(err, "verifier.log_key", k)?;
+            }
+            Some(
+                rackwarden_attest::tlog::audit::load_log_key(text)
+                    .map_err(|e| err(Some(k.span()), format!("`verifier.log_key`: {e}")))?,
+            )
+        }
+    };
     Ok(VerifierEndpoint {
+        log_key,
         url,
         trust,
         request_timeout: duration(

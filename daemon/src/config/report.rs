@@ -210,6 +210,8 @@ pub struct EpochSummary {
     pub verifier_trust: String,
     pub request_timeout: String,
     pub retry_max: String,
+    /// The verifier's transparency log key (its vkey), when entries are checked.
+    pub log_key: Option<String>,
     pub signing_key: PathBuf,
     pub host_keyid: Option<String>,
     pub wipe_backends: Vec<&'static str>,
@@ -292,6 +294,7 @@ fn epoch_summary(e: &EpochConfig, checked: &Checked) -> EpochSummary {
         verifier_trust: trust_text(&e.verifier.trust),
         request_timeout: units::fmt_duration(e.verifier.request_timeout),
         retry_max: units::fmt_duration(e.verifier.retry_max),
+        log_key: e.verifier.log_key.as_ref().map(|k| k.vkey()),
         signing_key: e.signing_key.clone(),
         host_keyid: checked.host_keyid.clone(),
         wipe_backends: e.wipe.backends.iter().map(|b| backend_name(*b)).collect(),
@@ -488,6 +491,13 @@ fn render_epoch(e: &EpochSummary, line: &mut impl FnMut(&str, String)) {
             "request timeout {}, backoff ceiling {}",
             e.request_timeout, e.retry_max
         ),
+    );
+    line(
+        "verifier log",
+        match &e.log_key {
+            Some(k) => format!("inclusion and consistency checked with {k}"),
+            None => "entries kept, not checked (no [verifier] log_key)".into(),
+        },
     );
     line(
         "signing key",

@@ -22,10 +22,13 @@ use std::{
     time::Duration,
 };
 
-use rackwarden_attest::api::{IngestItem, IngestStatus, ReceivedResponse, ReceivedVerdict};
+use rackwarden_attest::api::{
+    ConsistencyProof, IngestItem, IngestStatus, ReceivedResponse, ReceivedVerdict,
+};
 use serde::{Deserialize, Serialize};
 
 use super::spool::{Cursor, Spool, SpoolLine};
+use super::tlog::{Acked, LogKeeper};
 use rackwarden_attest::now_ms;
 
 use crate::config::epoch::VerifierEndpoint;
@@ -69,6 +72,10 @@ pub struct DeliveryStatus {
     /// Statements in the log not yet acknowledged.
     pub backlog: u64,
     pub last_verdict: Option<Verdict>,
+    /// The last failed check of the verifier's transparency log (kept as evidence in
+    /// `tlog-failures.jsonl`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_failure: Option<String>,
 }
 
 impl Default for DeliveryStatus {
@@ -78,6 +85,7 @@ impl Default for DeliveryStatus {
             delivered_seq: None,
             backlog: 0,
             last_verdict: None,
+            log_failure: None,
         }
     }
 }
@@ -91,6 +99,11 @@ pub struct Delivery {
     pub status: Arc<Mutex<DeliveryStatus>>,
     /// Bumped every pass: the watchdog's evidence that this loop is alive.
     pub heartbeat_ms: Arc<AtomicU64>,
+    /// Where each acknowledged statement's log entry is kept and checked.
+    pub log: LogKeeper,
+    /// This host's ids, as the verifier's log leaves name them.
+    pub rack: String,
+    pub host: String,
 }
 
 /// What one attempt achieved.
@@ -254,6 +267,7 @@ impl Delivery {
         };
         let mut acked = 0usize;
         let mut refusal = None;
+        let mut logged: Vec<Acked<'_>> = Vec::new();
         for (i, l) in batch.iter().enumerate() {
             let Some((seq, _)) = &l.statement else { break };
             at = *seq;
@@ -268,6 +282,15 @@ impl Delivery {
                 && st != "affirming"
             {
                 log::warn!("verifier: seq {seq} is {st}: {:?}", verdict.findings);
+            }
+            if let (Some(IngestItem::Judged { log: Some(e), .. }), Some((_, env))) =
+                (answer.item(i), &l.statement)
+            {
+                logged.push(Acked {
+                    seq: *seq,
+                    envelope: env,
+                    entry: e.clone(),
+                });
             }
             cursor = Cursor {
                 offset: l.end,
@@ -292,6 +315,21 @@ impl Delivery {
                 st.backlog = backlog.saturating_sub(acked as u64);
             }
         }
+        if !logged.is_empty() {
+            let kept = self.log.keep(
+                ep.log_key.as_ref(),
+                &self.rack,
+                &self.host,
+                logged,
+                |from, to| fetch_consistency(client, ep, from, to),
+                now_ms(),
+            );
+            if let Err(e) = kept
+                && let Ok(mut st) = self.status.lock()
+            {
+                st.log_failure = Some(e);
+            }
+        }
         match refusal {
             Some(error) => fail(at, error),
             None => Attempt::Acked,
@@ -313,6 +351,26 @@ impl PostFailed {
             retry_after: self.retry_after,
         }
     }
+}
+
+/// `GET /v1/tlog/consistency?from=M&to=N`.
+fn fetch_consistency(
+    client: &reqwest::blocking::Client,
+    ep: &VerifierEndpoint,
+    from: u64,
+    to: u64,
+) -> Result<ConsistencyProof, String> {
+    let url = format!("{}/v1/tlog/consistency?from={from}&to={to}", ep.url);
+    let resp = client
+        .get(&url)
+        .send()
+        .map_err(|e| format!("{url}: {}", super::transport::describe(&e)))?;
+    let status = resp.status();
+    let text = resp.text().unwrap_or_default();
+    if !status.is_success() {
+        return Err(format!("{url}: {status}: {}", text.trim()));
+    }
+    serde_json::from_str(&text).map_err(|e| format!("{url}: {e}"))
 }
 
 /// POSTs the batch's envelopes, verbatim, as one JSON array (the verifier stores the

@@ -43,6 +43,7 @@ mod run;
 pub mod spool;
 mod startup;
 pub mod statement;
+pub mod tlog;
 #[cfg(feature = "tpm")]
 pub mod tpm_enroll;
 pub mod transport;

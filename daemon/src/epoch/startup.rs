@@ -116,6 +116,9 @@ fn start_delivery(
         durable_len: shared.durable_len.clone(),
         status: shared.delivery_status.clone(),
         heartbeat_ms: shared.delivery_heartbeat_ms.clone(),
+        log: super::tlog::LogKeeper::new(&cfg.state_paths()),
+        rack: cfg.rack_id.clone(),
+        host: cfg.host_id.clone(),
     };
     delivery.spool.load_cursor()?;
     std::thread::Builder::new()

@@ -75,9 +75,11 @@ impl Cli {
             | Cmd::Cap {
                 cmd: CapCmd::Set { daemon, .. },
             } => (Some(&mut daemon.config), Some(&mut daemon.socket)),
-            Cmd::Attest { config, .. } | Cmd::CheckConfig { config, .. } => {
-                (Some(&mut config.config), None)
-            }
+            Cmd::Attest { config, .. }
+            | Cmd::CheckConfig { config, .. }
+            | Cmd::Log {
+                cmd: LogCmd::Verify { config, .. },
+            } => (Some(&mut config.config), None),
             _ => (None, None),
         };
         for (flag, given, slot) in [
@@ -231,6 +233,37 @@ pub enum Cmd {
         #[arg(long)]
         verifier_config: Option<PathBuf>,
         /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The verifier's transparency log, as this host kept it.
+    Log {
+        #[command(subcommand)]
+        cmd: LogCmd,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum LogCmd {
+    /// Check offline what the daemon kept (`<state_dir>/tlog-entries.jsonl`): each
+    /// statement's inclusion proof against its signed checkpoint; with --tiles, that the
+    /// tiles hash to the newest checkpoint (or --checkpoint), that every kept checkpoint is a
+    /// prefix of it, and that each kept statement is its leaf. Exits 1 on any failure,
+    /// naming the checkpoints.
+    Verify {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The log's key (a vkey, or a file holding one; default: `[verifier] log_key`).
+        #[arg(long)]
+        key: Option<String>,
+        /// The checkpoint to check the tiles against (default: the tiles' own `checkpoint`).
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// The log's tiles: a directory (`rackwarden-verifier log export`) or the URL of
+        /// the verifier's log (`https://verifier:7700/tlog`, trusted as `[verifier]` says).
+        #[arg(long)]
+        tiles: Option<String>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },

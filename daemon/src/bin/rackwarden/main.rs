@@ -5,6 +5,7 @@ mod args;
 mod budget;
 mod evidence;
 mod image;
+mod log_cmd;
 mod operate;
 mod wipe;
 
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use args::{CapCmd, Cli, Cmd};
+use args::{CapCmd, Cli, Cmd, LogCmd};
 
 fn main() -> ExitCode {
     // `rackwarden verify ... | head`: a reader that goes away ends us quietly, as it does any
@@ -81,6 +82,22 @@ fn run(cmd: &Cmd) -> anyhow::Result<ExitCode> {
             verifier_config,
             json,
         } => operate::check_config(&config.path(), verifier_config.as_deref(), *json)?,
+        Cmd::Log {
+            cmd:
+                LogCmd::Verify {
+                    config,
+                    key,
+                    checkpoint,
+                    tiles,
+                    json,
+                },
+        } => log_cmd::verify(
+            &config.path(),
+            key.as_deref(),
+            checkpoint.as_deref(),
+            tiles.as_deref(),
+            *json,
+        )?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,370 @@
+//! The transparency log's rows (issue 24): one leaf per stored statement, and every complete
+//! interior node, so that a proof or a tile is read, never recomputed from all leaves.
+//!
+//! - `tlog_leaves(idx, statement_id, data, hash)`: leaf `idx` (0, 1, 2, ... with no gaps),
+//!   the statement it logs, its data (`rackwarden_attest::tlog::statement_leaf`) and
+//!   `SHA-256(0x00 || data)`;
+//! - `tlog_nodes(level, idx, hash)`: the complete subtree at `level >= 1`, `idx`, written
+//!   with the leaf that completes it (about one row per leaf).
+//!
+//! Both are written in the statement's own transaction (its savepoint): a statement and its
+//! leaf are kept together or not at all.
+
+use rackwarden_attest::tlog::{self, Hash, HashReader, TlogError};
+use rusqlite::{OptionalExtension, params};
+
+use super::{DbError, Store};
+
+pub(super) const TLOG_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tlog_leaves (
+  idx INTEGER PRIMARY KEY, statement_id INTEGER NOT NULL, data BLOB NOT NULL,
+  hash BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS tlog_leaves_by_statement ON tlog_leaves(statement_id);
+CREATE TABLE IF NOT EXISTS tlog_nodes (
+  level INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL,
+  PRIMARY KEY (level, idx));
+";
+
+fn read_err(e: DbError) -> TlogError {
+    TlogError::Read(e.to_string())
+}
+
+fn as_hash(v: Vec<u8>, level: u32, index: u64) -> Result<Hash, TlogError> {
+    v.try_into()
+        .map_err(|_| TlogError::Read(format!("node {level}/{index} is not 32 bytes")))
+}
+
+impl Store {
+    /// How many leaves the log has.
+    pub fn tlog_size(&self) -> Result<u64, DbError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT COALESCE(MAX(idx) + 1, 0) FROM tlog_leaves")?
+            .query_row([], |r| r.get::<_, i64>(0))? as u64)
+    }
+
+    /// Appends the leaf of statement `statement_id` with `data`, and the nodes it completes;
+    /// returns its index. In the caller's transaction.
+    pub fn tlog_append(&self, statement_id: i64, data: &[u8]) -> Result<u64, TlogAppendError> {
+        let index = self.tlog_size()?;
+        let leaf = tlog::leaf_hash(data);
+        let nodes = tlog::completed_nodes(self, index, leaf)?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO tlog_leaves (idx, statement_id, data, hash) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![index as i64, statement_id, data, leaf.as_slice()])?;
+        let mut ins = self
+            .conn
+            .prepare_cached("INSERT INTO tlog_nodes (level, idx, hash) VALUES (?1, ?2, ?3)")?;
+        for (level, idx, hash) in nodes {
+            ins.execute(params![level, idx as i64, hash.as_slice()])?;
+        }
+        Ok(index)
+    }
+
+    /// The leaf index of a stored statement (`None`: stored before the log existed).
+    pub fn tlog_index_of(&self, statement_id: i64) -> Result<Option<u64>, DbError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT idx FROM tlog_leaves WHERE statement_id = ?1")?
+            .query_row(params![statement_id], |r| r.get::<_, i64>(0))
+            .optional()?
+            .map(|v| v as u64))
+    }
+
+    /// The data of leaves `start .. end`.
+    pub fn tlog_entries(&self, start: u64, end: u64) -> Result<Vec<Vec<u8>>, DbError> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT data FROM tlog_leaves WHERE idx >= ?1 AND idx < ?2 ORDER BY idx",
+        )?;
+        let rows = st.query_map(params![start as i64, end as i64], |r| r.get(0))?;
+        rows.collect()
+    }
+}
+
+impl HashReader for Store {
+    fn node(&self, level: u32, index: u64) -> Result<Hash, TlogError> {
+        let found: Option<Vec<u8>> = if level == 0 {
+            self.conn
+                .prepare_cached("SELECT hash FROM tlog_leaves WHERE idx = ?1")
+                .map_err(read_err)?
+                .query_row(params![index as i64], |r| r.get(0))
+                .optional()
+                .map_err(read_err)?
+        } else {
+            self.conn
+                .prepare_cached("SELECT hash FROM tlog_nodes WHERE level = ?1 AND idx = ?2")
+                .map_err(read_err)?
+                .query_row(params![level, index as i64], |r| r.get(0))
+                .optional()
+                .map_err(read_err)?
+        };
+        match found {
+            Some(v) => as_hash(v, level, index),
+            None => Err(TlogError::MissingNode { level, index }),
+        }
+    }
+}
+
+impl Store {
+    /// The log against the statements it logs, for `recheck`: every leaf's hash is its
+    /// data's, its data is its statement's (rack, host, seq, envelope digest as stored now),
+    /// indexes run without gaps, every complete node is the hash of its children, and every
+    /// statement stored since the log began has a leaf. Each difference in a sentence.
+    pub fn tlog_audit(&self) -> Result<Vec<String>, DbError> {
+        let mut out = Vec::new();
+        let mut st = self.conn.prepare(
+            "SELECT l.idx, l.statement_id, l.data, l.hash, s.rack, s.host, s.seq, s.envelope
+             FROM tlog_leaves l LEFT JOIN statements s ON s.id = l.statement_id ORDER BY l.idx",
+        )?;
+        type LeafRow = (
+            i64,
+            i64,
+            Vec<u8>,
+            Vec<u8>,
+            Option<String>,
+            Option<String>,
+            Option<i64>,
+            Option<String>,
+        );
+        let rows: Vec<LeafRow> = st
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
+            })?
+            .collect::<Result<_, _>>()?;
+        let mut tree = tlog::MemoryTree::new();
+        let mut first_statement = None;
+        for (expect, (idx, sid, data, hash, rack, host, seq, envelope)) in rows.iter().enumerate() {
+            if *idx != expect as i64 {
+                out.push(format!(
+                    "leaf {idx} is where leaf {expect} should be: the log has a gap"
+                ));
+            }
+            first_statement.get_or_insert(*sid);
+            let leaf = tlog::leaf_hash(data);
+            if hash.as_slice() != leaf.as_slice() {
+                out.push(format!("leaf {idx}: its stored hash is not its data's"));
+            }
+            match (rack, host, seq, envelope) {
+                (Some(rack), Some(host), Some(seq), Some(envelope)) => {
+                    if tlog::statement_leaf(rack, host, *seq as u64, envelope.as_bytes()).as_deref()
+                        != Some(data.as_slice())
+                    {
+                        out.push(format!(
+                            "leaf {idx}: statement {rack}/{host} seq {seq} (row {sid}) is not what was logged: it was rewritten"
+                        ));
+                    }
+                }
+                _ => out.push(format!(
+                    "leaf {idx}: its statement (row {sid}) is gone: it was removed"
+                )),
+            }
+            tree.push_hash(leaf);
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT level, idx, hash FROM tlog_nodes ORDER BY level, idx")?;
+        let nodes: Vec<(u32, i64, Vec<u8>)> = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut stored_nodes = 0u64;
+        for (level, idx, hash) in &nodes {
+            stored_nodes += 1;
+            match tlog::HashReader::node(&tree, *level, *idx as u64) {
+                Ok(h) if h.as_slice() == hash.as_slice() => {}
+                Ok(_) => out.push(format!(
+                    "node {level}/{idx} is not the hash of the leaves below it"
+                )),
+                Err(_) => out.push(format!("node {level}/{idx} is above no leaves of the log")),
+            }
+        }
+        // Each leaf completes as many nodes as its index + 1 has trailing zeros.
+        let want: u64 = (1..=tree.size())
+            .map(|n| u64::from(n.trailing_zeros()))
+            .sum();
+        if stored_nodes != want {
+            out.push(format!(
+                "the log of {} leaves has {stored_nodes} complete nodes stored, not {want}",
+                tree.size()
+            ));
+        }
+        if let Some(first) = first_statement {
+            let mut st = self.conn.prepare(
+                "SELECT s.id, s.rack, s.host, s.seq FROM statements s
+                 LEFT JOIN tlog_leaves l ON l.statement_id = s.id
+                 WHERE s.id >= ?1 AND l.idx IS NULL ORDER BY s.id",
+            )?;
+            let unlogged: Vec<(i64, String, String, i64)> = st
+                .query_map([first], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect::<Result<_, _>>()?;
+            for (id, rack, host, seq) in unlogged {
+                out.push(format!(
+                    "statement {rack}/{host} seq {seq} (row {id}) was stored after the log began and has no leaf"
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Appending a leaf failed: the database, or a node the log should have is not there.
+#[derive(Debug, thiserror::Error)]
+pub enum TlogAppendError {
+    #[error("database: {0}")]
+    Db(#[from] DbError),
+    #[error("log: {0}")]
+    Log(#[from] TlogError),
+}
+
+#[cfg(test)]
+mod tests {
+    use rackwarden_attest::tlog::{MemoryTree, consistency_proof, inclusion_proof, tree_hash};
+
+    use super::*;
+
+    #[test]
+    fn the_stored_log_answers_as_the_tree_of_its_leaves() {
+        let store = Store::in_memory().unwrap();
+        let mut mem = MemoryTree::new();
+        let t0 = std::time::Instant::now();
+        for i in 0..600u64 {
+            let data = format!("leaf {i}").into_bytes();
+            assert_eq!(store.tlog_append(i as i64 + 1, &data).unwrap(), i);
+            mem.push(&data);
+        }
+        let appended = t0.elapsed();
+        assert_eq!(store.tlog_size().unwrap(), 600);
+        for n in [1u64, 255, 256, 257, 511, 512, 600] {
+            assert_eq!(tree_hash(&store, n).unwrap(), tree_hash(&mem, n).unwrap());
+            assert_eq!(
+                inclusion_proof(&store, n - 1, n).unwrap(),
+                inclusion_proof(&mem, n - 1, n).unwrap()
+            );
+            assert_eq!(
+                consistency_proof(&store, n / 3, n).unwrap(),
+                consistency_proof(&mem, n / 3, n).unwrap()
+            );
+        }
+        // The level-8 nodes a level-1 tile serves.
+        for i in 0..2 {
+            assert_eq!(store.node(8, i).unwrap(), mem.node(8, i).unwrap());
+        }
+        assert!(matches!(
+            store.node(8, 2),
+            Err(TlogError::MissingNode { level: 8, index: 2 })
+        ));
+        assert_eq!(store.tlog_index_of(5).unwrap(), Some(4));
+        assert_eq!(store.tlog_index_of(9999).unwrap(), None);
+        assert_eq!(
+            store.tlog_entries(598, 700).unwrap(),
+            vec![b"leaf 598".to_vec(), b"leaf 599".to_vec()]
+        );
+        println!("600 leaves appended in {appended:?}");
+    }
+
+    /// A store with `n` statements of host `h`, each logged.
+    fn logged(n: u64) -> Store {
+        let store = Store::in_memory().unwrap();
+        for seq in 0..n {
+            let envelope = format!("{{\"seq\":{seq}}}");
+            let id = store
+                .insert_statement(&crate::store::StoredStatement {
+                    id: 0,
+                    rack: "r".into(),
+                    host: "h".into(),
+                    seq,
+                    pae_sha3: format!("pae-{seq}"),
+                    envelope: envelope.clone(),
+                    received_ms: 1_000 + seq,
+                    epoch_end_ms: 1_000 + seq,
+                    status: "affirming".into(),
+                    result: "{}".into(),
+                    wipe_ms: None,
+                })
+                .unwrap();
+            let data = tlog::statement_leaf("r", "h", seq, envelope.as_bytes()).unwrap();
+            store.tlog_append(id, &data).unwrap();
+        }
+        store
+    }
+
+    #[test]
+    fn the_audit_finds_statements_removed_or_rewritten_behind_the_log() {
+        assert_eq!(logged(9).tlog_audit().unwrap(), Vec::<String>::new());
+        let s = logged(9);
+        s.conn
+            .execute(
+                "UPDATE statements SET envelope = '{\"seq\":99}' WHERE seq = 3",
+                [],
+            )
+            .unwrap();
+        s.conn
+            .execute("DELETE FROM statements WHERE seq = 5", [])
+            .unwrap();
+        let found = s.tlog_audit().unwrap();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].contains("r/h seq 3 (row 4) is not what was logged"),
+            "{found:?}"
+        );
+        assert!(
+            found[1].contains("leaf 5: its statement (row 6) is gone"),
+            "{found:?}"
+        );
+        // A node edited, a leaf edited with its hash, a statement stored without a leaf.
+        let s = logged(9);
+        s.conn
+            .execute(
+                "UPDATE tlog_nodes SET hash = zeroblob(32) WHERE level = 2 AND idx = 1",
+                [],
+            )
+            .unwrap();
+        s.conn
+            .execute(
+                "UPDATE tlog_leaves SET data = x'00', hash = x'00' WHERE idx = 0",
+                [],
+            )
+            .unwrap();
+        s.insert_statement(&crate::store::StoredStatement {
+            id: 0,
+            rack: "r".into(),
+            host: "h".into(),
+            seq: 9,
+            pae_sha3: "pae-9".into(),
+            envelope: "{}".into(),
+            received_ms: 2_000,
+            epoch_end_ms: 2_000,
+            status: "affirming".into(),
+            result: "{}".into(),
+            wipe_ms: None,
+        })
+        .unwrap();
+        let found = s.tlog_audit().unwrap().join("\n");
+        assert!(
+            found.contains("leaf 0: its stored hash is not its data's"),
+            "{found}"
+        );
+        assert!(
+            found.contains("seq 0 (row 1) is not what was logged"),
+            "{found}"
+        );
+        assert!(found.contains("node 2/1 is not the hash"), "{found}");
+        assert!(found.contains("node 1/0 is not the hash"), "{found}");
+        assert!(
+            found.contains("seq 9 (row 10) was stored after the log began and has no leaf"),
+            "{found}"
+        );
+    }
+}
