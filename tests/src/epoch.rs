@@ -455,6 +455,20 @@ pub fn predicate_of(row: &serde_json::Value) -> serde_json::Value {
     st["predicate"].clone()
 }
 
+/// The finding codes of a stored history row's verdict, in order.
+pub fn codes(row: &serde_json::Value) -> Vec<String> {
+    crate::tpmmatrix::codes(&row["result"])
+}
+
+/// The detail of the first finding of a stored row's verdict with `code`, if it has one.
+pub fn finding(row: &serde_json::Value, code: &str) -> Option<String> {
+    row["result"]["findings"].as_array().and_then(|f| {
+        f.iter()
+            .find(|x| x["code"] == code)
+            .and_then(|x| x["detail"].as_str().map(String::from))
+    })
+}
+
 /// `rackwarden wipe-now` against a socket.
 pub fn wipe_now(socket: &Path) {
     let out = Command::new(bin("rackwarden"))

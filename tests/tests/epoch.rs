@@ -11,7 +11,7 @@ use std::{
 use rackwarden_tests::{
     Daemon, Net, bin,
     epoch::{
-        EpochFixture, Verifier, ids, predicate_of, verify_log, wait_epoch, wipe_now,
+        EpochFixture, Verifier, codes, ids, predicate_of, verify_log, wait_epoch, wipe_now,
         write_epoch_config,
     },
 };
@@ -52,17 +52,6 @@ impl Rack {
             self.net.socket_path(),
         )
     }
-}
-
-fn codes(row: &serde_json::Value) -> Vec<String> {
-    row["result"]["findings"]
-        .as_array()
-        .map(|f| {
-            f.iter()
-                .filter_map(|x| x["code"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn incident_kinds(p: &serde_json::Value) -> Vec<(String, String)> {

@@ -23,7 +23,9 @@ use std::{
 
 use rackwarden_tests::{
     Daemon, Net,
-    epoch::{EpochFixture, Verifier, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config},
+    epoch::{
+        EpochFixture, Verifier, codes, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config,
+    },
 };
 
 const DISK: &str = "/dev/vda";
@@ -75,17 +77,6 @@ fn read_device(dev: &str) -> Vec<u8> {
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     memchr::memmem::find(hay, needle).is_some()
-}
-
-fn codes(row: &serde_json::Value) -> Vec<String> {
-    row["result"]["findings"]
-        .as_array()
-        .map(|f| {
-            f.iter()
-                .filter_map(|x| x["code"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn delivered(sock: &Path, seq: u64) {

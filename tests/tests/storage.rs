@@ -15,7 +15,10 @@ use std::{
 
 use rackwarden_tests::{
     Daemon, Net, bin,
-    epoch::{EpochFixture, Verifier, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config},
+    epoch::{
+        EpochFixture, Verifier, codes, finding, ids, predicate_of, wait_epoch, wipe_now,
+        write_epoch_config,
+    },
 };
 
 fn run(cmd: &str, args: &[&str]) -> String {
@@ -87,25 +90,6 @@ impl Drop for SwapFile {
             .stderr(std::process::Stdio::null())
             .status();
     }
-}
-
-fn codes(row: &serde_json::Value) -> Vec<String> {
-    row["result"]["findings"]
-        .as_array()
-        .map(|f| {
-            f.iter()
-                .filter_map(|x| x["code"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn finding(row: &serde_json::Value, code: &str) -> Option<String> {
-    row["result"]["findings"].as_array().and_then(|f| {
-        f.iter()
-            .find(|x| x["code"] == code)
-            .and_then(|x| x["detail"].as_str().map(String::from))
-    })
 }
 
 fn delivered(sock: &Path, seq: u64) {

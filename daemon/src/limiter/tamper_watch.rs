@@ -320,18 +320,19 @@ fn attach_hook(ebpf: &mut aya::Ebpf, hook: WatchHook) -> Result<FdLink, WatchErr
 }
 
 fn raw_tracepoint(ebpf: &mut aya::Ebpf) -> Result<&mut RawTracePoint, WatchError> {
-    let name = WatchHook::SysExit.program();
-    ebpf.program_mut(name)
-        .ok_or(WatchError::Missing(name))?
-        .try_into()
-        .map_err(|source| WatchError::Program {
-            program: name,
-            source,
-        })
+    program(ebpf, WatchHook::SysExit)
 }
 
 fn fexit(ebpf: &mut aya::Ebpf) -> Result<&mut FExit, WatchError> {
-    let name = WatchHook::BpfExit.program();
+    program(ebpf, WatchHook::BpfExit)
+}
+
+/// The program of `hook` in the watch object, as its aya type.
+fn program<'a, P>(ebpf: &'a mut aya::Ebpf, hook: WatchHook) -> Result<&'a mut P, WatchError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let name = hook.program();
     ebpf.program_mut(name)
         .ok_or(WatchError::Missing(name))?
         .try_into()
