@@ -112,6 +112,28 @@ ingress = "1 MB/s"
         self.dir.join("tls/server-leaf.pem")
     }
 
+    /// Another instance of this verifier: the same database, policy, TLS and log key (all
+    /// beside the database), its own port, config file and log. Not started.
+    pub fn second_instance(&self) -> Verifier {
+        let port = free_port(&self.ns);
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let text = text.replacen(
+            &format!("listen = \"{VERIFIER_ADDR}:{}\"", self.port),
+            &format!("listen = \"{VERIFIER_ADDR}:{port}\""),
+            1,
+        );
+        let config = self.dir.join(format!("verifier-{port}.toml"));
+        std::fs::write(&config, text).unwrap();
+        Verifier {
+            ns: self.ns.clone(),
+            port,
+            dir: self.dir.clone(),
+            config,
+            child: None,
+            log: self.dir.join(format!("verifier-{port}.log")),
+        }
+    }
+
     /// The daemon's `[verifier]` lines that reach this verifier: its URL and its CA.
     pub fn daemon_lines(&self) -> String {
         format!("url = \"{}\"\nca = \"{}\"", self.url(), self.ca().display())

@@ -225,6 +225,9 @@ fn row_key(r: &rusqlite::Row) -> rusqlite::Result<HostKey> {
     })
 }
 
+/// How long a write waits for another instance's transaction on the same database.
+pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 const STATEMENT_COLS: &str =
     "id, rack, host, seq, pae_sha3, envelope, received_ms, epoch_end_ms, status, result, wipe_ms";
 
@@ -242,6 +245,11 @@ impl Store {
     }
 
     fn init(conn: Connection) -> Result<Store, DbError> {
+        // Several verifier instances may serve from one database file: a writer waits for
+        // another's transaction (`BEGIN IMMEDIATE` serialises whole ingest batches, so one
+        // host's statements are appraised in chain order whichever instance gets them)
+        // instead of failing at once with SQLITE_BUSY.
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         // Asked before the schema creates it: a database made before host standings were

@@ -10,6 +10,7 @@
 //!
 //! [verifier]
 //! url = "https://verifier.example:7700"
+//! fallback_urls = ["https://verifier-2.example:7700"]  # other instances on the same database
 //! ca = "/etc/rackwarden/verifier-ca.pem"  # trust this CA for the verifier's certificate, or
 //! # pinned_cert = "/etc/rackwarden/verifier.pem"  # accept exactly this certificate
 //! # (http:// only to a loopback address, with neither)
@@ -72,6 +73,9 @@ pub struct EpochConfig {
 pub struct VerifierEndpoint {
     /// Base URL without a trailing slash, e.g. `https://verifier.example:7700`.
     pub url: String,
+    /// Other instances of the same verifier (one database), tried in order when the one in
+    /// use fails; same scheme and trust as `url`.
+    pub fallback_urls: Vec<String>,
     /// How the verifier's certificate is checked.
     pub trust: VerifierTrust,
     pub request_timeout: Duration,
@@ -79,6 +83,13 @@ pub struct VerifierEndpoint {
     pub retry_max: Duration,
     /// The verifier's transparency log key (`None`: log entries are kept, not checked).
     pub log_key: Option<rackwarden_attest::tlog::note::NoteVerifier>,
+}
+
+impl VerifierEndpoint {
+    /// Every instance, `url` first.
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.url.as_str()).chain(self.fallback_urls.iter().map(String::as_str))
+    }
 }
 
 /// How the daemon knows it talks to its verifier. The certificates are read when the
@@ -153,6 +164,7 @@ pub(super) struct RawEpoch {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawVerifier {
     url: Spanned<String>,
+    fallback_urls: Option<Vec<Spanned<String>>>,
     ca: Option<Spanned<String>>,
     pinned_cert: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
@@ -322,19 +334,34 @@ fn no_epoch_sections(err: Err, raw: &RawSections) -> Result<(), ConfigError> {
 
 /// `[verifier]`: a URL with no path, how its certificate is trusted, and the timeouts.
 fn verifier(err: Err, v: RawVerifier) -> Result<VerifierEndpoint, ConfigError> {
-    let url = v.url.get_ref().trim().trim_end_matches('/').to_string();
-    let parsed = reqwest::Url::parse(&url)
-        .map_err(|x| err(Some(v.url.span()), format!("`verifier.url`: `{url}`: {x}")))?;
-    if parsed.host_str().is_none_or(str::is_empty) || parsed.path() != "/" {
-        return Err(err(
-            Some(v.url.span()),
-            format!(
-                "`verifier.url`: `{url}` must be {}://HOST[:PORT] with no path",
-                parsed.scheme()
-            ),
-        ));
-    }
+    let (url, parsed) = base_url(err, "verifier.url", &v.url)?;
     let trust = verifier_trust(err, &v, &parsed, &url)?;
+    let mut fallback_urls = Vec::new();
+    for f in v.fallback_urls.iter().flatten() {
+        let (u, p) = base_url(err, "verifier.fallback_urls", f)?;
+        // One trust for all instances: the same scheme, and plain http only to loopback.
+        if p.scheme() != parsed.scheme() || (p.scheme() == "http" && !is_loopback(&p)) {
+            return Err(err(
+                Some(f.span()),
+                format!(
+                    "`verifier.fallback_urls`: `{u}` must be {}:// like `verifier.url`{}",
+                    parsed.scheme(),
+                    if p.scheme() == "http" {
+                        ", to a loopback address"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        if u == url || fallback_urls.contains(&u) {
+            return Err(err(
+                Some(f.span()),
+                format!("`verifier.fallback_urls`: `{u}` is listed twice"),
+            ));
+        }
+        fallback_urls.push(u);
+    }
     let log_key = match &v.log_key {
         None => None,
         Some(k) => {
@@ -351,6 +378,7 @@ fn verifier(err: Err, v: RawVerifier) -> Result<VerifierEndpoint, ConfigError> {
     Ok(VerifierEndpoint {
         log_key,
         url,
+        fallback_urls,
         trust,
         request_timeout: duration(
             err,
@@ -369,6 +397,36 @@ fn verifier(err: Err, v: RawVerifier) -> Result<VerifierEndpoint, ConfigError> {
             Duration::from_secs(3600),
         )?,
     })
+}
+
+/// A verifier's base URL: trimmed of a trailing slash, with a host and no path.
+fn base_url(
+    err: Err,
+    key: &str,
+    s: &Spanned<String>,
+) -> Result<(String, reqwest::Url), ConfigError> {
+    let url = s.get_ref().trim().trim_end_matches('/').to_string();
+    let parsed = reqwest::Url::parse(&url)
+        .map_err(|x| err(Some(s.span()), format!("`{key}`: `{url}`: {x}")))?;
+    if parsed.host_str().is_none_or(str::is_empty) || parsed.path() != "/" {
+        return Err(err(
+            Some(s.span()),
+            format!(
+                "`{key}`: `{url}` must be {}://HOST[:PORT] with no path",
+                parsed.scheme()
+            ),
+        ));
+    }
+    Ok((url, parsed))
+}
+
+fn is_loopback(u: &reqwest::Url) -> bool {
+    match u.host() {
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        Some(url::Host::Domain(d)) => d == "localhost",
+        None => false,
+    }
 }
 
 /// https with exactly one of `ca` and `pinned_cert`, or plain http to a loopback address.
@@ -418,13 +476,7 @@ fn verifier_trust(
                     "`verifier.ca`/`verifier.pinned_cert` need an https:// `verifier.url`".into(),
                 ));
             }
-            let loopback = match parsed.host() {
-                Some(url::Host::Ipv4(a)) => a.is_loopback(),
-                Some(url::Host::Ipv6(a)) => a.is_loopback(),
-                Some(url::Host::Domain(d)) => d == "localhost",
-                None => false,
-            };
-            if !loopback {
+            if !is_loopback(parsed) {
                 return Err(err(
                     Some(v.url.span()),
                     format!(
@@ -786,6 +838,26 @@ units = ["vllm.service", "router.service"]
                 "url = \"http://127.0.0.1:7700/\"",
                 "url = \"not a url\"",
                 "verifier.url",
+            ),
+            (
+                "url = \"http://127.0.0.1:7700/\"",
+                "url = \"http://127.0.0.1:7700/\"\nfallback_urls = [\"https://v2:7700\"]",
+                "must be http:// like `verifier.url`",
+            ),
+            (
+                "url = \"http://127.0.0.1:7700/\"",
+                "url = \"http://127.0.0.1:7700/\"\nfallback_urls = [\"http://10.0.0.2:7700\"]",
+                "to a loopback address",
+            ),
+            (
+                "url = \"http://127.0.0.1:7700/\"",
+                "url = \"http://127.0.0.1:7700/\"\nfallback_urls = [\"http://127.0.0.1:7700\"]",
+                "is listed twice",
+            ),
+            (
+                "url = \"http://127.0.0.1:7700/\"",
+                "url = \"http://127.0.0.1:7700/\"\nfallback_urls = [\"http://127.0.0.1:7701/v1\"]",
+                "`verifier.fallback_urls`: `http://127.0.0.1:7701/v1` must be http://HOST[:PORT] with no path",
             ),
             (
                 "backends = [\"host\", \"scratch\"]",

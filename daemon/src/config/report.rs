@@ -290,7 +290,7 @@ fn epoch_summary(e: &EpochConfig, checked: &Checked) -> EpochSummary {
     EpochSummary {
         wipe_interval: units::fmt_duration(e.wipe_interval),
         challenge_timeout: units::fmt_duration(e.challenge_timeout),
-        verifier: e.verifier.url.clone(),
+        verifier: e.verifier.urls().collect::<Vec<_>>().join(", then "),
         verifier_trust: trust_text(&e.verifier.trust),
         request_timeout: units::fmt_duration(e.verifier.request_timeout),
         retry_max: units::fmt_duration(e.verifier.retry_max),

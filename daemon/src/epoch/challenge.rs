@@ -84,7 +84,7 @@ pub fn request(
     host: &str,
     timeout: Duration,
 ) -> Result<EpochChallenge, rackwarden_attest::nonce::NonceError> {
-    match ask(verifier, rack, host, timeout) {
+    match ask_any(verifier, rack, host, timeout) {
         Ok(nonce) => Ok(EpochChallenge::Verifier { nonce }),
         Err(reason) => Ok(EpochChallenge::Unchallenged {
             local: Nonce::random()?,
@@ -93,7 +93,10 @@ pub fn request(
     }
 }
 
-fn ask(
+/// Asks each instance in turn (`url`, then `fallback_urls`) until one issues a nonce: they
+/// share one database, so the nonce is good at whichever instance gets the statement. The
+/// last instance's error when none does.
+fn ask_any(
     verifier: &VerifierEndpoint,
     rack: &str,
     host: &str,
@@ -101,7 +104,26 @@ fn ask(
 ) -> Result<Nonce, AskError> {
     let client =
         super::transport::client(verifier, timeout).map_err(|e| AskError::Client(e.to_string()))?;
-    let url = format!("{}/v1/challenges", verifier.url);
+    let mut last = None;
+    for base in verifier.urls() {
+        match ask(&client, base, rack, host) {
+            Ok(n) => return Ok(n),
+            Err(e) => {
+                log::warn!("challenge: {e}");
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| AskError::Client("no verifier URL".into())))
+}
+
+fn ask(
+    client: &reqwest::blocking::Client,
+    base: &str,
+    rack: &str,
+    host: &str,
+) -> Result<Nonce, AskError> {
+    let url = format!("{base}/v1/challenges");
     let resp = client
         .post(&url)
         .json(&ChallengeRequest {

@@ -151,6 +151,9 @@ impl Delivery {
         let mut retry_at_ms: u64 = 0;
         // Rebuilt when a reload changes the endpoint (its timeouts live in the client).
         let mut client: Option<(VerifierEndpoint, reqwest::blocking::Client)> = None;
+        // Which instance (`url`, then `fallback_urls`) is in use, and how many were tried
+        // since one last answered: every one is tried once before the backoff starts.
+        let (mut current, mut tried) = (0usize, 0usize);
         while !stop.load(Ordering::SeqCst) {
             self.heartbeat_ms.store(now_ms(), Ordering::SeqCst);
             let Some(ep) = self.endpoint() else { break };
@@ -162,6 +165,7 @@ impl Delivery {
                             log::info!("delivery: now to {}", ep.url);
                             (attempt, retry_at_ms) = (0, 0);
                         }
+                        (current, tried) = (0, 0);
                         client = Some((ep.clone(), c));
                     }
                     Err(e) => {
@@ -174,15 +178,28 @@ impl Delivery {
                 }
             }
             let Some((_, http)) = &client else { continue };
+            let urls: Vec<&str> = ep.urls().collect();
+            let base = urls[current % urls.len()];
             if now_ms() >= retry_at_ms {
-                match self.attempt(http, &ep) {
+                match self.attempt(http, &ep, base) {
                     Attempt::Nothing => {
-                        attempt = 0;
+                        (attempt, tried) = (0, 0);
                         self.set_state(DeliveryState::Idle);
                     }
                     // More may be pending (a backlog larger than one batch): go on at once.
                     Attempt::Acked => {
-                        attempt = 0;
+                        (attempt, tried) = (0, 0);
+                        continue;
+                    }
+                    // Another instance not yet tried since one answered: at once. The order
+                    // is kept: every attempt starts at the first unacknowledged statement.
+                    Attempt::Failed { seq, error, .. } if tried + 1 < urls.len() => {
+                        tried += 1;
+                        current = (current + 1) % urls.len();
+                        log::warn!(
+                            "delivery: seq {seq} to {base} failed: {error}; failing over to {}",
+                            urls[current]
+                        );
                         continue;
                     }
                     Attempt::Failed {
@@ -190,6 +207,8 @@ impl Delivery {
                         error,
                         retry_after,
                     } => {
+                        tried = 0;
+                        current = (current + 1) % urls.len();
                         attempt = attempt.saturating_add(1);
                         let backoff = backoff(attempt, ep.retry_max);
                         let wait =
@@ -212,7 +231,12 @@ impl Delivery {
         }
     }
 
-    fn attempt(&self, client: &reqwest::blocking::Client, ep: &VerifierEndpoint) -> Attempt {
+    fn attempt(
+        &self,
+        client: &reqwest::blocking::Client,
+        ep: &VerifierEndpoint,
+        base: &str,
+    ) -> Attempt {
         let fail = |seq: u64, error: String| Attempt::Failed {
             seq,
             error,
@@ -261,7 +285,7 @@ impl Delivery {
         };
         at = first.0;
         self.set_state(DeliveryState::Delivering { seq: at });
-        let answer = match post_batch(client, ep, &batch) {
+        let answer = match post_batch(client, base, &batch) {
             Ok(a) => a,
             Err(failed) => return failed.at(at),
         };
@@ -321,7 +345,7 @@ impl Delivery {
                 &self.rack,
                 &self.host,
                 logged,
-                |from, to| fetch_consistency(client, ep, from, to),
+                |from, to| fetch_consistency(client, base, from, to),
                 now_ms(),
             );
             if let Err(e) = kept
@@ -356,11 +380,11 @@ impl PostFailed {
 /// `GET /v1/tlog/consistency?from=M&to=N`.
 fn fetch_consistency(
     client: &reqwest::blocking::Client,
-    ep: &VerifierEndpoint,
+    base: &str,
     from: u64,
     to: u64,
 ) -> Result<ConsistencyProof, String> {
-    let url = format!("{}/v1/tlog/consistency?from={from}&to={to}", ep.url);
+    let url = format!("{base}/v1/tlog/consistency?from={from}&to={to}");
     let resp = client
         .get(&url)
         .send()
@@ -377,7 +401,7 @@ fn fetch_consistency(
 /// exact bytes it receives), and parses the answer.
 fn post_batch(
     client: &reqwest::blocking::Client,
-    ep: &VerifierEndpoint,
+    base: &str,
     batch: &[&SpoolLine],
 ) -> Result<ReceivedResponse, PostFailed> {
     let failed = |error: String| PostFailed {
@@ -394,7 +418,7 @@ fn post_batch(
         }
     }
     body.push(b']');
-    let url = format!("{}/v1/statements", ep.url);
+    let url = format!("{base}/v1/statements");
     let resp = client
         .post(&url)
         .header("Content-Type", "application/json")
