@@ -45,19 +45,46 @@ impl StorageInventory {
         devices.chain(mounts).chain(swaps)
     }
 
-    /// The residue recomputed from the items (what `residue_bytes` must equal). A device
-    /// classed `erased` counts as residue with its whole size unless this inventory holds a
-    /// successful erase of it: the class alone is not evidence.
+    /// The residue recomputed from the items (what `residue_bytes` must equal).
     pub fn recomputed_residue(&self) -> u64 {
-        let unproven_erasures = self
-            .devices
+        self.residue_items()
             .iter()
-            .filter(|d| d.class == StorageClass::Erased && !self.erase_succeeded(&d.name))
-            .map(|d| d.size_bytes);
-        self.items()
-            .map(|(_, c)| c.residue_bytes())
-            .chain(unproven_erasures)
+            .map(|i| i.bytes)
             .fold(0u64, u64::saturating_add)
+    }
+
+    /// Every item that holds residue, with its bytes. A device classed `erased` counts with
+    /// its whole size unless this inventory holds a successful erase of it: the class alone
+    /// is not evidence.
+    pub fn residue_items(&self) -> Vec<ResidueItem> {
+        let mut out = Vec::new();
+        for d in &self.devices {
+            let bytes = match d.class {
+                StorageClass::Erased if !self.erase_succeeded(&d.name) => d.size_bytes,
+                ref c => c.residue_bytes(),
+            };
+            out.push(ResidueItem {
+                key: d.name.clone(),
+                label: d.name.clone(),
+                bytes,
+            });
+        }
+        for m in &self.mounts {
+            out.push(ResidueItem {
+                key: m.mount_point.clone(),
+                label: format!("{} ({})", m.mount_point, m.fs_type),
+                bytes: m.class.residue_bytes(),
+            });
+        }
+        for w in &self.swaps {
+            out.push(ResidueItem {
+                key: w.path.clone(),
+                label: format!("swap {}", w.path),
+                bytes: w.class.residue_bytes(),
+            });
+        }
+        out.retain(|i| i.bytes > 0);
+        out
     }
 
     /// Whether a device (kernel name, `vdb`) was erased by key this epoch without an error.
@@ -68,6 +95,15 @@ impl StorageInventory {
                 && e.device.rsplit('/').next() == Some(device_name)
         })
     }
+}
+
+/// An item that holds residue: `key` is what a policy names it by (a device's kernel name, a
+/// mount point, a swap area's path), `label` how a finding shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResidueItem {
+    pub key: String,
+    pub label: String,
+    pub bytes: u64,
 }
 
 /// Where an item's bytes are accounted for.

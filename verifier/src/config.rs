@@ -29,6 +29,8 @@
 //! max_residue_gpu = "1 GiB"
 //! max_residue_persistent = "0 B"   # disks, swap, persistent filesystems (default 0)
 //! require_storage_inventory = false  # true: a statement without one is contraindicated
+//! # [policy.storage_exclude]          # residue not counted, each with its reason
+//! # vda = "the OS disk: holds no model state (our image, read-only in production)"
 //! trainable_state = "10 TB"
 //! max_epoch_fraction = 0.01       # bytes received in one epoch / trainable state
 //! reference_bandwidth = "400 Gbit/s" # the interconnect training would otherwise have (default)
@@ -118,6 +120,11 @@ pub struct Policy {
     /// older than the inventory are judged as before). Left out of the digest when false.
     #[serde(skip_serializing_if = "is_false")]
     pub require_storage_inventory: bool,
+    /// Residue items the policy does not count against `max_residue_persistent`, each with
+    /// the operator's reason (`[policy.storage_exclude]`, keyed by device name, mount point
+    /// or swap path). The findings still name them. Left out of the digest when empty.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub storage_exclude: BTreeMap<String, String>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -252,6 +259,7 @@ struct RawPolicy {
     boot: Option<tpm::RawBoot>,
     max_residue_persistent: Option<Spanned<String>>,
     require_storage_inventory: Option<bool>,
+    storage_exclude: Option<BTreeMap<String, Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -521,6 +529,7 @@ fn policy(src: &Source, p: &RawPolicy, checked: CheckedFirst) -> Result<Policy, 
             Some(v) => src.size("policy.max_residue_persistent", v)?,
         },
         require_storage_inventory: p.require_storage_inventory.unwrap_or(false),
+        storage_exclude: storage_exclude(src, &p.storage_exclude)?,
     })
 }
 
@@ -596,6 +605,24 @@ fn min_self_protection(
                 ),
             )
         })
+}
+
+/// `[policy.storage_exclude]`: each item with a reason an auditor can read.
+fn storage_exclude(
+    src: &Source,
+    raw: &Option<BTreeMap<String, Spanned<String>>>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (item, reason) in raw.iter().flatten() {
+        if reason.get_ref().trim().is_empty() {
+            return Err(src.err(
+                Some(reason.span()),
+                format!("`policy.storage_exclude.{item}`: give the reason it is not counted"),
+            ));
+        }
+        out.insert(item.clone(), reason.get_ref().trim().to_string());
+    }
+    Ok(out)
 }
 
 fn required_wipe_backends(

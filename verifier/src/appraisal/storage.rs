@@ -59,20 +59,36 @@ fn check_inventory(j: &mut Judge, inv: &StorageInventory) {
         );
     }
     let max = j.policy.max_residue_persistent;
-    if recomputed > max {
-        let items: Vec<String> = inv
-            .items()
-            .filter(|(_, c)| c.residue_bytes() > 0)
-            .map(|(name, c)| format!("{name}: {}", fmt_size(c.residue_bytes())))
+    let items = inv.residue_items();
+    let excluded = &j.policy.storage_exclude;
+    let counted: u64 = items
+        .iter()
+        .filter(|i| !excluded.contains_key(&i.key))
+        .map(|i| i.bytes)
+        .fold(0u64, u64::saturating_add);
+    if counted > max {
+        let mut parts: Vec<String> = items
+            .iter()
+            .filter(|i| !excluded.contains_key(&i.key))
+            .map(|i| format!("{}: {}", i.label, fmt_size(i.bytes)))
             .collect();
+        parts.extend(items.iter().filter_map(|i| {
+            excluded.get(&i.key).map(|why| {
+                format!(
+                    "{}: {} excluded by policy ({why})",
+                    i.label,
+                    fmt_size(i.bytes)
+                )
+            })
+        }));
         j.add(
             C::StorageResidue,
             Status::Contraindicated,
             format!(
                 "{} of writable persistent storage, the policy allows {}: {}",
-                fmt_size(recomputed),
+                fmt_size(counted),
                 fmt_size(max),
-                items.join(", ")
+                parts.join(", ")
             ),
         );
     }
@@ -160,6 +176,35 @@ mod tests {
             f.iter().map(|f| f.0).collect::<Vec<_>>(),
             vec![C::StorageEraseFailed, C::StorageResidue]
         );
+    }
+
+    #[test]
+    fn an_item_the_policy_excludes_is_not_counted_and_still_named() {
+        let text = "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[policy.storage_exclude]\nnvme0n1 = \"the OS image\"\n";
+        let cfg = VerifierConfig::parse(std::path::Path::new("v.toml"), text).unwrap();
+        let mut st = example_statement();
+        let mut inv = inventory(8 << 20, 8 << 20);
+        inv.swaps[0].class = StorageClass::Residue {
+            writable_bytes: 1 << 20,
+            why: "swap".into(),
+        };
+        inv.residue_bytes = 9 << 20;
+        st.predicate.storage = Some(inv);
+        let mut j = Judge {
+            policy: &cfg.policy,
+            findings: vec![],
+        };
+        check(&mut j, &st);
+        assert_eq!(j.findings.len(), 1, "{:?}", j.findings);
+        let d = &j.findings[0].detail;
+        assert!(d.starts_with("1 MiB of writable persistent storage"), "{d}");
+        assert!(
+            d.contains("nvme0n1: 8 MiB excluded by policy (the OS image)"),
+            "{d}"
+        );
+        let empty = text.replace("\"the OS image\"", "\" \"");
+        let e = VerifierConfig::parse(std::path::Path::new("v.toml"), &empty).unwrap_err();
+        assert!(e.to_string().contains("give the reason"), "{e}");
     }
 
     #[test]
