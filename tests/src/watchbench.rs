@@ -49,18 +49,19 @@ pub fn bench_watch() {
         return;
     }
     for hook in WatchHook::PREFERENCE {
-        bench_hook(hook);
+        let _ = bench_hook(hook);
     }
 }
 
-/// Alternating rounds without and with the watch on `hook`, medians and their ratio.
-fn bench_hook(hook: WatchHook) {
+/// Alternating rounds without and with the watch on `hook`, medians and their ratio
+/// (printed); `None` where the kernel refuses the hook (said why).
+pub fn bench_hook(hook: WatchHook) -> Option<(f64, f64)> {
     let name = hook.name();
     let mut watch = match UnpinnedWatch::load(hook) {
         Ok(w) => w,
         Err(e) => {
             println!("{name}: SKIP, the kernel refuses this hook here: {e}");
-            return;
+            return None;
         }
     };
     let (mut anchor, mut ours) = (Vec::new(), Vec::new());
@@ -70,7 +71,7 @@ fn bench_hook(hook: WatchHook) {
             Ok(link) => link,
             Err(e) => {
                 println!("{name}: SKIP, the watch does not attach here: {e}");
-                return;
+                return None;
             }
         };
         ours.push(load_ns_per_syscall());
@@ -94,4 +95,5 @@ fn bench_hook(hook: WatchHook) {
         o / a,
         (o / a - 1.0) * 100.0
     );
+    Some((a, o))
 }
