@@ -431,4 +431,48 @@ fn render_epoch(s: &mut String, e: &crate::epoch::EpochStatus) {
     if let Some(f) = &d.log_failure {
         let _ = writeln!(s, "VERIFIER LOG CHECK FAILED: {f}");
     }
+    render_root_of_trust(s, e);
+}
+
+/// What every statement of this run says of the root of trust, and the AK's enrolment.
+fn render_root_of_trust(s: &mut String, e: &crate::epoch::EpochStatus) {
+    use crate::epoch::AkEnrolment;
+    use rackwarden_attest::tpm::{ImaSource, RootOfTrust};
+    let line = match &e.root_of_trust {
+        None => return,
+        Some(RootOfTrust::None { reason }) => {
+            format!("NONE ({reason}): statements stand on the daemon's key alone")
+        }
+        Some(RootOfTrust::Tpm {
+            tcti,
+            vendor,
+            ak_name,
+            ek_certificate,
+            ima,
+        }) => format!(
+            "TPM {} via {tcti}, AK {}, EK certificate {}, IMA {}",
+            vendor.trim(),
+            ak_name.get(..16).unwrap_or(ak_name),
+            if *ek_certificate { "present" } else { "ABSENT" },
+            match ima {
+                ImaSource::Measured { list } => format!("from {list}"),
+                ImaSource::Unavailable { reason } => format!("UNAVAILABLE ({reason})"),
+            }
+        ),
+    };
+    let _ = writeln!(s, "root of trust: {line}");
+    if let Some(a) = &e.ak_enrolment {
+        let _ = writeln!(
+            s,
+            "  AK enrolment: {}",
+            match a {
+                AkEnrolment::Enrolling => "in progress".to_string(),
+                AkEnrolment::Enrolled { ak_name, ek_issuer } => format!(
+                    "enrolled ({}..., EK issued by {ek_issuer})",
+                    ak_name.get(..16).unwrap_or(ak_name)
+                ),
+                AkEnrolment::Failed { error } => format!("FAILED, retried next epoch: {error}"),
+            }
+        );
+    }
 }

@@ -220,6 +220,10 @@ pub struct EpochSummary {
     pub scratch: Vec<PathBuf>,
     pub manifest_images: Option<usize>,
     pub workloads: String,
+    /// `[wipe] swap` and `[wipe] erase`, in words.
+    pub storage: String,
+    /// `[tpm]` in words: what every statement's root of trust will be asked of.
+    pub root_of_trust: String,
 }
 
 /// Everything `check-config` prints.
@@ -286,7 +290,37 @@ fn trust_text(t: &VerifierTrust) -> String {
     }
 }
 
-fn epoch_summary(e: &EpochConfig, checked: &Checked) -> EpochSummary {
+fn epoch_summary(e: &EpochConfig, tpm: &super::tpm::TpmConfig, checked: &Checked) -> EpochSummary {
+    use super::{epoch::SwapPolicy, tpm::TpmMode};
+    let mut storage = match e.wipe.swap {
+        SwapPolicy::On => "swap stays on (residue in every statement)".to_string(),
+        SwapPolicy::Off => "swap turned off before each wipe".to_string(),
+    };
+    for v in &e.wipe.erase {
+        storage += &format!(
+            "; {} erased by key each epoch{}",
+            v.device.display(),
+            v.mount
+                .as_ref()
+                .map(|m| format!(" (fresh ext4 on {})", m.display()))
+                .unwrap_or_default()
+        );
+    }
+    let pcrs: Vec<String> = tpm.pcrs.iter().map(u8::to_string).collect();
+    let root_of_trust = match tpm.mode {
+        TpmMode::Off => "off: statements say the TPM was turned off here".to_string(),
+        TpmMode::Auto | TpmMode::Required => format!(
+            "{} TPM via {}, quoting PCRs {} with the IMA list {}",
+            if tpm.mode == TpmMode::Required {
+                "required:"
+            } else {
+                "auto: where there is one, a"
+            },
+            tpm.tcti,
+            pcrs.join(","),
+            tpm.ima_list.display()
+        ),
+    };
     EpochSummary {
         wipe_interval: units::fmt_duration(e.wipe_interval),
         challenge_timeout: units::fmt_duration(e.challenge_timeout),
@@ -303,6 +337,8 @@ fn epoch_summary(e: &EpochConfig, checked: &Checked) -> EpochSummary {
         scratch: e.wipe.scratch.clone(),
         manifest_images: checked.manifest_images,
         workloads: workloads_text(&e.workloads),
+        storage,
+        root_of_trust,
     }
 }
 
@@ -397,7 +433,10 @@ pub fn report(
         check_interval: units::fmt_duration(cfg.check_interval),
         attach_mode: cfg.attach_mode,
         self_protection: cfg.self_protection,
-        epoch: cfg.epoch.as_ref().map(|e| epoch_summary(e, checked)),
+        epoch: cfg
+            .epoch
+            .as_ref()
+            .map(|e| epoch_summary(e, &cfg.tpm, checked)),
         warnings,
     }
 }
@@ -520,6 +559,8 @@ fn render_epoch(e: &EpochSummary, line: &mut impl FnMut(&str, String)) {
         wipe += &format!("; scratch {}", dirs.join(", "));
     }
     line("wipe", wipe);
+    line("storage", e.storage.clone());
+    line("root of trust", e.root_of_trust.clone());
     if let Some(n) = e.manifest_images {
         line("images", format!("{n} in the signed manifest"));
     }
@@ -550,6 +591,8 @@ mod tests {
             "host; at most 1 GiB per device; 1 GiB of host memory left untouched",
             "stop `/bin/stop now`, start `/bin/start`",
             "backoff ceiling 15 s",
+            "storage            swap stays on (residue in every statement)",
+            "root of trust      auto: where there is one, a TPM via device:/dev/tpmrm0, quoting PCRs 0,1,2,3,4,5,6,7,8,9,10",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");
         }
