@@ -454,6 +454,20 @@ pub enum Incident {
         /// When the daemon found it (its next start).
         detected_unix_ms: u64,
     },
+    /// The verifier's transparency log failed the host's check (issue 24): an entry whose
+    /// proof does not lead to its signed checkpoint, or a checkpoint that is not an extension
+    /// of the one the host kept. The two signed checkpoints are the proof anyone can check
+    /// with the verifier's log key.
+    VerifierLogInconsistent {
+        detected_unix_ms: u64,
+        /// What failed, naming both checkpoints (sizes and roots).
+        error: String,
+        /// The checkpoint the host had kept (signed note); absent before the first one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kept_checkpoint: Option<String>,
+        /// The checkpoint that did not check out (signed note).
+        shown_checkpoint: String,
+    },
 }
 
 impl Incident {
@@ -463,7 +477,7 @@ impl Incident {
             Incident::TornLogTail { offset, .. } | Incident::CorruptLogLine { offset, .. } => {
                 Some(*offset)
             }
-            Incident::EpochInterrupted { .. } => None,
+            Incident::EpochInterrupted { .. } | Incident::VerifierLogInconsistent { .. } => None,
         }
     }
 }

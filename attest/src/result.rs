@@ -131,10 +131,11 @@ pub enum FindingCode {
     StorageUnreadable,
     StorageUnreported,
     StorageEraseFailed,
+    VerifierLogInconsistent,
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 68] = [
+    pub const ALL: [FindingCode; 69] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -203,6 +204,7 @@ impl FindingCode {
         FindingCode::StorageUnreadable,
         FindingCode::StorageUnreported,
         FindingCode::StorageEraseFailed,
+        FindingCode::VerifierLogInconsistent,
     ];
 
     pub fn aspect(self) -> Aspect {
@@ -275,6 +277,7 @@ impl FindingCode {
             | FindingCode::StorageUnreadable
             | FindingCode::StorageUnreported
             | FindingCode::StorageEraseFailed => Aspect::Storage,
+            FindingCode::VerifierLogInconsistent => Aspect::Chain,
         }
     }
 
@@ -349,6 +352,7 @@ impl FindingCode {
             FindingCode::StorageUnreadable => "storage_unreadable",
             FindingCode::StorageUnreported => "storage_unreported",
             FindingCode::StorageEraseFailed => "storage_erase_failed",
+            FindingCode::VerifierLogInconsistent => "verifier_log_inconsistent",
         }
     }
 
@@ -511,6 +515,9 @@ impl FindingCode {
             }
             FindingCode::StorageUnreported => {
                 "the statement carries no storage inventory, and the policy requires one"
+            }
+            FindingCode::VerifierLogInconsistent => {
+                "the host says this verifier's transparency log failed its check: two checkpoints signed with the log key that cannot both be true (a stored statement dropped or rewritten)"
             }
             FindingCode::StorageEraseFailed => {
                 "a scratch volume was not erased by key this epoch: what was written to it survives, and it counts as residue"

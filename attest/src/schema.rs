@@ -141,6 +141,12 @@ pub fn example_statement() -> Statement {
                 started_unix_ms: 0,
                 detected_unix_ms: 0,
             },
+            Incident::VerifierLogInconsistent {
+                detected_unix_ms: 0,
+                error: String::new(),
+                kept_checkpoint: Some(String::new()),
+                shown_checkpoint: String::new(),
+            },
         ],
         epoch: Some(EpochRun {
             trigger: EpochTrigger::Interval,

@@ -232,6 +232,10 @@ impl StatePaths {
     pub fn tlog_failures(&self) -> PathBuf {
         self.dir.join("tlog-failures.jsonl")
     }
+    /// How many lines of `tlog-failures.jsonl` a signed statement has disclosed.
+    pub fn tlog_failures_disclosed(&self) -> PathBuf {
+        self.dir.join("tlog-failures.disclosed")
+    }
 }
 
 #[cfg(test)]

@@ -248,4 +248,35 @@ fn caught(how: Tamper) {
         "RW_REPORT tlog: rackwarden log verify --tiles: {}",
         out.trim()
     );
+
+    // The next signed statement discloses it, with both checkpoints, and the verdict (even
+    // this verifier's) names it.
+    wipe_now(&sock);
+    // seqs 0-2 before the tampering, 3 whose checkpoint failed the check, then this one.
+    let seq = 4u64;
+    wait_epoch(
+        &sock,
+        Duration::from_secs(60),
+        "the next statement delivered",
+        |e| e["delivery"]["delivered_seq"].as_u64() >= Some(seq),
+    );
+    let row = verifier
+        .history(&rack, &host)
+        .into_iter()
+        .find(|r| r["seq"] == seq)
+        .unwrap_or_else(|| panic!("seq {seq} not stored"));
+    let incident = rackwarden_tests::epoch::predicate_of(&row)["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "verifier_log_inconsistent")
+        .unwrap_or_else(|| panic!("no log incident in seq {seq}"))
+        .clone();
+    assert_eq!(incident["kept_checkpoint"], f["old_checkpoint"]);
+    assert_eq!(incident["shown_checkpoint"], f["new_checkpoint"]);
+    assert!(
+        rackwarden_tests::epoch::codes(&row).contains(&"verifier_log_inconsistent".to_string()),
+        "{:?}",
+        rackwarden_tests::epoch::codes(&row)
+    );
 }

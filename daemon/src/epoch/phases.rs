@@ -316,11 +316,15 @@ impl EpochLoop {
             downtime_ms: epoch.downtime_ms,
         };
         let (wipe, images) = outcome.into_evidence();
+        // A verifier log that failed the delivery thread's check goes into the next signed
+        // statement, with both checkpoints.
+        let keeper = super::tlog::LogKeeper::new(&self.cfg.state_paths());
+        let (log_incidents, failures_recorded) = keeper.undisclosed();
         let ev = EpochEvidence {
             challenge: ch.statement_challenge(),
             wipe,
             images,
-            incidents: self.carried.clone(),
+            incidents: self.carried.iter().cloned().chain(log_incidents).collect(),
             epoch: Some(run),
             storage: std::mem::take(&mut epoch.storage),
         };
@@ -352,6 +356,7 @@ impl EpochLoop {
         };
         let durable = self.log()?.durable_len();
         self.durable_len.store(durable, Ordering::SeqCst);
+        keeper.mark_disclosed(failures_recorded);
         if rotating && let Err(e) = self.keys.complete_rotation() {
             // The new key signs from now on regardless; the next start completes the files.
             log::error!("epoch {seq}: key rotation: {e}");

@@ -36,6 +36,7 @@ use sha2::{Digest, Sha256};
 
 use crate::atomic_file;
 use crate::pins::StatePaths;
+use rackwarden_attest::evidence::Incident;
 
 /// One kept entry (a line of `tlog-entries.jsonl`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +66,7 @@ pub struct LogKeeper {
     entries: PathBuf,
     checkpoint: PathBuf,
     failures: PathBuf,
+    disclosed: PathBuf,
 }
 
 /// An acknowledged statement: its seq, the envelope bytes sent, and its entry.
@@ -80,6 +82,47 @@ impl LogKeeper {
             entries: state.tlog_entries(),
             checkpoint: state.tlog_checkpoint(),
             failures: state.tlog_failures(),
+            disclosed: state.tlog_failures_disclosed(),
+        }
+    }
+
+    /// The recorded failures no signed statement has disclosed yet, as incidents for the
+    /// next one, and how many failures are recorded in all (for [`mark_disclosed`] once that
+    /// statement is durable). A crash in between discloses them again: never lost.
+    ///
+    /// [`mark_disclosed`]: LogKeeper::mark_disclosed
+    pub fn undisclosed(&self) -> (Vec<Incident>, usize) {
+        let failures = match self.failures() {
+            Ok(f) => f,
+            Err(e) => {
+                log::error!("transparency log: the recorded failures cannot be read: {e}");
+                return (vec![], 0);
+            }
+        };
+        let done: usize = std::fs::read_to_string(&self.disclosed)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        let incidents = failures
+            .iter()
+            .skip(done)
+            .map(|f| Incident::VerifierLogInconsistent {
+                detected_unix_ms: f.detected_ms,
+                error: f.error.clone(),
+                kept_checkpoint: f.old_checkpoint.clone(),
+                shown_checkpoint: f.new_checkpoint.clone(),
+            })
+            .collect();
+        (incidents, failures.len())
+    }
+
+    /// Records that the first `n` failures are in a durable signed statement.
+    pub fn mark_disclosed(&self, n: usize) {
+        if let Err(e) = atomic_file::replace(&self.disclosed, n.to_string().as_bytes()) {
+            log::warn!(
+                "transparency log: {}: {e} (the failures are disclosed again next epoch)",
+                self.disclosed.display()
+            );
         }
     }
 

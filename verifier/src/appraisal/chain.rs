@@ -77,6 +77,20 @@ pub(super) fn check_incidents(j: &mut Judge, st: &Statement) {
                     fmt_unix_ms(*started_unix_ms)
                 ),
             ),
+            // The host accuses this verifier; the verdict carries it to the page and to
+            // whoever reads the record. Both checkpoints are in the statement.
+            Incident::VerifierLogInconsistent {
+                detected_unix_ms,
+                error,
+                ..
+            } => j.add(
+                C::VerifierLogInconsistent,
+                Status::Warning,
+                format!(
+                    "found by the host at {}: {error}",
+                    fmt_unix_ms(*detected_unix_ms)
+                ),
+            ),
         }
     }
 }

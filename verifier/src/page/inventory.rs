@@ -114,7 +114,7 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "source"
         | "path" => Identifier,
         "prev" | "binary_sha3_256" | "tag" | "merkle_sha3_256" | "manifest_sha3_256"
-        | "sha3_256" | "header_sha3_256" => Digest,
+        | "sha3_256" | "header_sha3_256" | "kept_checkpoint" | "shown_checkpoint" => Digest,
         "nonce" => Nonce,
         "passed_bytes" | "passed_packets" | "dropped_bytes" | "dropped_packets"
         | "unconfigured_drops" | "contention_drops" | "bytes_total" | "bytes_filled"
