@@ -30,10 +30,17 @@ pub fn open_or_create(key: &Path, origin: &str) -> anyhow::Result<NoteSigner> {
         if key.extension().and_then(|e| e.to_str()) != Some("key") {
             anyhow::bail!("log key {}: its name must end in .key", key.display());
         }
-        let (_, _, k) = keys::write_keypair(dir, stem)
-            .with_context(|| format!("making the log key {}", key.display()))?;
-        log::info!("made the transparency log's key {}", key.display());
-        k
+        match keys::write_keypair(dir, stem) {
+            Ok((_, _, k)) => {
+                log::info!("made the transparency log's key {}", key.display());
+                k
+            }
+            // Another instance on the same database made it first: use theirs.
+            Err(keys::KeyError::Exists { .. }) => made_by_another(key)?,
+            Err(e) => {
+                return Err(e).with_context(|| format!("making the log key {}", key.display()));
+            }
+        }
     };
     let signer = NoteSigner::new(origin, signing)?;
     let vkey = vkey_path(key);
@@ -44,6 +51,21 @@ pub fn open_or_create(key: &Path, origin: &str) -> anyhow::Result<NoteSigner> {
         _ => std::fs::write(&vkey, text).with_context(|| format!("{}", vkey.display()))?,
     }
     Ok(signer)
+}
+
+/// The key another instance is making at the same moment: it is written with `create_new`
+/// and synced, so it can be seen before it is whole; read it until it parses (2 s at most).
+fn made_by_another(key: &Path) -> anyhow::Result<ed25519_dalek::SigningKey> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match keys::load_signing_key(key) {
+            Ok(k) => return Ok(k),
+            Err(e) if t0.elapsed() > std::time::Duration::from_secs(2) => {
+                return Err(e).with_context(|| format!("log key {}", key.display()));
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
 }
 
 #[cfg(test)]

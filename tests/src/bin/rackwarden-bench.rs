@@ -194,7 +194,6 @@ type SignedPae = (
 );
 
 fn bench_verifier() {
-    use std::time::Instant;
     let hosts = 100usize;
     let per_host = 100usize;
     let batch = 50usize;
@@ -203,54 +202,100 @@ fn bench_verifier() {
         "== bench verifier: {} statements from {hosts} hosts, batches of {batch}, {clients} concurrent clients, TLS on loopback ==",
         hosts * per_host
     );
-    let dir = std::env::temp_dir().join(format!("rw-bench-verifier-{}", std::process::id()));
+    let (raw1, one) = ingest_rate(1, hosts, per_host, batch, clients);
+    print_verifier_report(raw1, one);
+    // The same load split between two instances on one database (each host to one of them,
+    // so chains stay in order): what the fleet costs or buys on one SQLite file.
+    let (_, two) = ingest_rate(2, hosts, per_host, batch, clients);
+    println!(
+        "{:<60} {:>12.0} /s\nratio two instances / one: {:.3}",
+        "two instances on one SQLite file, clients split between them",
+        two,
+        two / one
+    );
+}
+
+/// Ingest throughput over TLS with `instances` verifier processes on one fresh database;
+/// also the anchor, raw `verify_strict` of the same PAE bytes on one core.
+fn ingest_rate(
+    instances: usize,
+    hosts: usize,
+    per_host: usize,
+    batch: usize,
+    clients: usize,
+) -> (f64, f64) {
+    use std::time::Instant;
+    let dir = std::env::temp_dir().join(format!(
+        "rw-bench-verifier-{}-{instances}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let config = dir.join("verifier.toml");
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
     let ca = bench_tls(&dir);
-    write_bench_verifier_config(&dir, &config, port);
+    let ports: Vec<u16> = (0..instances).map(|_| free_port()).collect();
+    let configs: Vec<std::path::PathBuf> = ports
+        .iter()
+        .map(|p| {
+            let c = dir.join(format!("verifier-{p}.toml"));
+            write_bench_verifier_config(&dir, &c, *p);
+            c
+        })
+        .collect();
     // Enroll and pre-sign everything before the clock starts.
-    let (bodies, paes) = enroll_and_presign(&config, hosts, per_host, batch);
-    // Anchor: raw verify_strict of the same PAE bytes, one core and all cores.
+    let (bodies, paes) = enroll_and_presign(&configs[0], hosts, per_host, batch);
     let t = Instant::now();
     for (vk, pae, sig) in &paes {
         vk.verify_strict(pae, sig).unwrap();
     }
     let raw1 = paes.len() as f64 / t.elapsed().as_secs_f64();
-    let mut server = Command::new(bin("rackwarden-verifier"))
-        .arg("--config")
-        .arg(&config)
-        .arg("serve")
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .unwrap();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        std::thread::sleep(Duration::from_millis(20));
+    let mut servers: Vec<_> = configs
+        .iter()
+        .map(|c| {
+            Command::new(bin("rackwarden-verifier"))
+                .arg("--config")
+                .arg(c)
+                .arg("serve")
+                .env("RUST_LOG", "warn")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for p in &ports {
+        while std::net::TcpStream::connect(("127.0.0.1", *p)).is_err() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
-    let url = format!("https://127.0.0.1:{port}/v1/statements");
-    // Hosts are split between clients so each host's chain arrives in order.
+    // Hosts are split between clients so each host's chain arrives in order; client k
+    // talks to instance k mod instances.
     let mut per_client: Vec<Vec<Vec<u8>>> = vec![Vec::new(); clients];
     let per_host_batches = per_host.div_ceil(batch);
     for (i, b) in bodies.into_iter().enumerate() {
         per_client[(i / per_host_batches) % clients].push(b);
     }
+    let urls: Vec<String> = (0..clients)
+        .map(|k| format!("https://127.0.0.1:{}/v1/statements", ports[k % instances]))
+        .collect();
     let t = Instant::now();
-    let accepted = post_concurrently(per_client, &url, &ca);
+    let accepted = post_concurrently(per_client, &urls, &ca);
     let rate = accepted as f64 / t.elapsed().as_secs_f64();
-    let _ = server.kill();
-    let _ = server.wait();
+    for s in &mut servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(
         accepted,
         hosts * per_host,
         "every statement must be accepted"
     );
-    print_verifier_report(raw1, rate);
+    (raw1, rate)
 }
 
 /// The verifier's config: TLS from `bench_tls`, SQLite in `dir`, one rack with room for
@@ -314,11 +359,14 @@ fn enroll_and_presign(
 }
 
 /// Posts each client's bodies in order, the clients concurrently; the statements accepted.
-fn post_concurrently(per_client: Vec<Vec<Vec<u8>>>, url: &str, ca: &[u8]) -> usize {
+/// Posts each client's bodies in order on its own kept-alive connection to `urls[client]`;
+/// the number of statements accepted.
+fn post_concurrently(per_client: Vec<Vec<Vec<u8>>>, urls: &[String], ca: &[u8]) -> usize {
     let handles: Vec<_> = per_client
         .into_iter()
-        .map(|bs| {
-            let url = url.to_string();
+        .zip(urls.iter().cycle())
+        .map(|(bs, url)| {
+            let url = url.clone();
             let ca = ca.to_vec();
             std::thread::spawn(move || {
                 // One connection per client, kept alive: the handshake is paid once.
