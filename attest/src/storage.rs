@@ -54,36 +54,41 @@ impl StorageInventory {
     }
 
     /// Every item that holds residue, with its bytes. A device classed `erased` counts with
-    /// its whole size unless this inventory holds a successful erase of it: the class alone
-    /// is not evidence.
+    /// its whole size unless this inventory holds a successful erase of it (the class alone
+    /// is not evidence); one that was erased has its size in `erased_bytes`, which a policy
+    /// that does not credit erase by key counts too.
     pub fn residue_items(&self) -> Vec<ResidueItem> {
         let mut out = Vec::new();
         for d in &self.devices {
-            let bytes = match d.class {
-                StorageClass::Erased if !self.erase_succeeded(&d.name) => d.size_bytes,
-                ref c => c.residue_bytes(),
+            let (bytes, erased_bytes) = match d.class {
+                StorageClass::Erased if self.erase_succeeded(&d.name) => (0, d.size_bytes),
+                StorageClass::Erased => (d.size_bytes, 0),
+                ref c => (c.residue_bytes(), 0),
             };
             out.push(ResidueItem {
-                key: d.name.clone(),
+                key: format!("device:{}", d.name),
                 label: d.name.clone(),
                 bytes,
+                erased_bytes,
             });
         }
         for m in &self.mounts {
             out.push(ResidueItem {
-                key: m.mount_point.clone(),
+                key: format!("mount:{}", m.mount_point),
                 label: format!("{} ({})", m.mount_point, m.fs_type),
                 bytes: m.class.residue_bytes(),
+                erased_bytes: 0,
             });
         }
         for w in &self.swaps {
             out.push(ResidueItem {
-                key: w.path.clone(),
+                key: format!("swap:{}", w.path),
                 label: format!("swap {}", w.path),
                 bytes: w.class.residue_bytes(),
+                erased_bytes: 0,
             });
         }
-        out.retain(|i| i.bytes > 0);
+        out.retain(|i| i.bytes > 0 || i.erased_bytes > 0);
         out
     }
 
@@ -97,13 +102,17 @@ impl StorageInventory {
     }
 }
 
-/// An item that holds residue: `key` is what a policy names it by (a device's kernel name, a
-/// mount point, a swap area's path), `label` how a finding shows it.
+/// An item that holds residue: `key` is what a policy names it by (`device:<kernel name>`,
+/// `mount:<mount point>`, `swap:<path>`), `label` how a finding shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResidueItem {
     pub key: String,
     pub label: String,
     pub bytes: u64,
+    /// A device erased by key this epoch: its size. Erase by key makes what was written
+    /// through the mapping unreadable; root can still write the raw device and read it back,
+    /// so these bytes are residue unless the policy credits erase by key.
+    pub erased_bytes: u64,
 }
 
 /// Where an item's bytes are accounted for.
@@ -190,8 +199,10 @@ pub enum DeviceKind {
     Zram,
     /// A RAM disk (`brd`).
     Ram,
-    /// Persistent memory.
+    /// Persistent memory (a `pmem` block device, or a device-DAX `daxX.Y`).
     Pmem,
+    /// Raw flash (MTD), not a block device: `/sys/class/mtd`.
+    Mtd,
 }
 
 /// One line of the host's mount table (`/proc/1/mountinfo`).

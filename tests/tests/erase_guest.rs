@@ -107,9 +107,11 @@ fn a_scratch_volume_erased_by_key_forgets_and_an_unerased_disk_is_residue() {
     let text = std::fs::read_to_string(&v.config).unwrap();
     std::fs::write(
         &v.config,
+        // In this guest nothing but the test itself could write the raw disk: the policy
+        // credits erase by key (by default an erased volume counts in full).
         text.replace(
             "max_residue_persistent = \"1024 TiB\"",
-            "max_residue_persistent = \"0 B\"",
+            "max_residue_persistent = \"0 B\"\ncredit_erase_by_key = true",
         ),
     )
     .unwrap();

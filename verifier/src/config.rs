@@ -29,8 +29,9 @@
 //! max_residue_gpu = "1 GiB"
 //! max_residue_persistent = "0 B"   # disks, swap, persistent filesystems (default 0)
 //! require_storage_inventory = false  # true: a statement without one is contraindicated
+//! # credit_erase_by_key = false      # true: volumes erased by key hold no residue
 //! # [policy.storage_exclude]          # residue not counted, each with its reason
-//! # vda = "the OS disk: holds no model state (our image, read-only in production)"
+//! # "device:vda" = "the OS disk: holds no model state (our image, read-only in production)"
 //! trainable_state = "10 TB"
 //! max_epoch_fraction = 0.01       # bytes received in one epoch / trainable state
 //! reference_bandwidth = "400 Gbit/s" # the interconnect training would otherwise have (default)
@@ -125,6 +126,12 @@ pub struct Policy {
     /// or swap path). The findings still name them. Left out of the digest when empty.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub storage_exclude: BTreeMap<String, String>,
+    /// Whether a volume erased by key this epoch holds no residue. Erase by key destroys
+    /// what was written through the dm-crypt mapping; a workload with root can write the raw
+    /// device and read it back, so the default (false) counts erased volumes in full. Set it
+    /// where workloads cannot reach raw block devices. Left out of the digest when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub credit_erase_by_key: bool,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -260,6 +267,7 @@ struct RawPolicy {
     max_residue_persistent: Option<Spanned<String>>,
     require_storage_inventory: Option<bool>,
     storage_exclude: Option<BTreeMap<String, Spanned<String>>>,
+    credit_erase_by_key: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -530,6 +538,7 @@ fn policy(src: &Source, p: &RawPolicy, checked: CheckedFirst) -> Result<Policy, 
         },
         require_storage_inventory: p.require_storage_inventory.unwrap_or(false),
         storage_exclude: storage_exclude(src, &p.storage_exclude)?,
+        credit_erase_by_key: p.credit_erase_by_key.unwrap_or(false),
     })
 }
 
@@ -614,6 +623,18 @@ fn storage_exclude(
 ) -> Result<BTreeMap<String, String>, ConfigError> {
     let mut out = BTreeMap::new();
     for (item, reason) in raw.iter().flatten() {
+        let kinds = ["device:", "mount:", "swap:"];
+        if !kinds
+            .iter()
+            .any(|k| item.starts_with(k) && item.len() > k.len())
+        {
+            return Err(src.err(
+                Some(reason.span()),
+                format!(
+                    "`policy.storage_exclude`: `{item}` names no item: write `device:<kernel name>`, `mount:<mount point>` or `swap:<path>`"
+                ),
+            ));
+        }
         if reason.get_ref().trim().is_empty() {
             return Err(src.err(
                 Some(reason.span()),

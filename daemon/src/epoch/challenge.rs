@@ -93,9 +93,9 @@ pub fn request(
     }
 }
 
-/// Asks each instance in turn (`url`, then `fallback_urls`) until one issues a nonce: they
-/// share one database, so the nonce is good at whichever instance gets the statement. The
-/// last instance's error when none does.
+/// Asks each instance in turn (`url`, then `fallback_urls`) until one issues a nonce, all
+/// within `timeout`: they share one database, so the nonce is good at whichever instance
+/// gets the statement. The last instance's error when none does.
 fn ask_any(
     verifier: &VerifierEndpoint,
     rack: &str,
@@ -104,9 +104,15 @@ fn ask_any(
 ) -> Result<Nonce, AskError> {
     let client =
         super::transport::client(verifier, timeout).map_err(|e| AskError::Client(e.to_string()))?;
+    // One deadline for all of them: the epoch waits `challenge_timeout` at most in all.
+    let deadline = std::time::Instant::now() + timeout;
     let mut last = None;
     for base in verifier.urls() {
-        match ask(&client, base, rack, host) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match ask(&client, base, rack, host, left) {
             Ok(n) => return Ok(n),
             Err(e) => {
                 log::warn!("challenge: {e}");
@@ -122,10 +128,12 @@ fn ask(
     base: &str,
     rack: &str,
     host: &str,
+    timeout: Duration,
 ) -> Result<Nonce, AskError> {
     let url = format!("{base}/v1/challenges");
     let resp = client
         .post(&url)
+        .timeout(timeout)
         .json(&ChallengeRequest {
             rack: rack.into(),
             host: host.into(),

@@ -57,8 +57,11 @@ pub fn erase_all(volumes: &[EraseVolume]) -> Vec<ErasedVolume> {
 
 pub fn erase(v: &EraseVolume) -> ErasedVolume {
     let t0 = Instant::now();
+    // The kernel's name (`/dev/nvme1n1`, not a `/dev/disk/by-id/` link): what the inventory
+    // matches the erase to.
+    let canonical = std::fs::canonicalize(&v.device).unwrap_or_else(|_| v.device.clone());
     let mut out = ErasedVolume {
-        device: v.device.display().to_string(),
+        device: canonical.display().to_string(),
         mapping: v.mapping(),
         cipher: CIPHER.into(),
         size_bytes: device_size(&v.device).unwrap_or(0),
@@ -108,6 +111,9 @@ pub fn precheck() -> Result<PathBuf, String> {
 /// Unmount, close, open under a fresh key, format, mount; the digest of the new header.
 fn rekey(v: &EraseVolume) -> Result<String, String> {
     let cryptsetup = precheck()?;
+    if v.mount.is_some() {
+        same_mount_namespace_as_pid1()?;
+    }
     let mapping = v.mapping();
     let mapped = PathBuf::from("/dev/mapper").join(&mapping);
     if let Some(m) = &v.mount
@@ -159,6 +165,22 @@ fn rekey(v: &EraseVolume) -> Result<String, String> {
         .map_err(|e| format!("mounting {} on {}: {e}", mapped.display(), m.display()))?;
     }
     header_digest(&v.device)
+}
+
+/// A mount made in a private mount namespace (systemd's `PrivateMounts=`, `ProtectSystem=`)
+/// is invisible to the workloads, which would then write to the directory underneath, on
+/// another disk: refuse rather than mount where nobody else looks.
+fn same_mount_namespace_as_pid1() -> Result<(), String> {
+    let ns = |p: &str| std::fs::read_link(p).map_err(|e| format!("{p}: {e}"));
+    let (ours, host) = (ns("/proc/self/ns/mnt")?, ns("/proc/1/ns/mnt")?);
+    if ours != host {
+        return Err(format!(
+            "the daemon runs in a private mount namespace ({} is not PID 1's {}): a fresh filesystem mounted here would be invisible to the workloads; run it with PrivateMounts=no and ProtectSystem=no for [wipe] erase with a mount (see the README)",
+            ours.display(),
+            host.display()
+        ));
+    }
+    Ok(())
 }
 
 fn find_tool(name: &str) -> Result<PathBuf, String> {

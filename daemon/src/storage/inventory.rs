@@ -98,6 +98,7 @@ pub struct Sources {
 pub fn take_from(src: &Sources, done: EpochStorage) -> StorageInventory {
     let mut unreadable = Vec::new();
     let mut devices = block_devices(&src.class_block, &mut unreadable);
+    devices.extend(char_storage(&src.class_block, &mut unreadable));
     let mounts = mounts(src, &mut unreadable);
     let (swaps, swap_errors) = swap_lines(&src.swaps);
     unreadable.extend(swap_errors);
@@ -267,6 +268,56 @@ fn device_class(kind: &DeviceKind, size_bytes: u64, read_only: bool) -> StorageC
     }
 }
 
+/// Writable storage that is not a block device: device-DAX persistent memory
+/// (`/sys/bus/dax/devices/daxX.Y/size`) and raw flash (`/sys/class/mtd/mtdN/size`), both
+/// sized in bytes. Found beside `class_block` (its `/sys`), absent where the kernel has none.
+fn char_storage(class_block: &Path, unreadable: &mut Vec<String>) -> Vec<BlockDevice> {
+    let Some(sys) = class_block.parent().and_then(Path::parent) else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    for (dir, kind, what) in [
+        (
+            sys.join("bus/dax/devices"),
+            DeviceKind::Pmem,
+            "device-DAX persistent memory",
+        ),
+        (sys.join("class/mtd"), DeviceKind::Mtd, "raw flash (MTD)"),
+    ] {
+        for name in names_in(&dir) {
+            // mtdNro is the read-only alias of mtdN: the same flash, counted once.
+            if name.ends_with("ro") {
+                continue;
+            }
+            let size_bytes = match read_trimmed(&dir.join(&name).join("size")).map(|s| s.parse()) {
+                Some(Ok(b)) => b,
+                _ => {
+                    unreadable.push(format!("{}/{name}/size: not a byte count", dir.display()));
+                    0
+                }
+            };
+            out.push(BlockDevice {
+                name,
+                size_bytes,
+                kind: kind.clone(),
+                model: None,
+                serial: None,
+                read_only: false,
+                removable: false,
+                class: if size_bytes == 0 {
+                    StorageClass::NoStorage
+                } else {
+                    StorageClass::Residue {
+                        writable_bytes: size_bytes,
+                        why: format!("{what}: writable, outside the wipe"),
+                    }
+                },
+            });
+        }
+    }
+    out
+}
+
 /// Undoes the kernel's octal escapes (`\040` for a space) in mountinfo and /proc/swaps.
 pub fn unescape(s: &str) -> String {
     let b = s.as_bytes();
@@ -357,7 +408,7 @@ fn mounted_fs(src: &Sources, m: MountLine, unreadable: &mut Vec<String>) -> Moun
     let (size_bytes, used_bytes, statfs_error) = if kernel_fs {
         (0, 0, None)
     } else {
-        match fs_size(&src.root, &m.mount_point) {
+        match fs_size(&src.root, &m) {
             Ok((s, u)) => (s, u, None),
             Err(e) => (0, 0, Some(e)),
         }
@@ -397,17 +448,34 @@ fn mounted_fs(src: &Sources, m: MountLine, unreadable: &mut Vec<String>) -> Moun
     }
 }
 
-/// Total and used bytes of the filesystem at `mount_point` of the host (through PID 1's
-/// root; the daemon's own view where that cannot be entered).
-fn fs_size(root: &Path, mount_point: &str) -> Result<(u64, u64), String> {
-    let through_root = root.join(mount_point.trim_start_matches('/'));
-    let st = nix::sys::statfs::statfs(&through_root)
-        .or_else(|_| nix::sys::statfs::statfs(mount_point))
-        .map_err(|e| e.to_string())?;
-    let bs = st.block_size() as u64;
-    let total = (st.blocks() as u64).saturating_mul(bs);
-    let free = (st.blocks_free() as u64).saturating_mul(bs);
-    Ok((total, total.saturating_sub(free)))
+/// Total and used bytes of the filesystem a mountinfo line names, at its mount point in the
+/// host's namespace (through PID 1's root) or, where that cannot be entered, in the daemon's
+/// own. Either path counts only if it is that filesystem (its `st_dev` is the line's
+/// `major:minor`): a mount stacked over it, or a different mount in the daemon's namespace,
+/// would report another filesystem's size.
+fn fs_size(root: &Path, m: &MountLine) -> Result<(u64, u64), String> {
+    let want = libc::makedev(m.major, m.minor);
+    let through_root = root.join(m.mount_point.trim_start_matches('/'));
+    for path in [through_root.as_path(), Path::new(&m.mount_point)] {
+        let Ok(st) = nix::sys::stat::stat(path) else {
+            continue;
+        };
+        if st.st_dev != want {
+            continue;
+        }
+        let fs = nix::sys::statfs::statfs(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bs = fs.block_size() as u64;
+        let total = (fs.blocks() as u64).saturating_mul(bs);
+        let free = (fs.blocks_free() as u64).saturating_mul(bs);
+        return Ok((total, total.saturating_sub(free)));
+    }
+    Err(format!(
+        "neither {} nor {} is the mounted filesystem {}:{} (another mount hides it, or PID 1's root cannot be entered)",
+        through_root.display(),
+        m.mount_point,
+        m.major,
+        m.minor
+    ))
 }
 
 /// The swap areas of a `/proc/swaps` file, and what could not be read of it.
@@ -442,7 +510,13 @@ pub fn parse_swap_line(line: &str) -> Option<SwapArea> {
     let path = unescape(f[0]);
     let size_bytes = f[2].parse::<u64>().ok()?.saturating_mul(1024);
     let used_bytes = f[3].parse::<u64>().ok()?.saturating_mul(1024);
-    let class = if path.starts_with("/dev/zram") {
+    // Only a zram device itself is in memory, not a file that happens to live under a
+    // directory of that name.
+    let zram = f[1] == "partition"
+        && path
+            .strip_prefix("/dev/zram")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    let class = if zram {
         StorageClass::InMemory
     } else {
         StorageClass::Residue {
@@ -497,6 +571,8 @@ mod tests {
         assert_eq!(a.class.residue_bytes(), 1048572 * 1024);
         let z = parse_swap_line("/dev/zram0 partition 4194300 0 100").unwrap();
         assert_eq!(z.class, StorageClass::InMemory);
+        let not_zram = parse_swap_line("/dev/zramx/swapfile file 1024 0 -2").unwrap();
+        assert_eq!(not_zram.class.residue_bytes(), 1 << 20);
         assert!(parse_swap_line("/x file big 0 1").is_none());
     }
 

@@ -61,23 +61,43 @@ fn check_inventory(j: &mut Judge, inv: &StorageInventory) {
     let max = j.policy.max_residue_persistent;
     let items = inv.residue_items();
     let excluded = &j.policy.storage_exclude;
+    // Erase by key is credited only where the policy says raw devices are out of reach.
+    let credit = j.policy.credit_erase_by_key;
+    let bytes_of = |i: &rackwarden_attest::storage::ResidueItem| {
+        if credit {
+            i.bytes
+        } else {
+            i.bytes.saturating_add(i.erased_bytes)
+        }
+    };
     let counted: u64 = items
         .iter()
         .filter(|i| !excluded.contains_key(&i.key))
-        .map(|i| i.bytes)
+        .map(bytes_of)
         .fold(0u64, u64::saturating_add);
     if counted > max {
         let mut parts: Vec<String> = items
             .iter()
-            .filter(|i| !excluded.contains_key(&i.key))
-            .map(|i| format!("{}: {}", i.label, fmt_size(i.bytes)))
+            .filter(|i| !excluded.contains_key(&i.key) && bytes_of(i) > 0)
+            .map(|i| {
+                format!(
+                    "{}: {}{}",
+                    i.label,
+                    fmt_size(bytes_of(i)),
+                    if i.erased_bytes > 0 {
+                        " (erased by key, not credited: root can write the raw device)"
+                    } else {
+                        ""
+                    }
+                )
+            })
             .collect();
         parts.extend(items.iter().filter_map(|i| {
             excluded.get(&i.key).map(|why| {
                 format!(
                     "{}: {} excluded by policy ({why})",
                     i.label,
-                    fmt_size(i.bytes)
+                    fmt_size(bytes_of(i))
                 )
             })
         }));
@@ -104,9 +124,10 @@ mod tests {
     use super::*;
     use crate::config::VerifierConfig;
 
-    fn judge_with(max: &str, require: bool, inv: Option<StorageInventory>) -> Vec<(C, String)> {
+    /// The findings under a policy with `max_residue_persistent = max` and `extra` lines.
+    fn judge_with(max: &str, extra: &str, inv: Option<StorageInventory>) -> Vec<(C, String)> {
         let text = format!(
-            "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\nmax_residue_persistent = \"{max}\"\nrequire_storage_inventory = {require}\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n"
+            "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\nmax_residue_persistent = \"{max}\"\n{extra}\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n"
         );
         let cfg = VerifierConfig::parse(std::path::Path::new("v.toml"), &text).unwrap();
         let mut st = example_statement();
@@ -133,17 +154,13 @@ mod tests {
 
     #[test]
     fn residue_is_judged_on_the_recomputed_sum() {
-        assert!(judge_with("1 MiB", false, Some(inventory(1 << 20, 1 << 20))).is_empty());
-        let over = judge_with(
-            "1 MiB",
-            false,
-            Some(inventory((1 << 20) + 1, (1 << 20) + 1)),
-        );
+        assert!(judge_with("1 MiB", "", Some(inventory(1 << 20, 1 << 20))).is_empty());
+        let over = judge_with("1 MiB", "", Some(inventory((1 << 20) + 1, (1 << 20) + 1)));
         assert_eq!(over.len(), 1);
         assert_eq!(over[0].0, C::StorageResidue);
         assert!(over[0].1.contains("nvme0n1"), "{}", over[0].1);
         // A host that claims less than its items add up to is caught, and judged on the sum.
-        let lie = judge_with("1 MiB", false, Some(inventory(2 << 20, 0)));
+        let lie = judge_with("1 MiB", "", Some(inventory(2 << 20, 0)));
         let codes: Vec<C> = lie.iter().map(|f| f.0).collect();
         assert_eq!(
             codes,
@@ -157,7 +174,7 @@ mod tests {
         inv.devices[0].class = StorageClass::Erased;
         inv.devices[0].size_bytes = 4 << 20;
         // No erase record: the class is not evidence, its size is residue.
-        let f = judge_with("1 MiB", false, Some(inv.clone()));
+        let f = judge_with("1 MiB", "", Some(inv.clone()));
         assert_eq!(
             f.iter().map(|f| f.0).collect::<Vec<_>>(),
             vec![C::StorageResidueInconsistent, C::StorageResidue]
@@ -166,12 +183,17 @@ mod tests {
         erased[0].device = format!("/dev/{}", inv.devices[0].name);
         erased[0].error = None;
         inv.erased = erased.clone();
-        assert!(judge_with("1 MiB", false, Some(inv.clone())).is_empty());
+        // A successful erase: residue only where the policy does not credit erase by key
+        // (the default: root can write the raw device under the mapping).
+        let f = judge_with("1 MiB", "", Some(inv.clone()));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].1.contains("erased by key, not credited"), "{}", f[0].1);
+        assert!(judge_with("1 MiB", "credit_erase_by_key = true", Some(inv.clone())).is_empty());
         // A failed erase is a warning, and the volume is residue.
         erased[0].error = Some("this kernel has no device-mapper".into());
         inv.erased = erased;
         inv.residue_bytes = 4 << 20;
-        let f = judge_with("1 MiB", false, Some(inv));
+        let f = judge_with("1 MiB", "", Some(inv));
         assert_eq!(
             f.iter().map(|f| f.0).collect::<Vec<_>>(),
             vec![C::StorageEraseFailed, C::StorageResidue]
@@ -180,7 +202,7 @@ mod tests {
 
     #[test]
     fn an_item_the_policy_excludes_is_not_counted_and_still_named() {
-        let text = "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[policy.storage_exclude]\nnvme0n1 = \"the OS image\"\n";
+        let text = "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[policy.storage_exclude]\n\"device:nvme0n1\" = \"the OS image\"\n";
         let cfg = VerifierConfig::parse(std::path::Path::new("v.toml"), text).unwrap();
         let mut st = example_statement();
         let mut inv = inventory(8 << 20, 8 << 20);
@@ -211,9 +233,12 @@ mod tests {
     fn an_incomplete_or_missing_inventory_is_not_affirmed() {
         let mut inv = inventory(0, 0);
         inv.unreadable = vec!["/proc/swaps: permission denied".into()];
-        let f = judge_with("0 B", false, Some(inv));
+        let f = judge_with("0 B", "", Some(inv));
         assert_eq!(f[0].0, C::StorageUnreadable);
-        assert!(judge_with("0 B", false, None).is_empty());
-        assert_eq!(judge_with("0 B", true, None)[0].0, C::StorageUnreported);
+        assert!(judge_with("0 B", "", None).is_empty());
+        assert_eq!(
+            judge_with("0 B", "require_storage_inventory = true", None)[0].0,
+            C::StorageUnreported
+        );
     }
 }
