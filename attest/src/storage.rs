@@ -34,14 +34,8 @@ impl StorageInventory {
     /// Every item's name and class, devices first.
     pub fn items(&self) -> impl Iterator<Item = (String, &StorageClass)> {
         let devices = self.devices.iter().map(|d| (d.name.clone(), &d.class));
-        let mounts = self
-            .mounts
-            .iter()
-            .map(|m| (format!("{} ({})", m.mount_point, m.fs_type), &m.class));
-        let swaps = self
-            .swaps
-            .iter()
-            .map(|s| (format!("swap {}", s.path), &s.class));
+        let mounts = self.mounts.iter().map(|m| (m.label(), &m.class));
+        let swaps = self.swaps.iter().map(|s| (s.label(), &s.class));
         devices.chain(mounts).chain(swaps)
     }
 
@@ -75,7 +69,7 @@ impl StorageInventory {
         for m in &self.mounts {
             out.push(ResidueItem {
                 key: format!("mount:{}", m.mount_point),
-                label: format!("{} ({})", m.mount_point, m.fs_type),
+                label: m.label(),
                 bytes: m.class.residue_bytes(),
                 erased_bytes: 0,
             });
@@ -83,7 +77,7 @@ impl StorageInventory {
         for w in &self.swaps {
             out.push(ResidueItem {
                 key: format!("swap:{}", w.path),
-                label: format!("swap {}", w.path),
+                label: w.label(),
                 bytes: w.class.residue_bytes(),
                 erased_bytes: 0,
             });
@@ -220,6 +214,13 @@ pub struct MountedFs {
     pub class: StorageClass,
 }
 
+impl MountedFs {
+    /// How findings and listings name it: `/srv (ext4)`.
+    pub fn label(&self) -> String {
+        format!("{} ({})", self.mount_point, self.fs_type)
+    }
+}
+
 /// One line of `/proc/swaps`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -230,6 +231,13 @@ pub struct SwapArea {
     pub size_bytes: u64,
     pub used_bytes: u64,
     pub class: StorageClass,
+}
+
+impl SwapArea {
+    /// How findings and listings name it: `swap /swapfile`.
+    pub fn label(&self) -> String {
+        format!("swap {}", self.path)
+    }
 }
 
 /// A swap area the daemon turned off before the wipe, and how that went.

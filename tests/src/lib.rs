@@ -60,15 +60,34 @@ pub fn require_root() {
 }
 
 fn run(cmd: &[&str]) {
-    let out = Command::new(cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    run_tool(cmd[0], &cmd[1..], None);
+}
+
+/// Runs a tool to completion with `stdin` written to it; its trimmed stdout. Panics, naming
+/// the command and what it printed on stderr, unless it succeeds.
+pub fn run_tool(cmd: &str, args: &[&str], stdin: Option<&[u8]>) -> String {
+    use std::io::Write as _;
+    let mut child = Command::new(cmd)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd} {args:?}: {e}"));
+    if let (Some(d), Some(mut p)) = (stdin, child.stdin.take()) {
+        p.write_all(d).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "{cmd:?} failed: {}",
+        "{cmd} {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// Two namespaces joined by veth: `rack_if` in `rack_ns` (192.0.2.1), `out_if` in `out_ns`

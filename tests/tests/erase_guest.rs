@@ -17,7 +17,7 @@
 use std::{
     io::Write as _,
     path::Path,
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -26,6 +26,7 @@ use rackwarden_tests::{
     epoch::{
         EpochFixture, Verifier, codes, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config,
     },
+    run_tool,
 };
 
 const DISK: &str = "/dev/vda";
@@ -44,34 +45,10 @@ fn in_storage_guest() -> bool {
     true
 }
 
-fn run(cmd: &str, args: &[&str], stdin: Option<&[u8]>) -> String {
-    let mut child = Command::new(cmd)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    if let (Some(d), Some(mut p)) = (stdin, child.stdin.take()) {
-        p.write_all(d).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// Every byte of a block device, past the page cache.
 fn read_device(dev: &str) -> Vec<u8> {
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-    run("blockdev", &["--flushbufs", dev], None);
+    run_tool("blockdev", &["--flushbufs", dev], None);
     std::fs::read(dev).unwrap_or_else(|e| panic!("reading {dev}: {e}"))
 }
 
@@ -140,7 +117,7 @@ fn a_scratch_volume_erased_by_key_forgets_and_an_unerased_disk_is_residue() {
     let marker = format!("RACKWARDEN-STATE-{}", std::process::id());
     let state: Vec<u8> = marker.as_bytes().repeat((1 << 20) / marker.len());
     std::fs::write(Path::new(MOUNT).join("state.bin"), &state).unwrap();
-    run("sync", &[], None);
+    run_tool("sync", &[], None);
     assert!(
         contains(
             &read_device(&format!("/dev/mapper/{MAPPING}")),
@@ -153,7 +130,7 @@ fn a_scratch_volume_erased_by_key_forgets_and_an_unerased_disk_is_residue() {
         "the medium holds the state only as ciphertext"
     );
     // Root can read the live key from the kernel; the test keeps it to show what it unlocks.
-    let table = run("dmsetup", &["table", "--showkeys", MAPPING], None);
+    let table = run_tool("dmsetup", &["table", "--showkeys", MAPPING], None);
     let old_key = table
         .split_whitespace()
         .nth(4)
@@ -185,7 +162,7 @@ fn a_scratch_volume_erased_by_key_forgets_and_an_unerased_disk_is_residue() {
     // The old key (which the daemon never stored) against the medium now: whatever the new
     // filesystem has not overwritten still decrypts under it, so the erase is the key
     // ceasing to exist. Reported, not asserted: it depends on where mkfs wrote.
-    run(
+    run_tool(
         "cryptsetup",
         &[
             "open",
@@ -207,7 +184,7 @@ fn a_scratch_volume_erased_by_key_forgets_and_an_unerased_disk_is_residue() {
         Some(&old_key),
     );
     let old_view = contains(&read_device("/dev/mapper/rw-old-key"), marker.as_bytes());
-    run("cryptsetup", &["close", "rw-old-key"], None);
+    run_tool("cryptsetup", &["close", "rw-old-key"], None);
     println!(
         "RW_REPORT with the old key (read from the kernel by the test before the epoch), the state is {}",
         if old_view {

@@ -19,17 +19,8 @@ use rackwarden_tests::{
         EpochFixture, Verifier, codes, finding, ids, predicate_of, wait_epoch, wipe_now,
         write_epoch_config,
     },
+    run_tool,
 };
-
-fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// A loop device over a file of `size` bytes, detached when dropped (also when the test
 /// fails).
@@ -40,7 +31,11 @@ struct LoopDevice {
 impl LoopDevice {
     fn attach(file: &Path, size: u64) -> LoopDevice {
         std::fs::File::create(file).unwrap().set_len(size).unwrap();
-        let dev = run("losetup", &["--find", "--show", file.to_str().unwrap()]);
+        let dev = run_tool(
+            "losetup",
+            &["--find", "--show", file.to_str().unwrap()],
+            None,
+        );
         LoopDevice { dev: Some(dev) }
     }
     /// `loop3` for `/dev/loop3`.
@@ -72,13 +67,14 @@ struct SwapFile {
 impl SwapFile {
     fn on(path: &Path, size: u64) -> SwapFile {
         // Allocated, not sparse: swapon refuses a file with holes.
-        run(
+        run_tool(
             "fallocate",
             &["-l", &size.to_string(), path.to_str().unwrap()],
+            None,
         );
-        run("chmod", &["600", path.to_str().unwrap()]);
-        run("mkswap", &[path.to_str().unwrap()]);
-        run("swapon", &[path.to_str().unwrap()]);
+        run_tool("chmod", &["600", path.to_str().unwrap()], None);
+        run_tool("mkswap", &[path.to_str().unwrap()], None);
+        run_tool("swapon", &[path.to_str().unwrap()], None);
         SwapFile { path: path.into() }
     }
 }

@@ -262,27 +262,25 @@ fn attach_and_pin(pins: &WatchPins) -> Result<(RingBuf<MapData>, Map, WatchHook)
     Ok((ring, daemon, hook))
 }
 
-/// Attaches the watch on the first hook of [`WatchHook::PREFERENCE`] the kernel accepts. A
-/// refused fexit (no BTF, no trampolines) is logged with its reason, never hidden.
+/// Attaches the watch on fexit where the kernel accepts it, else on the raw tracepoint (the
+/// order of [`WatchHook::PREFERENCE`]). A refused fexit (no BTF, no trampolines) is logged
+/// with its reason, never hidden.
 fn attach_first(ebpf: &mut aya::Ebpf) -> Result<(FdLink, WatchHook), WatchError> {
-    let mut refused = None;
-    for hook in WatchHook::PREFERENCE {
-        match load_hook(ebpf, hook).and_then(|()| attach_hook(ebpf, hook)) {
-            Ok(link) => {
-                if let Some(e) = refused {
-                    log::info!(
-                        "tamper watch: the kernel refused the {} hook ({e}); on {}, every system call pays for it",
-                        WatchHook::BpfExit.name(),
-                        hook.name()
-                    );
-                }
-                return Ok((link, hook));
-            }
-            Err(e) if refused.is_none() && hook != WatchHook::SysExit => refused = Some(e),
-            Err(e) => return Err(e),
+    let fexit = WatchHook::BpfExit;
+    match load_hook(ebpf, fexit).and_then(|()| attach_hook(ebpf, fexit)) {
+        Ok(link) => Ok((link, fexit)),
+        Err(refused) => {
+            let hook = WatchHook::SysExit;
+            load_hook(ebpf, hook)?;
+            let link = attach_hook(ebpf, hook)?;
+            log::info!(
+                "tamper watch: the kernel refused the {} hook ({refused}); on {}, every system call pays for it",
+                fexit.name(),
+                hook.name()
+            );
+            Ok((link, hook))
         }
     }
-    Err(WatchError::Missing("an attachable hook"))
 }
 
 fn load_hook(ebpf: &mut aya::Ebpf, hook: WatchHook) -> Result<(), WatchError> {

@@ -97,15 +97,7 @@ pub fn precheck() -> Result<PathBuf, String> {
                 .into(),
         );
     }
-    [
-        "/usr/sbin/cryptsetup",
-        "/sbin/cryptsetup",
-        "/usr/bin/cryptsetup",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .find(|p| p.exists())
-    .ok_or_else(|| "cryptsetup is not installed (Debian: cryptsetup-bin)".to_string())
+    find_tool("cryptsetup").map_err(|e| format!("{e} (Debian: cryptsetup-bin)"))
 }
 
 /// Unmount, close, open under a fresh key, format, mount; the digest of the new header.
@@ -243,12 +235,7 @@ fn zero(buf: &mut [u8]) {
 
 fn device_size(dev: &Path) -> Option<u64> {
     let name = device_name(&std::fs::canonicalize(dev).ok()?);
-    std::fs::read_to_string(format!("/sys/class/block/{name}/size"))
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(|s| s * 512)
+    super::inventory::sysfs_size_bytes(&Path::new(super::inventory::SYS_CLASS_BLOCK).join(name))
 }
 
 fn mapping_exists(mapping: &str) -> bool {

@@ -19,7 +19,7 @@
 //! between two statements is not in either. What cannot be read is listed as unreadable,
 //! and the verifier does not affirm an incomplete inventory.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rackwarden_attest::storage::{
     BlockDevice, DeviceKind, ErasedVolume, MountedFs, StorageClass, StorageInventory, SwapArea,
@@ -33,6 +33,9 @@ pub const HOST_MOUNTINFO: &str = "/proc/1/mountinfo";
 /// PID 1's root: `statfs` of a host mount point through it.
 pub const HOST_ROOT: &str = "/proc/1/root";
 pub const PROC_SWAPS: &str = "/proc/swaps";
+/// Device-DAX persistent memory and raw flash: storage that is not a block device.
+pub const SYS_BUS_DAX: &str = "/sys/bus/dax/devices";
+pub const SYS_CLASS_MTD: &str = "/sys/class/mtd";
 
 /// Filesystems whose pages live in RAM.
 const IN_MEMORY_FS: &[&str] = &[
@@ -74,33 +77,12 @@ pub struct EpochStorage {
 
 /// The inventory of this host, with what this epoch turned off and erased.
 pub fn take(done: EpochStorage) -> StorageInventory {
-    take_from(
-        &Sources {
-            class_block: SYS_CLASS_BLOCK.into(),
-            dev_block: SYS_DEV_BLOCK.into(),
-            mountinfo: HOST_MOUNTINFO.into(),
-            root: HOST_ROOT.into(),
-            swaps: PROC_SWAPS.into(),
-        },
-        done,
-    )
-}
-
-/// Where the inventory is read from (tests point it at fixtures).
-pub struct Sources {
-    pub class_block: PathBuf,
-    pub dev_block: PathBuf,
-    pub mountinfo: PathBuf,
-    pub root: PathBuf,
-    pub swaps: PathBuf,
-}
-
-pub fn take_from(src: &Sources, done: EpochStorage) -> StorageInventory {
+    let class_block = Path::new(SYS_CLASS_BLOCK);
     let mut unreadable = Vec::new();
-    let mut devices = block_devices(&src.class_block, &mut unreadable);
-    devices.extend(char_storage(&src.class_block, &mut unreadable));
-    let mounts = mounts(src, &mut unreadable);
-    let (swaps, swap_errors) = swap_lines(&src.swaps);
+    let mut devices = block_devices(class_block, &mut unreadable);
+    devices.extend(char_storage(&mut unreadable));
+    let mounts = mounts(&mut unreadable);
+    let (swaps, swap_errors) = swap_lines(PROC_SWAPS);
     unreadable.extend(swap_errors);
     let mut inv = StorageInventory {
         devices: vec![],
@@ -120,6 +102,15 @@ pub fn take_from(src: &Sources, done: EpochStorage) -> StorageInventory {
     inv.devices = devices;
     inv.residue_bytes = inv.recomputed_residue();
     inv
+}
+
+/// A block device's size in bytes from its sysfs directory (`size` counts 512-byte sectors
+/// whatever the device's block size); `None` where it cannot be read.
+pub fn sysfs_size_bytes(dir: &Path) -> Option<u64> {
+    read_trimmed(&dir.join("size"))?
+        .parse::<u64>()
+        .ok()
+        .map(|sectors| sectors.saturating_mul(512))
 }
 
 fn read_trimmed(p: &Path) -> Option<String> {
@@ -165,14 +156,10 @@ fn block_devices(class_block: &Path, unreadable: &mut Vec<String>) -> Vec<BlockD
 }
 
 fn block_device(dir: &Path, name: String, unreadable: &mut Vec<String>) -> BlockDevice {
-    // `size` is in 512-byte sectors whatever the device's block size.
-    let size_bytes = match read_trimmed(&dir.join("size")).map(|s| s.parse::<u64>()) {
-        Some(Ok(sectors)) => sectors.saturating_mul(512),
-        _ => {
-            unreadable.push(format!("{}/size: not a sector count", dir.display()));
-            0
-        }
-    };
+    let size_bytes = sysfs_size_bytes(dir).unwrap_or_else(|| {
+        unreadable.push(format!("{}/size: not a sector count", dir.display()));
+        0
+    });
     let kind = device_kind(dir, &name);
     let read_only = flag(&dir.join("ro"));
     let class = device_class(&kind, size_bytes, read_only);
@@ -270,21 +257,18 @@ fn device_class(kind: &DeviceKind, size_bytes: u64, read_only: bool) -> StorageC
 
 /// Writable storage that is not a block device: device-DAX persistent memory
 /// (`/sys/bus/dax/devices/daxX.Y/size`) and raw flash (`/sys/class/mtd/mtdN/size`), both
-/// sized in bytes. Found beside `class_block` (its `/sys`), absent where the kernel has none.
-fn char_storage(class_block: &Path, unreadable: &mut Vec<String>) -> Vec<BlockDevice> {
-    let Some(sys) = class_block.parent().and_then(Path::parent) else {
-        return vec![];
-    };
+/// sized in bytes; none where the kernel has neither.
+fn char_storage(unreadable: &mut Vec<String>) -> Vec<BlockDevice> {
     let mut out = Vec::new();
     for (dir, kind, what) in [
         (
-            sys.join("bus/dax/devices"),
+            Path::new(SYS_BUS_DAX),
             DeviceKind::Pmem,
             "device-DAX persistent memory",
         ),
-        (sys.join("class/mtd"), DeviceKind::Mtd, "raw flash (MTD)"),
+        (Path::new(SYS_CLASS_MTD), DeviceKind::Mtd, "raw flash (MTD)"),
     ] {
-        for name in names_in(&dir) {
+        for name in names_in(dir) {
             // mtdNro is the read-only alias of mtdN: the same flash, counted once.
             if name.ends_with("ro") {
                 continue;
@@ -374,11 +358,12 @@ pub fn parse_mountinfo_line(line: &str) -> Option<MountLine> {
     })
 }
 
-fn mounts(src: &Sources, unreadable: &mut Vec<String>) -> Vec<MountedFs> {
-    let text = match std::fs::read_to_string(&src.mountinfo) {
+fn mounts(unreadable: &mut Vec<String>) -> Vec<MountedFs> {
+    let mountinfo = Path::new(HOST_MOUNTINFO);
+    let text = match std::fs::read_to_string(mountinfo) {
         Ok(t) => t,
         Err(e) => {
-            unreadable.push(format!("{}: {e}", src.mountinfo.display()));
+            unreadable.push(format!("{}: {e}", mountinfo.display()));
             return vec![];
         }
     };
@@ -387,19 +372,19 @@ fn mounts(src: &Sources, unreadable: &mut Vec<String>) -> Vec<MountedFs> {
         let Some(m) = parse_mountinfo_line(line) else {
             unreadable.push(format!(
                 "{} line {}: not a mountinfo line: {line}",
-                src.mountinfo.display(),
+                mountinfo.display(),
                 n + 1
             ));
             continue;
         };
-        out.push(mounted_fs(src, m, unreadable));
+        out.push(mounted_fs(m, unreadable));
     }
     out
 }
 
-fn mounted_fs(src: &Sources, m: MountLine, unreadable: &mut Vec<String>) -> MountedFs {
+fn mounted_fs(m: MountLine, unreadable: &mut Vec<String>) -> MountedFs {
     let device = (m.major != 0)
-        .then(|| src.dev_block.join(format!("{}:{}", m.major, m.minor)))
+        .then(|| Path::new(SYS_DEV_BLOCK).join(format!("{}:{}", m.major, m.minor)))
         .and_then(|link| std::fs::canonicalize(link).ok())
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
     let kernel_fs = KERNEL_FS.contains(&m.fs_type.as_str());
@@ -408,7 +393,7 @@ fn mounted_fs(src: &Sources, m: MountLine, unreadable: &mut Vec<String>) -> Moun
     let (size_bytes, used_bytes, statfs_error) = if kernel_fs {
         (0, 0, None)
     } else {
-        match fs_size(&src.root, &m) {
+        match fs_size(Path::new(HOST_ROOT), &m) {
             Ok((s, u)) => (s, u, None),
             Err(e) => (0, 0, Some(e)),
         }
