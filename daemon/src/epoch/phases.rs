@@ -228,14 +228,18 @@ impl EpochLoop {
         ch: &EpochChallenge,
         stop: &AtomicBool,
     ) -> Result<WipeReport, Abort> {
-        self.enter(&mut epoch.entry, EpochState::Wiping { seq: epoch.seq })?;
+        // Swap off and erase by key come before the host wipe (the pages swapped back in and
+        // the old keys' pages are then overwritten too), still in `Draining`: a swapoff of a
+        // full swap area is one syscall that can take minutes, and the watchdog gives
+        // `Wiping` only as long as the wipe's progress counter moves.
         let plan = &self.ecfg.wipe;
-        self.wipe_progress.store(0, Ordering::SeqCst);
         if plan.swap == SwapPolicy::Off {
             epoch.storage.swap_turned_off = crate::storage::swap::turn_off_all();
         }
-        // Before the host wipe, so that the pages the old keys were in are overwritten too.
         epoch.storage.erased = crate::storage::erase::erase_all(&plan.erase);
+        self.enter(&mut epoch.entry, EpochState::Wiping { seq: epoch.seq })?;
+        let plan = &self.ecfg.wipe;
+        self.wipe_progress.store(0, Ordering::SeqCst);
         let req = wipe::WipeRequest {
             nonce: *ch.wipe_nonce().as_bytes(),
             backends: plan.backends.clone(),
