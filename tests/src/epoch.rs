@@ -11,6 +11,7 @@ use std::{
 };
 
 use crate::{Net, bin, in_netns};
+use rackwarden_verifier::store::{DatabaseUrl, testing};
 
 /// Address of the verifier inside the rack namespace (its loopback; nothing leaves it).
 pub const VERIFIER_ADDR: &str = "127.0.0.1";
@@ -54,6 +55,24 @@ impl Verifier {
             crate::tls_init(VERIFIER_ADDR, &tls);
         }
         let config = dir.join("verifier.toml");
+        // SQLite beside the config, or a database of its own on the run's PostgreSQL server
+        // (`RACKWARDEN_TEST_POSTGRES`, reached over its unix socket from the rack's
+        // namespace); made once per test, kept across reconfigurations.
+        let db = match std::fs::read_to_string(dir.join("db.url")) {
+            Ok(url) => DatabaseUrl::parse(&url),
+            Err(_) => {
+                let url = testing::fresh_database("epoch", &dir.join("verifier.sqlite")).unwrap();
+                std::fs::write(dir.join("db.url"), url.config_text()).unwrap();
+                url
+            }
+        };
+        // The log key lies beside the SQLite file by default; a server has no "beside".
+        let log_key = match db {
+            DatabaseUrl::Sqlite(_) => String::new(),
+            DatabaseUrl::Postgres(_) => {
+                format!("log_key = \"{}\"\n", dir.join("tlog.key").display())
+            }
+        };
         std::fs::write(
             &config,
             format!(
@@ -61,7 +80,7 @@ impl Verifier {
 tls_cert = "{tls}/server.pem"
 tls_key = "{tls}/server.key"
 database = "{db}"
-max_body = "4 MiB"
+{log_key}max_body = "4 MiB"
 request_timeout = "5 s"
 
 [policy]
@@ -81,7 +100,7 @@ manifest_key = "{manifest_pub}"
 egress = "1 MB/s"
 ingress = "1 MB/s"
 "#,
-                db = dir.join("verifier.sqlite").display(),
+                db = db.config_text(),
                 tls = tls.display(),
                 manifest = manifest.display(),
                 manifest_pub = manifest_pub.display(),
@@ -100,6 +119,11 @@ ingress = "1 MB/s"
 
     pub fn url(&self) -> String {
         format!("https://{VERIFIER_ADDR}:{}", self.port)
+    }
+
+    /// The database this verifier (and any second instance of it) stores in.
+    pub fn database(&self) -> DatabaseUrl {
+        DatabaseUrl::parse(&std::fs::read_to_string(self.dir.join("db.url")).unwrap())
     }
 
     /// The CA hosts trust for this verifier (`[verifier] ca`).

@@ -1,9 +1,10 @@
-//! Two verifier instances on one database behave as one verifier (issue 24, on the SQLite
-//! store): a nonce one issued is accepted by the other, `kill -9` of the one a daemon
-//! delivers to loses no acknowledged statement (the daemon fails over to
+//! Two verifier instances on one database behave as one verifier (issue 24, on SQLite, or
+//! on PostgreSQL when `RACKWARDEN_TEST_POSTGRES` names a server): a nonce one issued is
+//! accepted by the other, `kill -9` of the one a daemon delivers to loses no acknowledged
+//! statement (the daemon fails over to
 //! `fallback_urls` and keeps its order), and two different statements with the same seq
 //! posted to both at the same moment give one continuation and one fork, never two
-//! continuations. Real processes over TLS in a network namespace, one SQLite file.
+//! continuations. Real processes over TLS in a network namespace, one database.
 
 use std::{path::Path, time::Duration};
 

@@ -13,6 +13,7 @@ use rackwarden_tests::{
     Daemon, Net, bin,
     epoch::{EpochFixture, Verifier, ids, wait_epoch, wipe_now, write_epoch_config},
 };
+use rackwarden_verifier::store::{DatabaseUrl, Store, db::Value as DbValue};
 
 /// The checkpoint the daemon kept, once it has reached `size`.
 fn wait_kept(state: &Path, key: &NoteVerifier, size: u64) -> tlog::note::Checkpoint {
@@ -43,64 +44,81 @@ enum Tamper {
 /// Removes or rewrites the statement at `seq` and its leaf, and rebuilds the log: leaves
 /// renumbered, every hash and node recomputed. What a verifier rewriting its history
 /// thoroughly would do.
-fn tamper(db: &Path, rack: &str, host: &str, seq: u64, how: Tamper) {
-    let c = rusqlite::Connection::open(db).unwrap();
-    let id: i64 = c
-        .query_row(
+fn tamper(db: &DatabaseUrl, rack: &str, host: &str, seq: u64, how: Tamper) {
+    let c = Store::connect(db).unwrap();
+    let text = |v: &str| DbValue::Text(Some(v.to_string()));
+    let int = |v: i64| DbValue::Int(Some(v));
+    let id = c
+        .probe(
             "SELECT id FROM statements WHERE rack = ?1 AND host = ?2 AND seq = ?3",
-            rusqlite::params![rack, host, seq as i64],
-            |r| r.get(0),
+            &[text(rack), text(host), int(seq as i64)],
         )
+        .unwrap()[0]
+        .i64(0)
         .unwrap();
     match how {
         Tamper::Remove => {
-            c.execute("DELETE FROM statements WHERE id = ?1", [id])
+            c.tamper("DELETE FROM statements WHERE id = ?1", &[int(id)])
                 .unwrap();
-            c.execute("DELETE FROM tlog_leaves WHERE statement_id = ?1", [id])
-                .unwrap();
-        }
-        Tamper::Rewrite => {
-            c.execute(
-                "UPDATE statements SET envelope = envelope || ' ' WHERE id = ?1",
-                [id],
+            c.tamper(
+                "DELETE FROM tlog_leaves WHERE statement_id = ?1",
+                &[int(id)],
             )
             .unwrap();
-            let env: String = c
-                .query_row("SELECT envelope FROM statements WHERE id = ?1", [id], |r| {
-                    r.get(0)
-                })
+        }
+        Tamper::Rewrite => {
+            c.tamper(
+                "UPDATE statements SET envelope = envelope || ' ' WHERE id = ?1",
+                &[int(id)],
+            )
+            .unwrap();
+            let env = c
+                .probe("SELECT envelope FROM statements WHERE id = ?1", &[int(id)])
+                .unwrap()[0]
+                .text(0)
                 .unwrap();
             let data = tlog::statement_leaf(rack, host, seq, env.as_bytes()).unwrap();
-            c.execute(
+            c.tamper(
                 "UPDATE tlog_leaves SET data = ?1 WHERE statement_id = ?2",
-                rusqlite::params![data, id],
+                &[DbValue::Bytes(data), int(id)],
             )
             .unwrap();
         }
     }
     let rest: Vec<(i64, Vec<u8>)> = c
-        .prepare("SELECT statement_id, data FROM tlog_leaves ORDER BY idx")
+        .probe(
+            "SELECT statement_id, data FROM tlog_leaves ORDER BY idx",
+            &[],
+        )
         .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    c.execute_batch("DELETE FROM tlog_leaves; DELETE FROM tlog_nodes;")
+        .iter()
+        .map(|r| (r.i64(0).unwrap(), r.bytes(1).unwrap()))
+        .collect();
+    c.tamper_batch("DELETE FROM tlog_leaves; DELETE FROM tlog_nodes;")
         .unwrap();
     let mut tree = MemoryTree::new();
     for (i, (sid, data)) in rest.iter().enumerate() {
         let leaf = tlog::leaf_hash(data);
         let nodes = tlog::completed_nodes(&tree, i as u64, leaf).unwrap();
         tree.push_hash(leaf);
-        c.execute(
+        c.tamper(
             "INSERT INTO tlog_leaves (idx, statement_id, data, hash) VALUES (?1, ?2, ?3, ?4)",
-            rusqlite::params![i as i64, sid, data, leaf.as_slice()],
+            &[
+                int(i as i64),
+                int(*sid),
+                DbValue::Bytes(data.clone()),
+                DbValue::Bytes(leaf.to_vec()),
+            ],
         )
         .unwrap();
         for (level, idx, h) in nodes {
-            c.execute(
+            c.tamper(
                 "INSERT INTO tlog_nodes (level, idx, hash) VALUES (?1, ?2, ?3)",
-                rusqlite::params![level, idx as i64, h.as_slice()],
+                &[
+                    int(i64::from(level)),
+                    int(idx as i64),
+                    DbValue::Bytes(h.to_vec()),
+                ],
             )
             .unwrap();
         }
@@ -187,7 +205,7 @@ fn caught(how: Tamper) {
 
     // Behind the verifier's back: seq 1 and its leaf go (or change), the log is rebuilt.
     verifier.kill9();
-    tamper(&verifier.dir.join("verifier.sqlite"), &rack, &host, 1, how);
+    tamper(&verifier.database(), &rack, &host, 1, how);
     verifier.start();
     let stored = if how == Tamper::Remove { 2 } else { 3 };
     assert_eq!(verifier.history(&rack, &host).len(), stored);

@@ -9,6 +9,9 @@
 //! #                                  # LoadCredential=, for a DynamicUser= service)
 //! # insecure_http = true          # plain HTTP instead: refused unless `listen` is loopback
 //! database = "/var/lib/rackwarden-verifier/verifier.sqlite"
+//! # database = "postgres://rackwarden@db.internal/verifier"  # PostgreSQL: several instances
+//! #                                  # share one server (then `log_key` must be set: the key is
+//! #                                  # the fleet's, copied to each instance)
 //! max_body = "4 MiB"
 //! request_timeout = "10 s"
 //! max_connections = 1024          # open connections at once; more wait in the backlog
@@ -209,7 +212,7 @@ pub struct VerifierConfig {
     pub path: PathBuf,
     pub listen: SocketAddr,
     pub transport: Transport,
-    pub database: PathBuf,
+    pub database: crate::store::DatabaseUrl,
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
     pub max_connections: usize,
@@ -312,10 +315,18 @@ impl VerifierConfig {
             Some(s) => src.dur("request_timeout", s)?,
             None => Duration::from_secs(10),
         };
-        let database = PathBuf::from(raw.database.get_ref());
-        let log_key = match &raw.log_key {
-            Some(k) => PathBuf::from(k.get_ref()),
-            None => database.parent().unwrap_or(Path::new(".")).join("tlog.key"),
+        let database = crate::store::DatabaseUrl::parse(raw.database.get_ref());
+        let log_key = match (&raw.log_key, database.path()) {
+            (Some(k), _) => PathBuf::from(k.get_ref()),
+            (None, Some(file)) => file.parent().unwrap_or(Path::new(".")).join("tlog.key"),
+            // A server has no directory beside it, and every instance must sign with the
+            // same log key: the operator says where each instance finds its copy.
+            (None, None) => {
+                return Err(src.err(
+                    Some(raw.database.span()),
+                    "`log_key`: required with a PostgreSQL `database` (every instance signs the shared log with one key; there is no directory beside a server to make it in)".to_string(),
+                ));
+            }
         };
         let log_origin = match &raw.log_origin {
             Some(o) => {
@@ -748,6 +759,19 @@ mod tests {
         .unwrap();
         assert_eq!(c.log_key, PathBuf::from("/k/log.key"));
         assert_eq!(c.log_origin, "v.example/log");
+        let e = VerifierConfig::parse(
+            Path::new("v.toml"),
+            &GOOD.replace(
+                "database = \"/tmp/v.sqlite\"",
+                "database = \"postgres://rw:pw@db/v\"",
+            ),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("v.toml:3: `log_key`: required with a PostgreSQL"),
+            "{e}"
+        );
         let e = VerifierConfig::parse(
             Path::new("v.toml"),
             &GOOD.replace(

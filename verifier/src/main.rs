@@ -157,8 +157,8 @@ enum LogCmd {
 }
 
 fn open(cfg: &VerifierConfig) -> anyhow::Result<Verifier> {
-    let store = Store::open(&cfg.database)
-        .with_context(|| format!("database {}", cfg.database.display()))?;
+    let store =
+        Store::connect(&cfg.database).with_context(|| format!("database {}", cfg.database))?;
     Ok(Verifier::new(store, cfg.policy.clone())?.with_tpm_enrolment(cfg.tpm.clone()))
 }
 
@@ -224,8 +224,12 @@ fn serve(cfg: VerifierConfig) -> anyhow::Result<()> {
         log_key::vkey_path(&cfg.log_key).display()
     );
     let state = Arc::new(api::AppState::new(open(&cfg)?.with_log(signer)));
+    // The last reference to the state (and its database connection) is dropped here, after
+    // the runtime: a PostgreSQL connection closes by blocking on its own runtime, which it
+    // may not do from inside another.
+    let kept = state.clone();
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
             .with_context(|| format!("listen on {}", cfg.listen))?;
@@ -249,7 +253,10 @@ fn serve(cfg: VerifierConfig) -> anyhow::Result<()> {
         )
         .await?;
         anyhow::Ok(())
-    })
+    });
+    drop(rt);
+    drop(kept);
+    served
 }
 
 fn enroll(cfg: &VerifierConfig, rack: &str, host: &str, key: &Path) -> anyhow::Result<()> {

@@ -198,10 +198,8 @@ mod tests {
             "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n",
         )
         .unwrap();
-        let dir = std::env::temp_dir().join(format!("rwv-recheck-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let db = dir.join("v.sqlite");
-        let store = Store::open(&db).unwrap();
+        let db = crate::store::testing::database("recheck_standing").unwrap();
+        let store = Store::connect(&db).unwrap();
         for (seq, status) in [(0, "warning"), (1, "contraindicated")] {
             store
                 .insert_statement(&StoredStatement {
@@ -222,15 +220,19 @@ mod tests {
         let r = recheck(&store, &cfg.policy).unwrap();
         assert_eq!(r.standings, 1);
         assert!(r.standing_differences.is_empty(), "{r:?}");
-        rusqlite::Connection::open(&db)
+        Store::connect(&db)
             .unwrap()
-            .execute_batch("UPDATE host_standing SET uncleared = 0, first_uncleared_id = NULL")
+            .tamper(
+                "UPDATE host_standing SET uncleared = 0, first_uncleared_id = NULL",
+                &[],
+            )
             .unwrap();
         let r = recheck(&store, &cfg.policy).unwrap();
         assert_eq!(r.standing_differences.len(), 1, "{r:?}");
         let d = &r.standing_differences[0];
         assert_eq!((d.stored.uncleared, d.rederived.uncleared), (0, 1));
         assert!(r.untrusted());
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(store);
+        crate::store::testing::remove(&db);
     }
 }

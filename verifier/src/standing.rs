@@ -392,10 +392,8 @@ mod tests {
     fn the_findings_from_the_row_are_the_whole_historys() {
         let cfg =
             crate::config::VerifierConfig::parse(std::path::Path::new("v.toml"), CONFIG).unwrap();
-        let dir = std::env::temp_dir().join(format!("rwv-standing-row-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let db = dir.join("v.sqlite");
-        let mut v = Verifier::new(Store::open(&db).unwrap(), cfg.policy.clone()).unwrap();
+        let db = crate::store::testing::database("standing_findings").unwrap();
+        let mut v = Verifier::new(Store::connect(&db).unwrap(), cfg.policy.clone()).unwrap();
         let key = rackwarden_attest::keys::generate();
         let pem = rackwarden_attest::keys::public_pem(&key.verifying_key());
         v.enroll("r1", "h1", &pem, 0).unwrap();
@@ -443,30 +441,30 @@ mod tests {
             before[1].starts_with("1 contraindicated statement(s) not cleared, the first at seq 4")
         );
         drop(v);
-        let v = Verifier::new(Store::open(&db).unwrap(), cfg.policy).unwrap();
+        let v = Verifier::new(Store::connect(&db).unwrap(), cfg.policy).unwrap();
         assert_eq!(findings(&v), before, "after a restart");
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(v);
+        crate::store::testing::remove(&db);
     }
 
     #[test]
     fn a_store_error_is_an_error_never_an_empty_list() {
         let cfg =
             crate::config::VerifierConfig::parse(std::path::Path::new("v.toml"), CONFIG).unwrap();
-        let dir = std::env::temp_dir().join(format!("rwv-standing-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let db = dir.join("v.sqlite");
-        let v = Verifier::new(Store::open(&db).unwrap(), cfg.policy).unwrap();
+        let db = crate::store::testing::database("standing_error").unwrap();
+        let v = Verifier::new(Store::connect(&db).unwrap(), cfg.policy).unwrap();
         assert!(v.racks().unwrap().contains(&"r1".to_string()));
         // Broken behind the store's back: its connection is its own.
-        rusqlite::Connection::open(&db)
+        Store::connect(&db)
             .unwrap()
-            .execute_batch("DROP TABLE host_keys")
+            .tamper("DROP TABLE host_keys", &[])
             .unwrap();
         assert!(
             v.racks().is_err(),
             "a failed host_keys() must not read as `no hosts`"
         );
         assert!(v.rack_standing("r1", 0).is_err());
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(v);
+        crate::store::testing::remove(&db);
     }
 }

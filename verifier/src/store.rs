@@ -1,25 +1,30 @@
-//! SQLite storage. Statements are kept verbatim (the envelope exactly as received), so every
-//! verdict can be re-derived (`rackwarden-verifier recheck`). Commits are durable
-//! (`synchronous=FULL`) before a response is sent: an acknowledged statement is never lost.
+//! The verifier's storage: SQLite (the embedded default) or PostgreSQL (several instances
+//! on one server), through one interface (`db.rs`). Statements are kept verbatim (the
+//! envelope exactly as received), so every verdict can be re-derived (`rackwarden-verifier
+//! recheck`). Commits are durable before a response is sent: an acknowledged statement is
+//! never lost.
 
 use std::path::Path;
 
 use rackwarden_attest::{dsse::Envelope, result::AttestationResult, statement::Statement};
-use rusqlite::{Connection, OptionalExtension, params};
 
+pub mod db;
 mod standing;
+pub mod testing;
 mod tlog;
 mod tpm;
+pub use db::{DatabaseUrl, DbError, Dialect};
+use db::{Db, Row, vals};
 pub use standing::StandingRow;
 pub use tlog::TlogAppendError;
 pub use tpm::{TpmChallengeRow, TpmEnrollment, TpmPosition};
 
-pub use rusqlite::Error as DbError;
-
 /// The database. Its connection is the store's alone: callers ask for rows and
 /// transactions by name, never for SQL.
 pub struct Store {
-    conn: Connection,
+    db: Db,
+    /// The open transaction was opened by [`Store::savepoint`], and ends with its item.
+    savepoint_began: std::cell::Cell<bool>,
 }
 
 #[derive(Debug, Clone)]
@@ -169,29 +174,29 @@ impl ClearedStatement {
     }
 }
 
-fn row_statement(r: &rusqlite::Row) -> rusqlite::Result<StoredStatement> {
+fn row_statement(r: &Row) -> Result<StoredStatement, DbError> {
     Ok(StoredStatement {
-        id: r.get(0)?,
-        rack: r.get(1)?,
-        host: r.get(2)?,
-        seq: r.get::<_, i64>(3)? as u64,
-        pae_sha3: r.get(4)?,
-        envelope: r.get(5)?,
-        received_ms: r.get::<_, i64>(6)? as u64,
-        epoch_end_ms: r.get::<_, i64>(7)? as u64,
-        status: r.get(8)?,
-        result: r.get(9)?,
-        wipe_ms: r.get::<_, Option<i64>>(10)?.map(|v| v as u64),
+        id: r.i64(0)?,
+        rack: r.text(1)?,
+        host: r.text(2)?,
+        seq: r.u64(3)?,
+        pae_sha3: r.text(4)?,
+        envelope: r.text(5)?,
+        received_ms: r.u64(6)?,
+        epoch_end_ms: r.u64(7)?,
+        status: r.text(8)?,
+        result: r.text(9)?,
+        wipe_ms: r.opt_u64(10)?,
     })
 }
-fn row_nonce(r: &rusqlite::Row) -> rusqlite::Result<NonceRecord> {
+fn row_nonce(r: &Row) -> Result<NonceRecord, DbError> {
     Ok(NonceRecord {
-        nonce: r.get(0)?,
-        rack: r.get(1)?,
-        host: r.get(2)?,
-        issued_ms: r.get::<_, i64>(3)? as u64,
-        expires_ms: r.get::<_, i64>(4)? as u64,
-        used_ms: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
+        nonce: r.text(0)?,
+        rack: r.text(1)?,
+        host: r.text(2)?,
+        issued_ms: r.u64(3)?,
+        expires_ms: r.u64(4)?,
+        used_ms: r.opt_u64(5)?,
     })
 }
 
@@ -209,20 +214,22 @@ pub struct Rotation<'a> {
 const KEY_COLS: &str =
     "rack, host, keyid, pubkey_pem, enrolled_ms, retired_ms, from_seq, retired_after_seq";
 
-fn row_key(r: &rusqlite::Row) -> rusqlite::Result<HostKey> {
-    let opt = |i: usize| -> rusqlite::Result<Option<u64>> {
-        Ok(r.get::<_, Option<i64>>(i)?.map(|v| v as u64))
-    };
+fn row_key(r: &Row) -> Result<HostKey, DbError> {
     Ok(HostKey {
-        rack: r.get(0)?,
-        host: r.get(1)?,
-        keyid: r.get(2)?,
-        pubkey_pem: r.get(3)?,
-        enrolled_ms: r.get::<_, i64>(4)? as u64,
-        retired_ms: opt(5)?,
-        from_seq: opt(6)?,
-        retired_after_seq: opt(7)?,
+        rack: r.text(0)?,
+        host: r.text(1)?,
+        keyid: r.text(2)?,
+        pubkey_pem: r.text(3)?,
+        enrolled_ms: r.u64(4)?,
+        retired_ms: r.opt_u64(5)?,
+        from_seq: r.opt_u64(6)?,
+        retired_after_seq: r.opt_u64(7)?,
     })
+}
+
+/// Each row read as `f` makes it.
+fn each<T>(rows: Vec<Row>, f: impl Fn(&Row) -> Result<T, DbError>) -> Result<Vec<T>, DbError> {
+    rows.iter().map(f).collect()
 }
 
 /// How long a write waits for another instance's transaction on the same database.
@@ -232,117 +239,135 @@ const STATEMENT_COLS: &str =
     "id, rack, host, seq, pae_sha3, envelope, received_ms, epoch_end_ms, status, result, wipe_ms";
 
 impl Store {
+    /// Opens (and makes, or brings up to date) the database `url` names.
+    pub fn connect(url: &DatabaseUrl) -> Result<Store, DbError> {
+        match url {
+            DatabaseUrl::Sqlite(path) => Self::open(path),
+            DatabaseUrl::Postgres(url) => Self::init(Db::open_postgres(url)?),
+        }
+    }
+
     pub fn open(path: &Path) -> Result<Store, DbError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             let _ = std::fs::create_dir_all(dir);
         }
-        let conn = Connection::open(path)?;
-        Self::init(conn)
+        Self::init(Db::open_sqlite(path)?)
     }
 
+    /// A private SQLite database in memory (recheck's fresh store, tests).
     pub fn in_memory() -> Result<Store, DbError> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Db::sqlite_in_memory()?)
     }
 
-    fn init(conn: Connection) -> Result<Store, DbError> {
-        // Several verifier instances may serve from one database file: a writer waits for
-        // another's transaction (`BEGIN IMMEDIATE` serialises whole ingest batches, so one
-        // host's statements are appraised in chain order whichever instance gets them)
-        // instead of failing at once with SQLITE_BUSY.
-        conn.busy_timeout(BUSY_TIMEOUT)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        // Asked before the schema creates it: a database made before host standings were
-        // kept has statements the new table must be filled from.
-        let had_standing = Self::has_standing_table(&conn)?;
-        conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(standing::STANDING_SCHEMA)?;
-        conn.execute_batch(tlog::TLOG_SCHEMA)?;
-        // Databases made before `presented_ms` existed get the column (NULL: never named,
-        // which is what pruning needs to be sure of; rows used by a statement have used_ms).
-        let has_presented: bool = conn
-            .prepare(
-                "SELECT COUNT(*) FROM pragma_table_info('nonces') WHERE name = 'presented_ms'",
-            )?
-            .query_row([], |r| r.get::<_, i64>(0))?
-            > 0;
-        if !has_presented {
-            conn.execute_batch("ALTER TABLE nonces ADD COLUMN presented_ms INTEGER")?;
+    fn init(db: Db) -> Result<Store, DbError> {
+        if let Some(conn) = db.sqlite() {
+            // Several verifier instances may serve from one database file: a writer waits
+            // for another's transaction (`BEGIN IMMEDIATE` serialises whole ingest batches,
+            // so one host's statements are appraised in chain order whichever instance gets
+            // them) instead of failing at once with SQLITE_BUSY.
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "FULL")?;
         }
-        // Clearances recorded before names were kept have none (NULL, shown as such).
-        let has_cleared_by: bool = conn
-            .prepare(
-                "SELECT COUNT(*) FROM pragma_table_info('clearances') WHERE name = 'cleared_by'",
-            )?
-            .query_row([], |r| r.get::<_, i64>(0))?
-            > 0;
-        if !has_cleared_by {
-            conn.execute_batch("ALTER TABLE clearances ADD COLUMN cleared_by TEXT")?;
-        }
-        // Keys enrolled before hosts could rotate: NULL in both (enrolled by an operator,
-        // never rotated away).
-        let has_rotation: bool = conn
-            .prepare("SELECT COUNT(*) FROM pragma_table_info('host_keys') WHERE name = 'from_seq'")?
-            .query_row([], |r| r.get::<_, i64>(0))?
-            > 0;
-        if !has_rotation {
-            conn.execute_batch(
-                "ALTER TABLE host_keys ADD COLUMN from_seq INTEGER;
-                 ALTER TABLE host_keys ADD COLUMN retired_after_seq INTEGER",
-            )?;
-        }
-        let store = Store { conn };
-        if !had_standing {
-            store.fill_standing()?;
+        let store = Store {
+            db,
+            savepoint_began: std::cell::Cell::new(false),
+        };
+        // Under the write lock: two instances starting on one database (an old one, or an
+        // empty one) make the schema and fill new tables once, not twice.
+        store.db.begin_write()?;
+        let made = store.make_schema();
+        match made {
+            Ok(()) => store.db.commit()?,
+            Err(e) => {
+                let _ = store.db.rollback();
+                return Err(e);
+            }
         }
         Ok(store)
+    }
+
+    fn make_schema(&self) -> Result<(), DbError> {
+        // Asked before the schema creates it: a database made before host standings were
+        // kept has statements the new table must be filled from.
+        let had_standing = self.has_standing_table()?;
+        let schema = [SCHEMA, standing::STANDING_SCHEMA, tlog::TLOG_SCHEMA].concat();
+        match self.db.dialect() {
+            Dialect::Sqlite => self.db.batch(&schema)?,
+            Dialect::Postgres => self.db.batch(&db::pg_schema(&schema))?,
+        }
+        if let Some(conn) = self.db.sqlite() {
+            migrate_old_sqlite(conn)?;
+        }
+        if !had_standing {
+            self.fill_standing()?;
+        }
+        Ok(())
     }
 
     /// Opens the transaction a batch of statements is stored in (taking the write lock now,
     /// so that no item waits for it halfway).
     pub fn begin(&self) -> Result<(), DbError> {
-        self.conn.execute_batch("BEGIN IMMEDIATE")
+        self.db.begin_write()
     }
 
-    /// Commits the open transaction durably (`synchronous=FULL`).
+    /// Commits the open transaction durably.
     pub fn commit(&self) -> Result<(), DbError> {
-        self.conn.execute_batch("COMMIT")
+        self.db.commit()
     }
 
-    /// Rolls the open transaction back (best effort: a failed rollback leaves SQLite to
-    /// roll back when the connection next writes).
+    /// Rolls the open transaction back (best effort: a failed rollback leaves the database
+    /// to roll back when the connection next writes, or closes).
     pub fn rollback(&self) {
-        let _ = self.conn.execute_batch("ROLLBACK");
+        let _ = self.db.rollback();
     }
 
-    /// Marks where one item of a batch starts, inside the open transaction.
+    /// Marks where one item of a batch starts. Inside the open transaction ([`Store::begin`])
+    /// it is a savepoint; outside one it opens a write transaction of its own that
+    /// [`Store::release_savepoint`] commits (SQLite's rule for an outermost savepoint, kept on
+    /// PostgreSQL, which has no savepoint outside a transaction).
     pub fn savepoint(&self) -> Result<(), DbError> {
-        self.conn.execute_batch("SAVEPOINT item")
+        if self.db.in_transaction() {
+            self.db.batch("SAVEPOINT item")
+        } else {
+            self.db.begin_write()?;
+            self.savepoint_began.set(true);
+            Ok(())
+        }
     }
 
-    /// Keeps what the item wrote since [`Store::savepoint`].
+    /// Keeps what the item wrote since [`Store::savepoint`] (committed, where the savepoint
+    /// opened the transaction).
     pub fn release_savepoint(&self) -> Result<(), DbError> {
-        self.conn.execute_batch("RELEASE item")
+        if self.savepoint_began.replace(false) {
+            self.db.commit()
+        } else {
+            self.db.batch("RELEASE item")
+        }
     }
 
     /// Undoes everything the item wrote since [`Store::savepoint`].
     pub fn rollback_to_savepoint(&self) -> Result<(), DbError> {
-        self.conn.execute_batch("ROLLBACK TO item; RELEASE item")
+        if self.savepoint_began.replace(false) {
+            self.db.rollback()
+        } else {
+            self.db.batch("ROLLBACK TO item; RELEASE item")
+        }
     }
 
     /// Copies a key row as it is (recheck's fresh store takes the keys of the real one).
     pub fn insert_host_key(&self, k: &HostKey) -> Result<(), DbError> {
-        self.conn.execute(
+        self.db.execute(
             "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms, retired_ms, from_seq, retired_after_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
-                k.rack,
-                k.host,
-                k.keyid,
-                k.pubkey_pem,
-                k.enrolled_ms as i64,
-                k.retired_ms.map(|v| v as i64),
-                k.from_seq.map(|v| v as i64),
-                k.retired_after_seq.map(|v| v as i64)
+            vals![
+                &k.rack,
+                &k.host,
+                &k.keyid,
+                &k.pubkey_pem,
+                k.enrolled_ms,
+                k.retired_ms,
+                k.from_seq,
+                k.retired_after_seq
             ],
         )?;
         Ok(())
@@ -358,17 +383,27 @@ impl Store {
         pubkey_pem: &str,
         now_ms: u64,
     ) -> Result<(), DbError> {
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "UPDATE host_keys SET retired_ms = ?1 WHERE rack = ?2 AND host = ?3 AND retired_ms IS NULL AND keyid != ?4",
-            params![now_ms as i64, rack, host, keyid],
-        )?;
-        tx.execute(
-            "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT(keyid) DO NOTHING",
-            params![rack, host, keyid, pubkey_pem, now_ms as i64],
-        )?;
-        tx.commit()
+        self.db.begin_write()?;
+        let done = self
+            .db
+            .execute(
+                "UPDATE host_keys SET retired_ms = ?1 WHERE rack = ?2 AND host = ?3 AND retired_ms IS NULL AND keyid != ?4",
+                vals![now_ms, rack, host, keyid],
+            )
+            .and_then(|_| {
+                self.db.execute(
+                    "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT(keyid) DO NOTHING",
+                    vals![rack, host, keyid, pubkey_pem, now_ms],
+                )
+            });
+        match done {
+            Ok(_) => self.db.commit(),
+            Err(e) => {
+                self.rollback();
+                Err(e)
+            }
+        }
     }
 
     /// A host's rotation, accepted with the statement at `seq` signed by `old_keyid` that
@@ -376,13 +411,13 @@ impl Store {
     /// `seq + 1`. Runs in the ingest transaction (the statement and the rotation are kept
     /// together or not at all).
     pub fn rotate_key(&self, r: &Rotation<'_>, now_ms: u64) -> Result<(), DbError> {
-        self.conn.execute(
+        self.db.execute(
             "UPDATE host_keys SET retired_ms = ?1, retired_after_seq = ?2 WHERE keyid = ?3 AND retired_ms IS NULL",
-            params![now_ms as i64, r.seq as i64, r.old_keyid],
+            vals![now_ms, r.seq, r.old_keyid],
         )?;
-        self.conn.execute(
+        self.db.execute(
             "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms, from_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![r.rack, r.host, r.new_keyid, r.new_pem, now_ms as i64, r.seq as i64 + 1],
+            vals![r.rack, r.host, r.new_keyid, r.new_pem, now_ms, r.seq + 1],
         )?;
         Ok(())
     }
@@ -390,37 +425,42 @@ impl Store {
     /// When the host's first key was enrolled: where its wipe and silence clocks start
     /// before it has a statement, across the keys it rotated through.
     pub fn host_first_enrolled_ms(&self, rack: &str, host: &str) -> Result<Option<u64>, DbError> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT MIN(enrolled_ms) FROM host_keys WHERE rack = ?1 AND host = ?2")?
-            .query_row(params![rack, host], |r| r.get::<_, Option<i64>>(0))?
-            .map(|v| v as u64))
+        self.db
+            .query_one(
+                "SELECT MIN(enrolled_ms) FROM host_keys WHERE rack = ?1 AND host = ?2",
+                vals![rack, host],
+            )?
+            .opt_u64(0)
     }
 
     /// The key row of `keyid`, if it is enrolled (or was).
     pub fn host_key(&self, keyid: &str) -> Result<Option<HostKey>, DbError> {
-        self.conn
-            .prepare_cached(&format!(
-                "SELECT {KEY_COLS} FROM host_keys WHERE keyid = ?1"
-            ))?
-            .query_row(params![keyid], row_key)
-            .optional()
+        self.db
+            .query_opt(
+                &format!("SELECT {KEY_COLS} FROM host_keys WHERE keyid = ?1"),
+                vals![keyid],
+            )?
+            .as_ref()
+            .map(row_key)
+            .transpose()
     }
 
     pub fn retire(&self, keyid: &str, now_ms: u64) -> Result<(), DbError> {
-        self.conn.execute(
+        self.db.execute(
             "UPDATE host_keys SET retired_ms = ?1 WHERE keyid = ?2 AND retired_ms IS NULL",
-            params![now_ms as i64, keyid],
+            vals![now_ms, keyid],
         )?;
         Ok(())
     }
 
     pub fn host_keys(&self) -> Result<Vec<HostKey>, DbError> {
-        let mut st = self
-            .conn
-            .prepare_cached(&format!("SELECT {KEY_COLS} FROM host_keys ORDER BY id"))?;
-        let rows = st.query_map([], row_key)?;
-        rows.collect()
+        each(
+            self.db.query(
+                &format!("SELECT {KEY_COLS} FROM host_keys ORDER BY id"),
+                &[],
+            )?,
+            row_key,
+        )
     }
 
     pub fn insert_nonce(
@@ -431,49 +471,56 @@ impl Store {
         issued_ms: u64,
         expires_ms: u64,
     ) -> Result<(), DbError> {
-        self.conn.execute(
+        self.db.execute(
             "INSERT INTO nonces (nonce, rack, host, issued_ms, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![nonce, rack, host, issued_ms as i64, expires_ms as i64],
+            vals![nonce, rack, host, issued_ms, expires_ms],
         )?;
         Ok(())
     }
 
     pub fn nonce(&self, nonce: &str) -> Result<Option<NonceRecord>, DbError> {
-        self.conn
-            .prepare_cached("SELECT nonce, rack, host, issued_ms, expires_ms, used_ms FROM nonces WHERE nonce = ?1")?
-            .query_row(params![nonce], row_nonce)
-            .optional()
+        self.db
+            .query_opt(
+                "SELECT nonce, rack, host, issued_ms, expires_ms, used_ms FROM nonces WHERE nonce = ?1",
+                vals![nonce],
+            )?
+            .as_ref()
+            .map(row_nonce)
+            .transpose()
     }
 
     /// A statement named this nonce (whatever came of it): from now on the row is evidence
     /// and is never pruned, so `recheck` judges that statement the same way again.
     pub fn present_nonce(&self, nonce: &str, now_ms: u64) -> Result<(), DbError> {
-        self.conn.execute(
+        self.db.execute(
             "UPDATE nonces SET presented_ms = COALESCE(presented_ms, ?1) WHERE nonce = ?2",
-            params![now_ms as i64, nonce],
+            vals![now_ms, nonce],
         )?;
         Ok(())
     }
 
     /// Nonces issued to the host that no statement has named and that have not expired.
     pub fn outstanding_nonces(&self, rack: &str, host: &str, now_ms: u64) -> Result<u64, DbError> {
-        self.conn
-            .prepare_cached("SELECT COUNT(*) FROM nonces WHERE rack = ?1 AND host = ?2 AND used_ms IS NULL AND presented_ms IS NULL AND expires_ms >= ?3")?
-            .query_row(params![rack, host, now_ms as i64], |r| Ok(r.get::<_, i64>(0)? as u64))
+        self.db
+            .query_one(
+                "SELECT COUNT(*) FROM nonces WHERE rack = ?1 AND host = ?2 AND used_ms IS NULL AND presented_ms IS NULL AND expires_ms >= ?3",
+                vals![rack, host, now_ms],
+            )?
+            .u64(0)
     }
 
     /// Deletes nonces that expired before `before_ms` and that no statement ever named.
     pub fn prune_nonces(&self, before_ms: u64) -> Result<usize, DbError> {
-        self.conn.execute(
+        self.db.execute(
             "DELETE FROM nonces WHERE used_ms IS NULL AND presented_ms IS NULL AND expires_ms < ?1",
-            params![before_ms as i64],
+            vals![before_ms],
         )
     }
 
     pub fn use_nonce(&self, nonce: &str, now_ms: u64) -> Result<(), DbError> {
-        self.conn.execute(
+        self.db.execute(
             "UPDATE nonces SET used_ms = ?1 WHERE nonce = ?2",
-            params![now_ms as i64, nonce],
+            vals![now_ms, nonce],
         )?;
         Ok(())
     }
@@ -484,10 +531,14 @@ impl Store {
         host: &str,
         pae: &str,
     ) -> Result<Option<StoredStatement>, DbError> {
-        self.conn
-            .prepare_cached(&format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND pae_sha3 = ?3"))?
-            .query_row(params![rack, host, pae], row_statement)
-            .optional()
+        self.db
+            .query_opt(
+                &format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND pae_sha3 = ?3"),
+                vals![rack, host, pae],
+            )?
+            .as_ref()
+            .map(row_statement)
+            .transpose()
     }
 
     pub fn by_seq(
@@ -496,9 +547,13 @@ impl Store {
         host: &str,
         seq: u64,
     ) -> Result<Vec<StoredStatement>, DbError> {
-        let mut st = self.conn.prepare_cached(&format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND seq = ?3 ORDER BY id"))?;
-        let rows = st.query_map(params![rack, host, seq as i64], row_statement)?;
-        rows.collect()
+        each(
+            self.db.query(
+                &format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND seq = ?3 ORDER BY id"),
+                vals![rack, host, seq],
+            )?,
+            row_statement,
+        )
     }
 
     /// The statement with the highest seq below `seq` (the chain's predecessor, or the last
@@ -509,25 +564,39 @@ impl Store {
         host: &str,
         seq: u64,
     ) -> Result<Option<StoredStatement>, DbError> {
-        self.conn
-            .query_row(
+        self.db
+            .query_opt(
                 &format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND seq < ?3 ORDER BY seq DESC, id DESC LIMIT 1"),
-                params![rack, host, seq as i64],
-                row_statement,
-            )
-            .optional()
+                vals![rack, host, seq],
+            )?
+            .as_ref()
+            .map(row_statement)
+            .transpose()
     }
 
     /// Stores a statement and brings its host's standing row up to date with it, in the
     /// caller's transaction (the row and the statements never disagree).
     pub fn insert_statement(&self, s: &StoredStatement) -> Result<i64, DbError> {
         let new_seq = !self.seq_stored(&s.rack, &s.host, s.seq)?;
-        self.conn.prepare_cached(
-            "INSERT INTO statements (rack, host, seq, pae_sha3, envelope, received_ms, epoch_end_ms, status, result, wipe_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )?.execute(params![s.rack, s.host, s.seq as i64, s.pae_sha3, s.envelope, s.received_ms as i64, s.epoch_end_ms as i64, s.status, s.result, s.wipe_ms.map(|v| v as i64)],
-        )?;
-        let id = self.conn.last_insert_rowid();
+        let id = self
+            .db
+            .query_one(
+                "INSERT INTO statements (rack, host, seq, pae_sha3, envelope, received_ms, epoch_end_ms, status, result, wipe_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+                vals![
+                    &s.rack,
+                    &s.host,
+                    s.seq,
+                    &s.pae_sha3,
+                    &s.envelope,
+                    s.received_ms,
+                    s.epoch_end_ms,
+                    &s.status,
+                    &s.result,
+                    s.wipe_ms
+                ],
+            )?
+            .i64(0)?;
         self.note_stored(&s.rack, &s.host, s.seq, id, &s.status, new_seq)?;
         Ok(id)
     }
@@ -539,36 +608,45 @@ impl Store {
         host: &str,
         limit: u32,
     ) -> Result<Vec<StoredStatement>, DbError> {
-        let mut st = self.conn.prepare_cached(&format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 ORDER BY seq DESC, id DESC LIMIT ?3"))?;
-        let rows = st.query_map(params![rack, host, limit as i64], row_statement)?;
-        rows.collect()
+        each(
+            self.db.query(
+                &format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 ORDER BY seq DESC, id DESC LIMIT ?3"),
+                vals![rack, host, limit],
+            )?,
+            row_statement,
+        )
     }
 
     /// Every statement in the order received (for recheck).
     pub fn all_statements(&self) -> Result<Vec<StoredStatement>, DbError> {
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT {STATEMENT_COLS} FROM statements ORDER BY id"
-        ))?;
-        let rows = st.query_map([], row_statement)?;
-        rows.collect()
+        each(
+            self.db.query(
+                &format!("SELECT {STATEMENT_COLS} FROM statements ORDER BY id"),
+                &[],
+            )?,
+            row_statement,
+        )
     }
 
     /// All seqs stored for a host, ascending (to find gaps).
     pub fn seqs(&self, rack: &str, host: &str) -> Result<Vec<u64>, DbError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT DISTINCT seq FROM statements WHERE rack = ?1 AND host = ?2 ORDER BY seq",
-        )?;
-        let rows = st.query_map(params![rack, host], |r| Ok(r.get::<_, i64>(0)? as u64))?;
-        rows.collect()
+        each(
+            self.db.query(
+                "SELECT DISTINCT seq FROM statements WHERE rack = ?1 AND host = ?2 ORDER BY seq",
+                vals![rack, host],
+            )?,
+            |r| r.u64(0),
+        )
     }
 
     /// Epoch end of the host's latest statement with a complete wipe.
     pub fn last_wipe(&self, rack: &str, host: &str) -> Result<Option<u64>, DbError> {
-        self.conn
-            .prepare_cached("SELECT MAX(wipe_ms) FROM statements WHERE rack = ?1 AND host = ?2")?
-            .query_row(params![rack, host], |r| {
-                Ok(r.get::<_, Option<i64>>(0)?.map(|v| v as u64))
-            })
+        self.db
+            .query_one(
+                "SELECT MAX(wipe_ms) FROM statements WHERE rack = ?1 AND host = ?2",
+                vals![rack, host],
+            )?
+            .opt_u64(0)
     }
 
     /// Records that the host's contraindicated statements stored so far are cleared, by whom
@@ -584,18 +662,18 @@ impl Store {
         reason: &str,
         now_ms: u64,
     ) -> Result<Clearance, DbError> {
-        let own_transaction = self.conn.is_autocommit();
-        self.conn.execute_batch(if own_transaction {
-            "BEGIN IMMEDIATE"
+        let own_transaction = !self.db.in_transaction();
+        if own_transaction {
+            self.db.begin_write()?;
         } else {
-            "SAVEPOINT clear"
-        })?;
+            self.db.batch("SAVEPOINT clear")?;
+        }
         let cleared = self.record_clearance(rack, host, by, reason, now_ms);
         let ended = match (&cleared, own_transaction) {
-            (Ok(_), true) => self.conn.execute_batch("COMMIT"),
-            (Ok(_), false) => self.conn.execute_batch("RELEASE clear"),
-            (Err(_), true) => self.conn.execute_batch("ROLLBACK"),
-            (Err(_), false) => self.conn.execute_batch("ROLLBACK TO clear; RELEASE clear"),
+            (Ok(_), true) => self.db.commit(),
+            (Ok(_), false) => self.db.batch("RELEASE clear"),
+            (Err(_), true) => self.db.rollback(),
+            (Err(_), false) => self.db.batch("ROLLBACK TO clear; RELEASE clear"),
         };
         let clearance = cleared?;
         ended?;
@@ -611,14 +689,16 @@ impl Store {
         now_ms: u64,
     ) -> Result<Clearance, DbError> {
         let since = self.last_clearance(rack, host)?.map_or(0, |c| c.up_to_id);
-        let up_to_id: i64 = self.conn.query_row(
-            "SELECT COALESCE(MAX(id), 0) FROM statements WHERE rack = ?1 AND host = ?2",
-            params![rack, host],
-            |r| r.get(0),
-        )?;
-        self.conn.execute(
+        let up_to_id = self
+            .db
+            .query_one(
+                "SELECT COALESCE(MAX(id), 0) FROM statements WHERE rack = ?1 AND host = ?2",
+                vals![rack, host],
+            )?
+            .i64(0)?;
+        self.db.execute(
             "INSERT INTO clearances (rack, host, up_to_id, cleared_ms, reason, cleared_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![rack, host, up_to_id, now_ms as i64, reason, by],
+            vals![rack, host, up_to_id, now_ms, reason, by],
         )?;
         self.note_cleared(rack, host)?;
         Ok(Clearance {
@@ -638,23 +718,25 @@ impl Store {
         rack: Option<&str>,
         host: Option<&str>,
     ) -> Result<Vec<Clearance>, DbError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT rack, host, up_to_id, cleared_ms, reason, cleared_by FROM clearances
-             WHERE (?1 IS NULL OR rack = ?1) AND (?2 IS NULL OR host = ?2) ORDER BY id",
-        )?;
-        let rows = st
-            .query_map(params![rack, host], |r| {
+        let rows = each(
+            self.db.query(
+                "SELECT rack, host, up_to_id, cleared_ms, reason, cleared_by FROM clearances
+                 WHERE (CAST(?1 AS TEXT) IS NULL OR rack = ?1)
+                   AND (CAST(?2 AS TEXT) IS NULL OR host = ?2) ORDER BY id",
+                vals![rack, host],
+            )?,
+            |r| {
                 Ok(Clearance {
-                    rack: r.get(0)?,
-                    host: r.get(1)?,
-                    up_to_id: r.get(2)?,
-                    cleared_ms: r.get::<_, i64>(3)? as u64,
-                    reason: r.get(4)?,
-                    by: r.get(5)?,
+                    rack: r.text(0)?,
+                    host: r.text(1)?,
+                    up_to_id: r.i64(2)?,
+                    cleared_ms: r.u64(3)?,
+                    reason: r.text(4)?,
+                    by: r.opt_text(5)?,
                     cleared: Vec::new(),
                 })
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
+            },
+        )?;
         // Each covers what the host's previous clearance did not.
         let mut before: std::collections::HashMap<(String, String), i64> = Default::default();
         let mut out = Vec::with_capacity(rows.len());
@@ -681,16 +763,13 @@ impl Store {
         after_id: i64,
         up_to_id: i64,
     ) -> Result<Vec<ClearedStatement>, DbError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT seq, result FROM statements WHERE rack = ?1 AND host = ?2 AND id > ?3 AND id <= ?4 AND status = 'contraindicated' ORDER BY id",
-        )?;
-        let rows = st.query_map(params![rack, host, after_id, up_to_id], |r| {
-            Ok(ClearedStatement::of(
-                r.get::<_, i64>(0)? as u64,
-                &r.get::<_, String>(1)?,
-            ))
-        })?;
-        rows.collect()
+        each(
+            self.db.query(
+                "SELECT seq, result FROM statements WHERE rack = ?1 AND host = ?2 AND id > ?3 AND id <= ?4 AND status = 'contraindicated' ORDER BY id",
+                vals![rack, host, after_id, up_to_id],
+            )?,
+            |r| Ok(ClearedStatement::of(r.u64(0)?, &r.text(1)?)),
+        )
     }
 
     /// Contraindicated statements of the host stored after row `after_id`, oldest first.
@@ -700,20 +779,78 @@ impl Store {
         host: &str,
         after_id: i64,
     ) -> Result<Vec<StoredStatement>, DbError> {
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND id > ?3 AND status = 'contraindicated' ORDER BY id"
-        ))?;
-        let rows = st.query_map(params![rack, host, after_id], row_statement)?;
-        rows.collect()
+        each(
+            self.db.query(
+                &format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND id > ?3 AND status = 'contraindicated' ORDER BY id"),
+                vals![rack, host, after_id],
+            )?,
+            row_statement,
+        )
     }
 
     pub fn all_nonces(&self) -> Result<Vec<NonceRecord>, DbError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT nonce, rack, host, issued_ms, expires_ms, used_ms FROM nonces",
-        )?;
-        let rows = st.query_map([], row_nonce)?;
-        rows.collect()
+        each(
+            self.db.query(
+                "SELECT nonce, rack, host, issued_ms, expires_ms, used_ms FROM nonces",
+                &[],
+            )?,
+            row_nonce,
+        )
     }
+
+    /// Runs SQL on the database behind the store's back: for tests that break a store the
+    /// way an attacker with the database would (rows removed or rewritten).
+    #[doc(hidden)]
+    pub fn tamper(&self, sql: &str, params: &[db::Value]) -> Result<usize, DbError> {
+        self.db.execute(sql, params)
+    }
+
+    /// Reads rows behind the store's back (what a test's tampering left).
+    #[doc(hidden)]
+    pub fn probe(&self, sql: &str, params: &[db::Value]) -> Result<Vec<Row>, DbError> {
+        self.db.query(sql, params)
+    }
+
+    /// [`Store::tamper`] for statements without parameters, several at once (a trigger and
+    /// its function).
+    #[doc(hidden)]
+    pub fn tamper_batch(&self, sql: &str) -> Result<(), DbError> {
+        self.db.batch(sql)
+    }
+
+    /// Which database the store is on.
+    pub fn dialect(&self) -> Dialect {
+        self.db.dialect()
+    }
+}
+
+/// Columns added to SQLite files after they were first made (PostgreSQL databases are made
+/// with the current schema).
+fn migrate_old_sqlite(conn: &rusqlite::Connection) -> Result<(), DbError> {
+    let has_column = |table: &str, column: &str| -> Result<bool, DbError> {
+        Ok(conn
+            .prepare("SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2")?
+            .query_row([table, column], |r| r.get::<_, i64>(0))?
+            > 0)
+    };
+    // Databases made before `presented_ms` existed get the column (NULL: never named,
+    // which is what pruning needs to be sure of; rows used by a statement have used_ms).
+    if !has_column("nonces", "presented_ms")? {
+        conn.execute_batch("ALTER TABLE nonces ADD COLUMN presented_ms INTEGER")?;
+    }
+    // Clearances recorded before names were kept have none (NULL, shown as such).
+    if !has_column("clearances", "cleared_by")? {
+        conn.execute_batch("ALTER TABLE clearances ADD COLUMN cleared_by TEXT")?;
+    }
+    // Keys enrolled before hosts could rotate: NULL in both (enrolled by an operator,
+    // never rotated away).
+    if !has_column("host_keys", "from_seq")? {
+        conn.execute_batch(
+            "ALTER TABLE host_keys ADD COLUMN from_seq INTEGER;
+             ALTER TABLE host_keys ADD COLUMN retired_after_seq INTEGER",
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -722,7 +859,7 @@ mod tests {
 
     #[test]
     fn pruning_removes_only_expired_nonces_no_statement_named() {
-        let s = Store::in_memory().unwrap();
+        let s = testing::store("nonces").unwrap();
         s.insert_nonce("a", "r", "h", 0, 100).unwrap(); // expired, never named
         s.insert_nonce("b", "r", "h", 0, 100).unwrap(); // expired, named by a statement
         s.insert_nonce("c", "r", "h", 0, 100).unwrap(); // expired, used

@@ -20,6 +20,7 @@ use rackwarden_attest::{
     keys,
     statement::*,
 };
+use rackwarden_verifier::store::{DatabaseUrl, Dialect, Store, db::Value as DbValue, testing};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rackwarden-verifier");
@@ -171,6 +172,14 @@ fn setup(
         })
         .unwrap_or_default();
     let config = dir.join("verifier.toml");
+    // SQLite beside the config, or a new database on the run's PostgreSQL server (then the
+    // log key, which has no directory beside a server, lies in `dir` by name).
+    let db = testing::fresh_database(tag, &dir.join("v.sqlite")).unwrap();
+    std::fs::write(dir.join("db.url"), db.config_text()).unwrap();
+    let log_key = match db {
+        DatabaseUrl::Sqlite(_) => String::new(),
+        DatabaseUrl::Postgres(_) => format!("log_key = \"{}\"\n", dir.join("tlog.key").display()),
+    };
     std::fs::write(
         &config,
         format!(
@@ -178,7 +187,7 @@ fn setup(
 tls_cert = "{tls}/server.pem"
 tls_key = "{tls}/server.key"
 database = "{db}"
-max_body = "64 KiB"
+{log_key}max_body = "64 KiB"
 request_timeout = "1 s"
 header_timeout = "1 s"
 
@@ -198,12 +207,17 @@ max_clock_skew = "1 h"
 egress = "10 MB/s"
 ingress = "10 MB/s"
 "#,
-            db = dir.join("v.sqlite").display(),
+            db = db.config_text(),
             tls = test_tls().dir.display(),
         ),
     )
     .unwrap();
     (dir, config, port)
+}
+
+/// The database `setup` made for the test in `dir`.
+fn db_url(dir: &Path) -> DatabaseUrl {
+    DatabaseUrl::parse(&std::fs::read_to_string(dir.join("db.url")).unwrap())
 }
 
 fn enroll(config: &Path, dir: &Path, rack: &str, host: &str) -> SigningKey {
@@ -1016,10 +1030,10 @@ fn key_rotation_keeps_history_and_flags_the_retired_key() {
 
 #[test]
 fn an_expired_nonce_is_contraindicated() {
-    use rackwarden_verifier::{config::VerifierConfig, service::Verifier, store::Store};
+    use rackwarden_verifier::{config::VerifierConfig, service::Verifier};
     let (dir, config, _) = setup("exp", "1 h", None);
     let cfg = VerifierConfig::load(&config).unwrap();
-    let mut v = Verifier::new(Store::in_memory().unwrap(), cfg.policy.clone()).unwrap();
+    let mut v = Verifier::new(testing::store("e2e").unwrap(), cfg.policy.clone()).unwrap();
     let key = keys::generate();
     v.enroll("rack-a", "h1", &keys::public_pem(&key.verifying_key()), 0)
         .unwrap();
@@ -1066,11 +1080,11 @@ const HOUR: u64 = 3_600_000;
 /// An in-memory verifier under `config` with the policy's default skew allowance (5 s), not
 /// the other tests' hour.
 fn verifier_at_default_skew(config: &Path) -> rackwarden_verifier::service::Verifier {
-    use rackwarden_verifier::{config::VerifierConfig, service::Verifier, store::Store};
+    use rackwarden_verifier::{config::VerifierConfig, service::Verifier};
     let text = std::fs::read_to_string(config).unwrap();
     std::fs::write(config, text.replace("max_clock_skew = \"1 h\"\n", "")).unwrap();
     let cfg = VerifierConfig::load(config).unwrap();
-    Verifier::new(Store::in_memory().unwrap(), cfg.policy.clone()).unwrap()
+    Verifier::new(testing::store("e2e").unwrap(), cfg.policy.clone()).unwrap()
 }
 
 /// Five hosts enrolled in rack-a, one for each clock case.
@@ -1245,8 +1259,8 @@ fn recheck_tells_a_policy_edit_from_tampering() {
         .unwrap();
         VerifierConfig::load(&p).unwrap().policy
     };
-    let db = dir.join("v.sqlite");
-    let mut v = Verifier::new(Store::open(&db).unwrap(), cfg.policy.clone()).unwrap();
+    let db = db_url(&dir);
+    let mut v = Verifier::new(Store::connect(&db).unwrap(), cfg.policy.clone()).unwrap();
     let key = keys::generate();
     v.enroll("rack-a", "h1", &keys::public_pem(&key.verifying_key()), 0)
         .unwrap();
@@ -1291,23 +1305,23 @@ fn recheck_tells_a_policy_edit_from_tampering() {
     );
     // A stored verdict rewritten behind the verifier's back does not re-derive under the
     // policy it names.
-    let sql = rusqlite::Connection::open(&db).unwrap();
-    sql.execute_batch(
+    let sql = Store::connect(&db).unwrap();
+    sql.tamper_batch(
         "UPDATE statements SET result = replace(result, '\"status\":\"affirming\"', '\"status\":\"warning\"') WHERE seq = 1",
     )
     .unwrap();
     // A row stored before results named their policy.
-    let old: String = sql
-        .query_row("SELECT result FROM statements WHERE seq = 2", [], |r| {
-            r.get(0)
-        })
+    let old = sql
+        .probe("SELECT result FROM statements WHERE seq = 2", &[])
+        .unwrap()[0]
+        .text(0)
         .unwrap();
     let mut old: Value = serde_json::from_str(&old).unwrap();
     old.as_object_mut().unwrap().remove("policy_digest");
     old["status"] = json!("warning");
-    sql.execute(
+    sql.tamper(
         "UPDATE statements SET result = ?1 WHERE seq = 2",
-        [old.to_string()],
+        &[DbValue::Text(Some(old.to_string()))],
     )
     .unwrap();
     let r = recheck(&v.store, &cfg.policy).unwrap();
@@ -1881,7 +1895,7 @@ fn protection(level: ProtectionLevel, guard: LsmGuard) -> SelfProtection {
 
 #[test]
 fn a_policy_can_require_the_guard() {
-    use rackwarden_verifier::{config::VerifierConfig, service::Verifier, store::Store};
+    use rackwarden_verifier::{config::VerifierConfig, service::Verifier};
     let (dir, config, _) = setup("prot", "1 h", None);
     let text = std::fs::read_to_string(&config).unwrap().replace(
         "[racks.rack-a]",
@@ -1889,7 +1903,7 @@ fn a_policy_can_require_the_guard() {
     );
     std::fs::write(&config, text).unwrap();
     let cfg = VerifierConfig::load(&config).unwrap();
-    let mut v = Verifier::new(Store::in_memory().unwrap(), cfg.policy.clone()).unwrap();
+    let mut v = Verifier::new(testing::store("e2e").unwrap(), cfg.policy.clone()).unwrap();
     let key = keys::generate();
     v.enroll("rack-a", "h1", &keys::public_pem(&key.verifying_key()), 0)
         .unwrap();
@@ -2301,11 +2315,18 @@ fn a_failed_item_in_a_batch_leaves_no_trace_but_its_refusal() {
         ..Default::default()
     });
     // The store fails to keep seq 1 (as a full disk would), after its nonce was looked at.
-    let db = rusqlite::Connection::open(dir.join("v.sqlite")).unwrap();
-    db.execute_batch(
-        "CREATE TRIGGER fail_seq1 BEFORE INSERT ON statements WHEN NEW.seq = 1
-         BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
-    )
+    let db = Store::connect(&db_url(&dir)).unwrap();
+    db.tamper_batch(match db.dialect() {
+        Dialect::Sqlite => {
+            "CREATE TRIGGER fail_seq1 BEFORE INSERT ON statements WHEN NEW.seq = 1
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;"
+        }
+        Dialect::Postgres => {
+            "CREATE FUNCTION fail_seq1() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN IF NEW.seq = 1 THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$;
+             CREATE TRIGGER fail_seq1 BEFORE INSERT ON statements FOR EACH ROW EXECUTE FUNCTION fail_seq1();"
+        }
+    })
     .unwrap();
     let mut body = b"[".to_vec();
     body.extend_from_slice(&st0);
@@ -2317,20 +2338,24 @@ fn a_failed_item_in_a_batch_leaves_no_trace_but_its_refusal() {
     assert_eq!(v["results"][0]["status"], "accepted", "{v}");
     assert_eq!(v["results"][1]["status"], "error", "{v}");
     // Nothing of the failed item stays: its nonce was neither presented nor used.
-    let (used, presented): (Option<i64>, Option<i64>) = db
-        .query_row(
+    let row = &db
+        .probe(
             "SELECT used_ms, presented_ms FROM nonces WHERE nonce = ?1",
-            [&n1],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            &[DbValue::Text(Some(n1.clone()))],
         )
-        .unwrap();
+        .unwrap()[0];
+    let (used, presented) = (row.opt_i64(0).unwrap(), row.opt_i64(1).unwrap());
     assert_eq!(
         (used, presented),
         (None, None),
         "the failed item left a trace"
     );
     // Sent again once the store works, it is judged as if the failure never happened.
-    db.execute_batch("DROP TRIGGER fail_seq1").unwrap();
+    db.tamper_batch(match db.dialect() {
+        Dialect::Sqlite => "DROP TRIGGER fail_seq1",
+        Dialect::Postgres => "DROP TRIGGER fail_seq1 ON statements",
+    })
+    .unwrap();
     let r = post_one(&s, st1);
     assert_eq!(r["status"], "accepted", "{r}");
     assert_eq!(

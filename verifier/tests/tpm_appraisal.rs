@@ -20,7 +20,7 @@ use rackwarden_attest::{
     },
 };
 use rackwarden_verifier::store::TpmEnrollment;
-use rackwarden_verifier::{config::VerifierConfig, service::Verifier, store::Store};
+use rackwarden_verifier::{config::VerifierConfig, service::Verifier};
 
 const RACK: &str = "rack-t";
 const DAEMON: [u8; 32] = [0xd0; 32];
@@ -195,7 +195,11 @@ fn verifier(min: &str, boot: &str) -> (Verifier, tempdir::Dir) {
     let dir = tempdir::Dir::new();
     let cfg = config(dir.path(), min, boot);
     (
-        Verifier::new(Store::in_memory().unwrap(), cfg.policy).unwrap(),
+        Verifier::new(
+            rackwarden_verifier::store::testing::store("tpm_appraisal").unwrap(),
+            cfg.policy,
+        )
+        .unwrap(),
         dir,
     )
 }

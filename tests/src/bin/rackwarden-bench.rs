@@ -317,7 +317,7 @@ fn enroll_and_presign(
     let mut bodies: Vec<Vec<u8>> = Vec::new();
     let mut paes: Vec<SignedPae> = Vec::new();
     let cfg = rackwarden_verifier::config::VerifierConfig::load(config).unwrap();
-    let store = rackwarden_verifier::store::Store::open(&cfg.database).unwrap();
+    let store = rackwarden_verifier::store::Store::connect(&cfg.database).unwrap();
     let mut v = rackwarden_verifier::service::Verifier::new(store, cfg.policy).unwrap();
     let mut per_host_lines: Vec<Vec<Vec<u8>>> = Vec::new();
     for h in 0..hosts {
@@ -433,7 +433,7 @@ fn bench_page() {
     let config = dir.join("verifier.toml");
     std::fs::write(&config, format!("listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"{}\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display())).unwrap();
     let cfg = rackwarden_verifier::config::VerifierConfig::load(&config).unwrap();
-    let store = rackwarden_verifier::store::Store::open(&cfg.database).unwrap();
+    let store = rackwarden_verifier::store::Store::connect(&cfg.database).unwrap();
     let mut v = rackwarden_verifier::service::Verifier::new(store, cfg.policy).unwrap();
     let t = Instant::now();
     for h in 0..hosts {

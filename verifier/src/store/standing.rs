@@ -8,10 +8,12 @@
 //! clearances alone. A database made before the table existed is filled from that on open,
 //! and `recheck` compares every stored row with it.
 
-use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use super::{DbError, Store};
+use super::{
+    DbError, Store,
+    db::{Dialect, Row, vals},
+};
 
 /// What a host's standing needs from its whole history.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -37,89 +39,83 @@ CREATE TABLE IF NOT EXISTS host_standing (
 /// The stored status that holds a host until it is cleared (the partial index's condition).
 const CONTRAINDICATED: &str = "contraindicated";
 
-fn row_standing(r: &rusqlite::Row) -> rusqlite::Result<StandingRow> {
+fn row_standing(r: &Row) -> Result<StandingRow, DbError> {
     Ok(StandingRow {
-        seqs_stored: r.get::<_, i64>(0)? as u64,
-        top_seq: r.get::<_, Option<i64>>(1)?.map(|v| v as u64),
-        uncleared: r.get::<_, i64>(2)? as u64,
-        first_uncleared_id: r.get(3)?,
+        seqs_stored: r.u64(0)?,
+        top_seq: r.opt_u64(1)?,
+        uncleared: r.u64(2)?,
+        first_uncleared_id: r.opt_i64(3)?,
     })
 }
 
 impl Store {
-    /// Whether the standing table exists (a database made before it did has none).
-    pub(super) fn has_standing_table(conn: &rusqlite::Connection) -> Result<bool, DbError> {
-        Ok(conn
-            .prepare(
-                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'host_standing'",
-            )?
-            .query_row([], |r| r.get::<_, i64>(0))?
-            > 0)
-    }
-
-    /// Fills the standing table from the statements and clearances, in one transaction (of
-    /// its own, taking the write lock at once: a verifier serving the same database keeps
-    /// ingesting meanwhile). Every row written is derived from what is stored, so filling
-    /// twice, or while another process fills, leaves the same rows.
-    pub(super) fn fill_standing(&self) -> Result<(), DbError> {
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let filled = self.hosts_with_statements().and_then(|hosts| {
-            for (rack, host) in hosts {
-                let row = self.derive_standing(&rack, &host)?;
-                self.put_standing(&rack, &host, &row)?;
+    /// Whether the database already has the standing table (asked before the schema is made).
+    pub(super) fn has_standing_table(&self) -> Result<bool, DbError> {
+        let sql = match self.db.dialect() {
+            Dialect::Sqlite => {
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'host_standing'"
             }
-            self.conn.execute_batch("COMMIT")
-        });
-        if filled.is_err() {
-            self.rollback();
-        }
-        filled
+            Dialect::Postgres => {
+                "SELECT COUNT(*) FROM pg_tables WHERE tablename = 'host_standing' AND schemaname = current_schema()"
+            }
+        };
+        self.db.query_one(sql, &[])?.bool(0)
     }
 
-    /// The host's standing row as kept (all zero for a host with no statement yet).
+    /// Fills the standing table from the statements (a database made before it existed).
+    /// Runs in the transaction that made the schema.
+    pub(super) fn fill_standing(&self) -> Result<(), DbError> {
+        for (rack, host) in self.hosts_with_statements()? {
+            let row = self.derive_standing(&rack, &host)?;
+            self.put_standing(&rack, &host, &row)?;
+        }
+        Ok(())
+    }
+
+    /// The host's standing as kept (all zero for a host with no statement).
     pub fn standing_row(&self, rack: &str, host: &str) -> Result<StandingRow, DbError> {
         Ok(self
-            .conn
-            .prepare_cached(
+            .db
+            .query_opt(
                 "SELECT seqs_stored, top_seq, uncleared, first_uncleared_id FROM host_standing WHERE rack = ?1 AND host = ?2",
+                vals![rack, host],
             )?
-            .query_row(params![rack, host], row_standing)
-            .optional()?
+            .as_ref()
+            .map(row_standing)
+            .transpose()?
             .unwrap_or_default())
     }
 
-    /// Every standing row kept, by rack and host.
+    /// Every host's standing row, by rack and host.
     pub fn standing_rows(&self) -> Result<Vec<(String, String, StandingRow)>, DbError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT seqs_stored, top_seq, uncleared, first_uncleared_id, rack, host FROM host_standing ORDER BY rack, host",
-        )?;
-        let rows = st.query_map([], |r| Ok((r.get(4)?, r.get(5)?, row_standing(r)?)))?;
-        rows.collect()
+        super::each(
+            self.db.query(
+                "SELECT seqs_stored, top_seq, uncleared, first_uncleared_id, rack, host FROM host_standing ORDER BY rack, host",
+                &[],
+            )?,
+            |r| Ok((r.text(4)?, r.text(5)?, row_standing(r)?)),
+        )
     }
 
-    /// Every (rack, host) with a stored statement.
+    /// Every rack/host pair that has stored a statement.
     pub fn hosts_with_statements(&self) -> Result<Vec<(String, String)>, DbError> {
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT DISTINCT rack, host FROM statements ORDER BY rack, host")?;
-        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        rows.collect()
+        super::each(
+            self.db.query(
+                "SELECT DISTINCT rack, host FROM statements ORDER BY rack, host",
+                &[],
+            )?,
+            |r| Ok((r.text(0)?, r.text(1)?)),
+        )
     }
 
-    /// The host's standing row computed from its whole history: every seq it stored, its
-    /// latest clearance and the contraindicated statements after it.
+    /// The host's standing read from its whole history (what `recheck` compares the kept
+    /// row against).
     pub fn derive_standing(&self, rack: &str, host: &str) -> Result<StandingRow, DbError> {
-        let (seqs_stored, top_seq) = self
-            .conn
-            .prepare_cached(
-                "SELECT COUNT(DISTINCT seq), MAX(seq) FROM statements WHERE rack = ?1 AND host = ?2",
-            )?
-            .query_row(params![rack, host], |r| {
-                Ok((
-                    r.get::<_, i64>(0)? as u64,
-                    r.get::<_, Option<i64>>(1)?.map(|v| v as u64),
-                ))
-            })?;
+        let r = self.db.query_one(
+            "SELECT COUNT(DISTINCT seq), MAX(seq) FROM statements WHERE rack = ?1 AND host = ?2",
+            vals![rack, host],
+        )?;
+        let (seqs_stored, top_seq) = (r.u64(0)?, r.opt_u64(1)?);
         let (uncleared, first_uncleared_id) = self.uncleared_after_last_clearance(rack, host)?;
         Ok(StandingRow {
             seqs_stored,
@@ -129,53 +125,53 @@ impl Store {
         })
     }
 
-    /// How many contraindicated statements the host stored after its latest clearance, and
-    /// the first of them (read from the partial index, never the rows).
+    /// How many contraindicated statements the host stored after its last clearance, and
+    /// the first of them.
     fn uncleared_after_last_clearance(
         &self,
         rack: &str,
         host: &str,
     ) -> Result<(u64, Option<i64>), DbError> {
-        self.conn
-            .prepare_cached(
-                "SELECT COUNT(*), MIN(id) FROM statements WHERE rack = ?1 AND host = ?2 AND status = 'contraindicated'
-                 AND id > COALESCE((SELECT up_to_id FROM clearances WHERE rack = ?1 AND host = ?2 ORDER BY id DESC LIMIT 1), 0)",
-            )?
-            .query_row(params![rack, host], |r| {
-                Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))
-            })
+        let r = self.db.query_one(
+            "SELECT COUNT(*), MIN(id) FROM statements WHERE rack = ?1 AND host = ?2 AND status = 'contraindicated'
+             AND id > COALESCE((SELECT up_to_id FROM clearances WHERE rack = ?1 AND host = ?2 ORDER BY id DESC LIMIT 1), 0)",
+            vals![rack, host],
+        )?;
+        Ok((r.u64(0)?, r.opt_i64(1)?))
     }
 
     fn put_standing(&self, rack: &str, host: &str, row: &StandingRow) -> Result<(), DbError> {
-        self.conn
-            .prepare_cached(
-                "INSERT OR REPLACE INTO host_standing (rack, host, seqs_stored, top_seq, uncleared, first_uncleared_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?
-            .execute(params![
+        self.db.execute(
+            "INSERT INTO host_standing (rack, host, seqs_stored, top_seq, uncleared, first_uncleared_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT(rack, host) DO UPDATE SET seqs_stored = excluded.seqs_stored,
+               top_seq = excluded.top_seq, uncleared = excluded.uncleared,
+               first_uncleared_id = excluded.first_uncleared_id",
+            vals![
                 rack,
                 host,
-                row.seqs_stored as i64,
-                row.top_seq.map(|v| v as i64),
-                row.uncleared as i64,
+                row.seqs_stored,
+                row.top_seq,
+                row.uncleared,
                 row.first_uncleared_id
-            ])?;
+            ],
+        )?;
         Ok(())
     }
 
-    /// Whether the host has a statement stored at `seq` (before one more is stored there).
+    /// Whether the host has a statement at `seq` already (a second one is a fork, not a new
+    /// seq).
     pub(super) fn seq_stored(&self, rack: &str, host: &str, seq: u64) -> Result<bool, DbError> {
-        self.conn
-            .prepare_cached(
+        self.db
+            .query_one(
                 "SELECT EXISTS(SELECT 1 FROM statements WHERE rack = ?1 AND host = ?2 AND seq = ?3)",
+                vals![rack, host, seq],
             )?
-            .query_row(params![rack, host, seq as i64], |r| r.get(0))
+            .bool(0)
     }
 
-    /// Brings the host's row up to date with a statement just stored as row `id`
-    /// (`new_seq`: no statement of the host had its seq before). A new row id is above every
-    /// clearance's, so a contraindicated statement is uncleared, and the first one if none
-    /// was.
+    /// Brings the host's row up to date with a statement just stored (row `id`), in the
+    /// same transaction.
     pub(super) fn note_stored(
         &self,
         rack: &str,
@@ -186,48 +182,51 @@ impl Store {
         new_seq: bool,
     ) -> Result<(), DbError> {
         let contraindicated = status == CONTRAINDICATED;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO host_standing (rack, host, seqs_stored, top_seq, uncleared, first_uncleared_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT(rack, host) DO UPDATE SET
-                   seqs_stored = seqs_stored + excluded.seqs_stored,
-                   top_seq = MAX(COALESCE(top_seq, excluded.top_seq), excluded.top_seq),
-                   uncleared = uncleared + excluded.uncleared,
-                   first_uncleared_id = COALESCE(first_uncleared_id, excluded.first_uncleared_id)",
-            )?
-            .execute(params![
+        // Written in the SQL both databases speak: no two-argument MAX (SQLite) or GREATEST
+        // (PostgreSQL), and the kept row's columns named with their table.
+        self.db.execute(
+            "INSERT INTO host_standing (rack, host, seqs_stored, top_seq, uncleared, first_uncleared_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT(rack, host) DO UPDATE SET
+               seqs_stored = host_standing.seqs_stored + excluded.seqs_stored,
+               top_seq = CASE WHEN host_standing.top_seq IS NULL OR excluded.top_seq > host_standing.top_seq
+                         THEN excluded.top_seq ELSE host_standing.top_seq END,
+               uncleared = host_standing.uncleared + excluded.uncleared,
+               first_uncleared_id = COALESCE(host_standing.first_uncleared_id, excluded.first_uncleared_id)",
+            vals![
                 rack,
                 host,
                 i64::from(new_seq),
-                seq as i64,
+                seq,
                 i64::from(contraindicated),
                 contraindicated.then_some(id)
-            ])?;
+            ],
+        )?;
         Ok(())
     }
 
-    /// Brings the host's row up to date with a clearance just recorded: what it left
-    /// uncleared is read again (nothing, unless a statement came between).
+    /// Brings the host's row up to date with a clearance just recorded.
     pub(super) fn note_cleared(&self, rack: &str, host: &str) -> Result<(), DbError> {
         let (uncleared, first_uncleared_id) = self.uncleared_after_last_clearance(rack, host)?;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO host_standing (rack, host, seqs_stored, top_seq, uncleared, first_uncleared_id)
-                 VALUES (?1, ?2, 0, NULL, ?3, ?4)
-                 ON CONFLICT(rack, host) DO UPDATE SET
-                   uncleared = excluded.uncleared, first_uncleared_id = excluded.first_uncleared_id",
-            )?
-            .execute(params![rack, host, uncleared as i64, first_uncleared_id])?;
+        self.db.execute(
+            "INSERT INTO host_standing (rack, host, seqs_stored, top_seq, uncleared, first_uncleared_id)
+             VALUES (?1, ?2, 0, NULL, ?3, ?4)
+             ON CONFLICT(rack, host) DO UPDATE SET
+               uncleared = excluded.uncleared, first_uncleared_id = excluded.first_uncleared_id",
+            vals![rack, host, uncleared, first_uncleared_id],
+        )?;
         Ok(())
     }
 
-    /// The seq and stored verdict (JSON) of row `id`, if it exists.
+    /// The seq and stored verdict of row `id`.
     pub fn seq_and_result(&self, id: i64) -> Result<Option<(u64, String)>, DbError> {
-        self.conn
-            .prepare_cached("SELECT seq, result FROM statements WHERE id = ?1")?
-            .query_row(params![id], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
-            .optional()
+        self.db
+            .query_opt(
+                "SELECT seq, result FROM statements WHERE id = ?1",
+                vals![id],
+            )?
+            .map(|r| Ok((r.u64(0)?, r.text(1)?)))
+            .transpose()
     }
 }
 
@@ -285,18 +284,12 @@ mod tests {
         }
     }
 
-    fn temp_db(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("rwv-standing-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir.join("v.sqlite")
-    }
-
     /// Statements with a gap and a fork, contraindicated ones before and after clearances (in
     /// a transaction of their own and inside one), then a restart.
     #[test]
     fn the_row_is_what_the_whole_history_gives_after_ingest_clearance_and_restart() {
-        let db = temp_db("row");
-        let s = Store::open(&db).unwrap();
+        let db = crate::store::testing::database("standing_row").unwrap();
+        let s = Store::connect(&db).unwrap();
         assert_rows_derive(&s, "empty");
         store_one(&s, "h1", 0, "affirming");
         let first_bad = store_one(&s, "h1", 1, "contraindicated");
@@ -331,24 +324,27 @@ mod tests {
         s.commit().unwrap();
         assert_rows_derive(&s, "after a clearance in a transaction");
         // A statement rolled back takes its standing with it.
+        s.begin().unwrap();
         s.savepoint().unwrap();
         store_one(&s, "h2", 1, "contraindicated");
         s.rollback_to_savepoint().unwrap();
+        s.commit().unwrap();
         assert_rows_derive(&s, "after a rollback");
         let before = s.standing_rows().unwrap();
         drop(s);
-        let s = Store::open(&db).unwrap();
+        let s = Store::connect(&db).unwrap();
         assert_eq!(s.standing_rows().unwrap(), before, "after a restart");
         assert_rows_derive(&s, "after a restart");
-        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+        drop(s);
+        crate::store::testing::remove(&db);
     }
 
     /// A database made before host standings were kept has no table: it is made and filled
     /// from the statements and clearances when the store opens it.
     #[test]
     fn a_database_made_before_the_table_is_filled_on_open() {
-        let db = temp_db("old");
-        let s = Store::open(&db).unwrap();
+        let db = crate::store::testing::database("standing_old").unwrap();
+        let s = Store::connect(&db).unwrap();
         store_one(&s, "h1", 0, "contraindicated");
         store_one(&s, "h1", 2, "warning");
         store_one(&s, "h2", 0, "contraindicated");
@@ -356,16 +352,14 @@ mod tests {
         store_one(&s, "h2", 1, "contraindicated");
         store_one(&s, "h3", 5, "affirming");
         let kept = s.standing_rows().unwrap();
-        drop(s);
         // What the schema was before: everything but the table.
-        rusqlite::Connection::open(&db)
-            .unwrap()
-            .execute_batch("DROP TABLE host_standing")
-            .unwrap();
-        let s = Store::open(&db).unwrap();
+        s.tamper("DROP TABLE host_standing", &[]).unwrap();
+        drop(s);
+        let s = Store::connect(&db).unwrap();
         assert_eq!(s.standing_rows().unwrap(), kept);
         assert_eq!(kept.len(), 3);
         assert_rows_derive(&s, "filled on open");
-        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+        drop(s);
+        crate::store::testing::remove(&db);
     }
 }

@@ -11,9 +11,8 @@
 //! leaf are kept together or not at all.
 
 use rackwarden_attest::tlog::{self, Hash, HashReader, TlogError};
-use rusqlite::{OptionalExtension, params};
 
-use super::{DbError, Store};
+use super::{DbError, Store, db::vals, each};
 
 pub(super) const TLOG_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tlog_leaves (
@@ -37,10 +36,9 @@ fn as_hash(v: Vec<u8>, level: u32, index: u64) -> Result<Hash, TlogError> {
 impl Store {
     /// How many leaves the log has.
     pub fn tlog_size(&self) -> Result<u64, DbError> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT COALESCE(MAX(idx) + 1, 0) FROM tlog_leaves")?
-            .query_row([], |r| r.get::<_, i64>(0))? as u64)
+        self.db
+            .query_one("SELECT COALESCE(MAX(idx) + 1, 0) FROM tlog_leaves", &[])?
+            .u64(0)
     }
 
     /// Appends the leaf of statement `statement_id` with `data`, and the nodes it completes;
@@ -49,57 +47,56 @@ impl Store {
         let index = self.tlog_size()?;
         let leaf = tlog::leaf_hash(data);
         let nodes = tlog::completed_nodes(self, index, leaf)?;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO tlog_leaves (idx, statement_id, data, hash) VALUES (?1, ?2, ?3, ?4)",
-            )?
-            .execute(params![index as i64, statement_id, data, leaf.as_slice()])?;
-        let mut ins = self
-            .conn
-            .prepare_cached("INSERT INTO tlog_nodes (level, idx, hash) VALUES (?1, ?2, ?3)")?;
+        self.db.execute(
+            "INSERT INTO tlog_leaves (idx, statement_id, data, hash) VALUES (?1, ?2, ?3, ?4)",
+            vals![index, statement_id, data, leaf.as_slice()],
+        )?;
         for (level, idx, hash) in nodes {
-            ins.execute(params![level, idx as i64, hash.as_slice()])?;
+            self.db.execute(
+                "INSERT INTO tlog_nodes (level, idx, hash) VALUES (?1, ?2, ?3)",
+                vals![level, idx, hash.as_slice()],
+            )?;
         }
         Ok(index)
     }
 
     /// The leaf index of a stored statement (`None`: stored before the log existed).
     pub fn tlog_index_of(&self, statement_id: i64) -> Result<Option<u64>, DbError> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT idx FROM tlog_leaves WHERE statement_id = ?1")?
-            .query_row(params![statement_id], |r| r.get::<_, i64>(0))
-            .optional()?
-            .map(|v| v as u64))
+        self.db
+            .query_opt(
+                "SELECT idx FROM tlog_leaves WHERE statement_id = ?1",
+                vals![statement_id],
+            )?
+            .map(|r| r.u64(0))
+            .transpose()
     }
 
     /// The data of leaves `start .. end`.
     pub fn tlog_entries(&self, start: u64, end: u64) -> Result<Vec<Vec<u8>>, DbError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT data FROM tlog_leaves WHERE idx >= ?1 AND idx < ?2 ORDER BY idx",
-        )?;
-        let rows = st.query_map(params![start as i64, end as i64], |r| r.get(0))?;
-        rows.collect()
+        each(
+            self.db.query(
+                "SELECT data FROM tlog_leaves WHERE idx >= ?1 AND idx < ?2 ORDER BY idx",
+                vals![start, end],
+            )?,
+            |r| r.bytes(0),
+        )
     }
 }
 
 impl HashReader for Store {
     fn node(&self, level: u32, index: u64) -> Result<Hash, TlogError> {
-        let found: Option<Vec<u8>> = if level == 0 {
-            self.conn
-                .prepare_cached("SELECT hash FROM tlog_leaves WHERE idx = ?1")
-                .map_err(read_err)?
-                .query_row(params![index as i64], |r| r.get(0))
-                .optional()
-                .map_err(read_err)?
+        let row = if level == 0 {
+            self.db
+                .query_opt("SELECT hash FROM tlog_leaves WHERE idx = ?1", vals![index])
         } else {
-            self.conn
-                .prepare_cached("SELECT hash FROM tlog_nodes WHERE level = ?1 AND idx = ?2")
-                .map_err(read_err)?
-                .query_row(params![level, index as i64], |r| r.get(0))
-                .optional()
-                .map_err(read_err)?
+            self.db.query_opt(
+                "SELECT hash FROM tlog_nodes WHERE level = ?1 AND idx = ?2",
+                vals![level, index],
+            )
         };
+        let found = row
+            .and_then(|r| r.map(|r| r.bytes(0)).transpose())
+            .map_err(read_err)?;
         match found {
             Some(v) => as_hash(v, level, index),
             None => Err(TlogError::MissingNode { level, index }),
@@ -114,10 +111,6 @@ impl Store {
     /// statement stored since the log began has a leaf. Each difference in a sentence.
     pub fn tlog_audit(&self) -> Result<Vec<String>, DbError> {
         let mut out = Vec::new();
-        let mut st = self.conn.prepare(
-            "SELECT l.idx, l.statement_id, l.data, l.hash, s.rack, s.host, s.seq, s.envelope
-             FROM tlog_leaves l LEFT JOIN statements s ON s.id = l.statement_id ORDER BY l.idx",
-        )?;
         type LeafRow = (
             i64,
             i64,
@@ -128,20 +121,25 @@ impl Store {
             Option<i64>,
             Option<String>,
         );
-        let rows: Vec<LeafRow> = st
-            .query_map([], |r| {
+        let rows: Vec<LeafRow> = each(
+            self.db.query(
+                "SELECT l.idx, l.statement_id, l.data, l.hash, s.rack, s.host, s.seq, s.envelope
+                 FROM tlog_leaves l LEFT JOIN statements s ON s.id = l.statement_id ORDER BY l.idx",
+                &[],
+            )?,
+            |r| {
                 Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
+                    r.i64(0)?,
+                    r.i64(1)?,
+                    r.bytes(2)?,
+                    r.bytes(3)?,
+                    r.opt_text(4)?,
+                    r.opt_text(5)?,
+                    r.opt_i64(6)?,
+                    r.opt_text(7)?,
                 ))
-            })?
-            .collect::<Result<_, _>>()?;
+            },
+        )?;
         let mut tree = tlog::MemoryTree::new();
         let mut first_statement = None;
         for (expect, (idx, sid, data, hash, rack, host, seq, envelope)) in rows.iter().enumerate() {
@@ -171,12 +169,13 @@ impl Store {
             }
             tree.push_hash(leaf);
         }
-        let mut st = self
-            .conn
-            .prepare("SELECT level, idx, hash FROM tlog_nodes ORDER BY level, idx")?;
-        let nodes: Vec<(u32, i64, Vec<u8>)> = st
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-            .collect::<Result<_, _>>()?;
+        let nodes: Vec<(u32, i64, Vec<u8>)> = each(
+            self.db.query(
+                "SELECT level, idx, hash FROM tlog_nodes ORDER BY level, idx",
+                &[],
+            )?,
+            |r| Ok((r.u64(0)? as u32, r.i64(1)?, r.bytes(2)?)),
+        )?;
         let mut stored_nodes = 0u64;
         for (level, idx, hash) in &nodes {
             stored_nodes += 1;
@@ -199,16 +198,15 @@ impl Store {
             ));
         }
         if let Some(first) = first_statement {
-            let mut st = self.conn.prepare(
-                "SELECT s.id, s.rack, s.host, s.seq FROM statements s
-                 LEFT JOIN tlog_leaves l ON l.statement_id = s.id
-                 WHERE s.id >= ?1 AND l.idx IS NULL ORDER BY s.id",
+            let unlogged: Vec<(i64, String, String, i64)> = each(
+                self.db.query(
+                    "SELECT s.id, s.rack, s.host, s.seq FROM statements s
+                     LEFT JOIN tlog_leaves l ON l.statement_id = s.id
+                     WHERE s.id >= ?1 AND l.idx IS NULL ORDER BY s.id",
+                    vals![first],
+                )?,
+                |r| Ok((r.i64(0)?, r.text(1)?, r.text(2)?, r.i64(3)?)),
             )?;
-            let unlogged: Vec<(i64, String, String, i64)> = st
-                .query_map([first], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                })?
-                .collect::<Result<_, _>>()?;
             for (id, rack, host, seq) in unlogged {
                 out.push(format!(
                     "statement {rack}/{host} seq {seq} (row {id}) was stored after the log began and has no leaf"
@@ -236,7 +234,7 @@ mod tests {
 
     #[test]
     fn the_stored_log_answers_as_the_tree_of_its_leaves() {
-        let store = Store::in_memory().unwrap();
+        let store = crate::store::testing::store("tlog_tree").unwrap();
         let mut mem = MemoryTree::new();
         let t0 = std::time::Instant::now();
         for i in 0..600u64 {
@@ -276,7 +274,7 @@ mod tests {
 
     /// A store with `n` statements of host `h`, each logged.
     fn logged(n: u64) -> Store {
-        let store = Store::in_memory().unwrap();
+        let store = crate::store::testing::store("tlog_audit").unwrap();
         for seq in 0..n {
             let envelope = format!("{{\"seq\":{seq}}}");
             let id = store
@@ -304,14 +302,12 @@ mod tests {
     fn the_audit_finds_statements_removed_or_rewritten_behind_the_log() {
         assert_eq!(logged(9).tlog_audit().unwrap(), Vec::<String>::new());
         let s = logged(9);
-        s.conn
-            .execute(
-                "UPDATE statements SET envelope = '{\"seq\":99}' WHERE seq = 3",
-                [],
-            )
-            .unwrap();
-        s.conn
-            .execute("DELETE FROM statements WHERE seq = 5", [])
+        s.tamper(
+            "UPDATE statements SET envelope = '{\"seq\":99}' WHERE seq = 3",
+            &[],
+        )
+        .unwrap();
+        s.tamper("DELETE FROM statements WHERE seq = 5", &[])
             .unwrap();
         let found = s.tlog_audit().unwrap();
         assert_eq!(found.len(), 2, "{found:?}");
@@ -325,18 +321,16 @@ mod tests {
         );
         // A node edited, a leaf edited with its hash, a statement stored without a leaf.
         let s = logged(9);
-        s.conn
-            .execute(
-                "UPDATE tlog_nodes SET hash = zeroblob(32) WHERE level = 2 AND idx = 1",
-                [],
-            )
-            .unwrap();
-        s.conn
-            .execute(
-                "UPDATE tlog_leaves SET data = x'00', hash = x'00' WHERE idx = 0",
-                [],
-            )
-            .unwrap();
+        s.tamper(
+            "UPDATE tlog_nodes SET hash = ?1 WHERE level = 2 AND idx = 1",
+            vals![&[0u8; 32][..]],
+        )
+        .unwrap();
+        s.tamper(
+            "UPDATE tlog_leaves SET data = ?1, hash = ?1 WHERE idx = 0",
+            vals![&[0u8][..]],
+        )
+        .unwrap();
         s.insert_statement(&crate::store::StoredStatement {
             id: 0,
             rack: "r".into(),

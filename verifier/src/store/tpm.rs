@@ -1,9 +1,11 @@
 //! The TPM rows (issue 22): enrolled AKs, outstanding credential challenges, and each host's
 //! IMA replay position.
 
-use rusqlite::{OptionalExtension, Row, params};
-
-use super::{DbError, Store};
+use super::{
+    DbError, Store,
+    db::{Row, vals},
+    each,
+};
 
 /// An AK the verifier enrolled for a host after the host activated a credential made for it
 /// under its certified EK. Hex and base64 as they came on the wire.
@@ -44,16 +46,16 @@ pub struct TpmPosition {
     pub seq: u64,
 }
 
-fn row_enrollment(r: &Row<'_>, at: usize) -> Result<TpmEnrollment, DbError> {
+fn row_enrollment(r: &Row, at: usize) -> Result<TpmEnrollment, DbError> {
     Ok(TpmEnrollment {
-        rack: r.get(at)?,
-        host: r.get(at + 1)?,
-        ak_public: r.get(at + 2)?,
-        ak_name: r.get(at + 3)?,
-        ek_public: r.get(at + 4)?,
-        ek_certificate: r.get(at + 5)?,
-        ek_issuer: r.get(at + 6)?,
-        enrolled_ms: r.get::<_, i64>(at + 7)? as u64,
+        rack: r.text(at)?,
+        host: r.text(at + 1)?,
+        ak_public: r.text(at + 2)?,
+        ak_name: r.text(at + 3)?,
+        ek_public: r.text(at + 4)?,
+        ek_certificate: r.opt_text(at + 5)?,
+        ek_issuer: r.text(at + 6)?,
+        enrolled_ms: r.u64(at + 7)?,
     })
 }
 
@@ -61,108 +63,117 @@ const ENROLL_COLS: &str =
     "rack, host, ak_public, ak_name, ek_public, ek_certificate, ek_issuer, enrolled_ms";
 
 impl Store {
-    /// Enrols (or re-enrols, replacing) the host's AK.
+    /// Records (or replaces) the AK a host proved lives beside its certified EK.
     pub fn enroll_tpm(&self, e: &TpmEnrollment) -> Result<(), DbError> {
-        self.conn.execute(
-            &format!("INSERT OR REPLACE INTO tpm_enrollments ({ENROLL_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
-            params![
-                e.rack,
-                e.host,
-                e.ak_public,
-                e.ak_name,
-                e.ek_public,
-                e.ek_certificate,
-                e.ek_issuer,
-                e.enrolled_ms as i64
+        self.db.execute(
+            &format!(
+                "INSERT INTO tpm_enrollments ({ENROLL_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT(rack, host) DO UPDATE SET ak_public = excluded.ak_public,
+                   ak_name = excluded.ak_name, ek_public = excluded.ek_public,
+                   ek_certificate = excluded.ek_certificate, ek_issuer = excluded.ek_issuer,
+                   enrolled_ms = excluded.enrolled_ms"
+            ),
+            vals![
+                &e.rack,
+                &e.host,
+                &e.ak_public,
+                &e.ak_name,
+                &e.ek_public,
+                &e.ek_certificate,
+                &e.ek_issuer,
+                e.enrolled_ms
             ],
         )?;
         Ok(())
     }
 
     pub fn tpm_enrollment(&self, rack: &str, host: &str) -> Result<Option<TpmEnrollment>, DbError> {
-        self.conn
-            .prepare_cached(&format!(
-                "SELECT {ENROLL_COLS} FROM tpm_enrollments WHERE rack = ?1 AND host = ?2"
-            ))?
-            .query_row(params![rack, host], |r| row_enrollment(r, 0))
-            .optional()
+        self.db
+            .query_opt(
+                &format!("SELECT {ENROLL_COLS} FROM tpm_enrollments WHERE rack = ?1 AND host = ?2"),
+                vals![rack, host],
+            )?
+            .map(|r| row_enrollment(&r, 0))
+            .transpose()
     }
 
     pub fn tpm_enrollments(&self) -> Result<Vec<TpmEnrollment>, DbError> {
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT {ENROLL_COLS} FROM tpm_enrollments ORDER BY rack, host"
-        ))?;
-        let rows = st.query_map([], |r| row_enrollment(r, 0))?;
-        rows.collect()
+        each(
+            self.db.query(
+                &format!("SELECT {ENROLL_COLS} FROM tpm_enrollments ORDER BY rack, host"),
+                &[],
+            )?,
+            |r| row_enrollment(r, 0),
+        )
     }
 
+    /// Keeps an outstanding credential challenge.
     pub fn insert_tpm_challenge(&self, c: &TpmChallengeRow) -> Result<(), DbError> {
         let e = &c.enrollment;
-        self.conn.execute(
+        self.db.execute(
             "INSERT INTO tpm_challenges (id, rack, host, secret_sha3, ak_public, ak_name, ek_public, ek_certificate, ek_issuer, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![
-                c.id,
-                e.rack,
-                e.host,
-                c.secret_sha3,
-                e.ak_public,
-                e.ak_name,
-                e.ek_public,
-                e.ek_certificate,
-                e.ek_issuer,
-                c.expires_ms as i64
+            vals![
+                &c.id,
+                &e.rack,
+                &e.host,
+                &c.secret_sha3,
+                &e.ak_public,
+                &e.ak_name,
+                &e.ek_public,
+                &e.ek_certificate,
+                &e.ek_issuer,
+                c.expires_ms
             ],
         )?;
         Ok(())
     }
 
-    /// Takes the challenge out (an answer, right or wrong, uses it up).
+    /// The challenge `id`, removed as it is read: a challenge is answered once. The delete
+    /// decides (`RETURNING`): of two instances answering the same id at once, one gets it.
     pub fn take_tpm_challenge(&self, id: &str) -> Result<Option<TpmChallengeRow>, DbError> {
-        let row = self
-            .conn
-            .prepare_cached(
-                "SELECT id, secret_sha3, expires_ms, rack, host, ak_public, ak_name, ek_public, ek_certificate, ek_issuer FROM tpm_challenges WHERE id = ?1",
+        self.db
+            .query_opt(
+                "DELETE FROM tpm_challenges WHERE id = ?1
+                 RETURNING id, secret_sha3, expires_ms, rack, host, ak_public, ak_name, ek_public, ek_certificate, ek_issuer",
+                vals![id],
             )?
-            .query_row(params![id], |r| {
+            .map(|r| {
                 Ok(TpmChallengeRow {
-                    id: r.get(0)?,
-                    secret_sha3: r.get(1)?,
-                    expires_ms: r.get::<_, i64>(2)? as u64,
+                    id: r.text(0)?,
+                    secret_sha3: r.text(1)?,
+                    expires_ms: r.u64(2)?,
                     enrollment: TpmEnrollment {
-                        rack: r.get(3)?,
-                        host: r.get(4)?,
-                        ak_public: r.get(5)?,
-                        ak_name: r.get(6)?,
-                        ek_public: r.get(7)?,
-                        ek_certificate: r.get(8)?,
-                        ek_issuer: r.get(9)?,
+                        rack: r.text(3)?,
+                        host: r.text(4)?,
+                        ak_public: r.text(5)?,
+                        ak_name: r.text(6)?,
+                        ek_public: r.text(7)?,
+                        ek_certificate: r.opt_text(8)?,
+                        ek_issuer: r.text(9)?,
                         enrolled_ms: 0,
                     },
                 })
             })
-            .optional()?;
-        if row.is_some() {
-            self.conn
-                .execute("DELETE FROM tpm_challenges WHERE id = ?1", params![id])?;
-        }
-        Ok(row)
+            .transpose()
     }
 
     /// Deletes challenges that expired before `before_ms`.
     pub fn prune_tpm_challenges(&self, before_ms: u64) -> Result<usize, DbError> {
-        self.conn.execute(
+        self.db.execute(
             "DELETE FROM tpm_challenges WHERE expires_ms < ?1",
-            params![before_ms as i64],
+            vals![before_ms],
         )
     }
 
+    /// How far the host's IMA list has been replayed (boot, entries, PCR 10, seq).
     pub fn tpm_position(&self, rack: &str, host: &str) -> Result<Option<TpmPosition>, DbError> {
-        self.conn
-            .prepare_cached(
+        self.db
+            .query_opt(
                 "SELECT reset_count, ima_count, pcr10, seq FROM tpm_positions WHERE rack = ?1 AND host = ?2",
+                vals![rack, host],
             )?
-            .query_row(params![rack, host], |r| {
-                let pcr10: String = r.get(2)?;
+            .map(|r| {
+                let pcr10 = r.text(2)?;
                 let mut value = [0u8; 32];
                 // Written only by `set_tpm_position` from a 32-byte value; anything else reads
                 // as all zeros, which no replay matches (a finding, not a silent pass).
@@ -172,26 +183,21 @@ impl Store {
                     value = v;
                 }
                 Ok(TpmPosition {
-                    reset_count: r.get::<_, i64>(0)? as u32,
-                    ima_count: r.get::<_, i64>(1)? as u64,
+                    reset_count: r.u64(0)? as u32,
+                    ima_count: r.u64(1)?,
                     pcr10: value,
-                    seq: r.get::<_, i64>(3)? as u64,
+                    seq: r.u64(3)?,
                 })
             })
-            .optional()
+            .transpose()
     }
 
     pub fn set_tpm_position(&self, rack: &str, host: &str, p: &TpmPosition) -> Result<(), DbError> {
-        self.conn.execute(
-            "INSERT OR REPLACE INTO tpm_positions (rack, host, reset_count, ima_count, pcr10, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                rack,
-                host,
-                i64::from(p.reset_count),
-                p.ima_count as i64,
-                hex::encode(p.pcr10),
-                p.seq as i64
-            ],
+        self.db.execute(
+            "INSERT INTO tpm_positions (rack, host, reset_count, ima_count, pcr10, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT(rack, host) DO UPDATE SET reset_count = excluded.reset_count,
+               ima_count = excluded.ima_count, pcr10 = excluded.pcr10, seq = excluded.seq",
+            vals![rack, host, p.reset_count, p.ima_count, hex::encode(p.pcr10).as_str(), p.seq],
         )?;
         Ok(())
     }
@@ -216,7 +222,7 @@ mod tests {
 
     #[test]
     fn tpm_rows_round_trip() {
-        let s = Store::in_memory().unwrap();
+        let s = crate::store::testing::store("tpm_rows").unwrap();
         assert_eq!(s.tpm_enrollment("r", "h").unwrap(), None);
         s.enroll_tpm(&enrollment()).unwrap();
         assert_eq!(s.tpm_enrollment("r", "h").unwrap(), Some(enrollment()));

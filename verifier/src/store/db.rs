@@ -1,0 +1,517 @@
+//! The two databases a store can live on, behind one small interface. SQL is written once,
+//! with SQLite's numbered parameters (`?1`), in the part of SQL both speak (`ON CONFLICT`
+//! upserts, `RETURNING`, `COALESCE`, partial indexes); values are integers, text and bytes.
+//! Only this module knows which database it is talking to, except where a question has no
+//! common form (the schema's types, the migrations of old SQLite files).
+
+use std::cell::{Cell as StdCell, RefCell};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Where the verifier's database is: a SQLite file (the embedded default) or a PostgreSQL
+/// server that several verifier instances share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    Sqlite(PathBuf),
+    /// `postgres://` or `postgresql://`, as libpq reads it (user, host, port, database).
+    Postgres(String),
+}
+
+impl DatabaseUrl {
+    /// `postgres://...` or `postgresql://...` selects PostgreSQL; anything else is a path.
+    pub fn parse(s: &str) -> DatabaseUrl {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            DatabaseUrl::Postgres(s.to_string())
+        } else {
+            DatabaseUrl::Sqlite(PathBuf::from(s))
+        }
+    }
+
+    /// As a config file's `database` value names it (a URL with its password).
+    pub fn config_text(&self) -> String {
+        match self {
+            DatabaseUrl::Sqlite(p) => p.display().to_string(),
+            DatabaseUrl::Postgres(url) => url.clone(),
+        }
+    }
+
+    /// The SQLite file, if it is one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            DatabaseUrl::Sqlite(p) => Some(p),
+            DatabaseUrl::Postgres(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for DatabaseUrl {
+    /// A PostgreSQL URL is shown without its password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatabaseUrl::Sqlite(p) => write!(f, "{}", p.display()),
+            DatabaseUrl::Postgres(url) => match (url.find("://"), url.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    let userinfo = &url[scheme + 3..at];
+                    let user = userinfo.split(':').next().unwrap_or("");
+                    write!(f, "{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
+                }
+                _ => f.write_str(url),
+            },
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("postgresql: {0}")]
+    Postgres(#[from] postgres::Error),
+    #[error("column {column}: {what}")]
+    Column { column: usize, what: String },
+    #[error("the query returned no row")]
+    NoRow,
+}
+
+/// A value bound to a parameter. Integers are i64 on both sides (PostgreSQL's BIGINT); a
+/// NULL keeps its type, which PostgreSQL needs to bind it.
+#[derive(Debug, Clone)]
+pub enum Value {
+    Int(Option<i64>),
+    Text(Option<String>),
+    Bytes(Vec<u8>),
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Value {
+        Value::Int(Some(v))
+    }
+}
+impl From<u64> for Value {
+    /// Counters, seqs and times: stored as i64, which all of them fit.
+    fn from(v: u64) -> Value {
+        Value::Int(Some(v as i64))
+    }
+}
+impl From<u32> for Value {
+    fn from(v: u32) -> Value {
+        Value::Int(Some(i64::from(v)))
+    }
+}
+impl From<Option<i64>> for Value {
+    fn from(v: Option<i64>) -> Value {
+        Value::Int(v)
+    }
+}
+impl From<Option<u64>> for Value {
+    fn from(v: Option<u64>) -> Value {
+        Value::Int(v.map(|v| v as i64))
+    }
+}
+impl From<&str> for Value {
+    fn from(v: &str) -> Value {
+        Value::Text(Some(v.to_string()))
+    }
+}
+impl From<&String> for Value {
+    fn from(v: &String) -> Value {
+        Value::Text(Some(v.clone()))
+    }
+}
+impl From<Option<&str>> for Value {
+    fn from(v: Option<&str>) -> Value {
+        Value::Text(v.map(str::to_string))
+    }
+}
+impl From<&Option<String>> for Value {
+    fn from(v: &Option<String>) -> Value {
+        Value::Text(v.clone())
+    }
+}
+impl From<&[u8]> for Value {
+    fn from(v: &[u8]) -> Value {
+        Value::Bytes(v.to_vec())
+    }
+}
+
+/// The parameters of one statement: `vals![a, b, c]`.
+macro_rules! vals {
+    ($($v:expr),* $(,)?) => { &[$($crate::store::db::Value::from($v)),*] as &[$crate::store::db::Value] };
+}
+pub(crate) use vals;
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(match self {
+            Value::Int(Some(v)) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
+            Value::Text(Some(v)) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Value::Bytes(v) => ToSqlOutput::Borrowed(ValueRef::Blob(v)),
+            Value::Int(None) | Value::Text(None) => ToSqlOutput::Borrowed(ValueRef::Null),
+        })
+    }
+}
+
+fn pg_params(values: &[Value]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+    values
+        .iter()
+        .map(|v| -> &(dyn postgres::types::ToSql + Sync) {
+            match v {
+                Value::Int(v) => v,
+                Value::Text(v) => v,
+                Value::Bytes(v) => v,
+            }
+        })
+        .collect()
+}
+
+/// One column of a row as read back.
+#[derive(Debug, Clone)]
+enum Cell {
+    Null,
+    Int(i64),
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+/// A row as read back, its columns in the order the query named them.
+#[derive(Debug, Clone)]
+pub struct Row(Vec<Cell>);
+
+impl Row {
+    fn cell(&self, i: usize) -> Result<&Cell, DbError> {
+        self.0.get(i).ok_or(DbError::Column {
+            column: i,
+            what: format!("the row has {} columns", self.0.len()),
+        })
+    }
+
+    fn wrong(i: usize, want: &str, got: &Cell) -> DbError {
+        DbError::Column {
+            column: i,
+            what: format!("expected {want}, found {got:?}"),
+        }
+    }
+
+    pub fn opt_i64(&self, i: usize) -> Result<Option<i64>, DbError> {
+        match self.cell(i)? {
+            Cell::Null => Ok(None),
+            Cell::Int(v) => Ok(Some(*v)),
+            other => Err(Self::wrong(i, "an integer", other)),
+        }
+    }
+
+    pub fn i64(&self, i: usize) -> Result<i64, DbError> {
+        self.opt_i64(i)?
+            .ok_or_else(|| Self::wrong(i, "an integer", &Cell::Null))
+    }
+
+    /// Counters, seqs and times (stored as i64 from u64).
+    pub fn u64(&self, i: usize) -> Result<u64, DbError> {
+        Ok(self.i64(i)? as u64)
+    }
+
+    pub fn opt_u64(&self, i: usize) -> Result<Option<u64>, DbError> {
+        Ok(self.opt_i64(i)?.map(|v| v as u64))
+    }
+
+    pub fn opt_text(&self, i: usize) -> Result<Option<String>, DbError> {
+        match self.cell(i)? {
+            Cell::Null => Ok(None),
+            Cell::Text(v) => Ok(Some(v.clone())),
+            other => Err(Self::wrong(i, "text", other)),
+        }
+    }
+
+    pub fn text(&self, i: usize) -> Result<String, DbError> {
+        self.opt_text(i)?
+            .ok_or_else(|| Self::wrong(i, "text", &Cell::Null))
+    }
+
+    pub fn bytes(&self, i: usize) -> Result<Vec<u8>, DbError> {
+        match self.cell(i)? {
+            Cell::Bytes(v) => Ok(v.clone()),
+            other => Err(Self::wrong(i, "bytes", other)),
+        }
+    }
+
+    /// An `EXISTS(...)`: an integer in SQLite, a boolean (read as 0/1) in PostgreSQL.
+    pub fn bool(&self, i: usize) -> Result<bool, DbError> {
+        Ok(self.i64(i)? != 0)
+    }
+
+    fn from_sqlite(r: &rusqlite::Row<'_>, columns: usize) -> Result<Row, DbError> {
+        use rusqlite::types::ValueRef;
+        let mut cells = Vec::with_capacity(columns);
+        for i in 0..columns {
+            cells.push(match r.get_ref(i)? {
+                ValueRef::Null => Cell::Null,
+                ValueRef::Integer(v) => Cell::Int(v),
+                ValueRef::Real(v) => {
+                    return Err(DbError::Column {
+                        column: i,
+                        what: format!("a real number ({v}) where the store keeps none"),
+                    });
+                }
+                ValueRef::Text(t) => {
+                    Cell::Text(String::from_utf8(t.to_vec()).map_err(|e| DbError::Column {
+                        column: i,
+                        what: format!("text that is not UTF-8: {e}"),
+                    })?)
+                }
+                ValueRef::Blob(b) => Cell::Bytes(b.to_vec()),
+            });
+        }
+        Ok(Row(cells))
+    }
+
+    fn from_postgres(r: &postgres::Row) -> Result<Row, DbError> {
+        use postgres::types::Type;
+        let mut cells = Vec::with_capacity(r.len());
+        for (i, col) in r.columns().iter().enumerate() {
+            let ty = col.type_();
+            let cell = if *ty == Type::INT8 {
+                r.try_get::<_, Option<i64>>(i)?.map(Cell::Int)
+            } else if *ty == Type::INT4 {
+                r.try_get::<_, Option<i32>>(i)?
+                    .map(|v| Cell::Int(i64::from(v)))
+            } else if *ty == Type::INT2 {
+                r.try_get::<_, Option<i16>>(i)?
+                    .map(|v| Cell::Int(i64::from(v)))
+            } else if *ty == Type::BOOL {
+                r.try_get::<_, Option<bool>>(i)?
+                    .map(|v| Cell::Int(i64::from(v)))
+            } else if *ty == Type::TEXT || *ty == Type::VARCHAR || *ty == Type::NAME {
+                r.try_get::<_, Option<String>>(i)?.map(Cell::Text)
+            } else if *ty == Type::BYTEA {
+                r.try_get::<_, Option<Vec<u8>>>(i)?.map(Cell::Bytes)
+            } else {
+                return Err(DbError::Column {
+                    column: i,
+                    what: format!("type {ty} where the store keeps integers, text and bytes"),
+                });
+            };
+            cells.push(cell.unwrap_or(Cell::Null));
+        }
+        Ok(Row(cells))
+    }
+}
+
+/// Which SQL a question has to be asked in, where the two differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// The advisory lock every writing transaction on PostgreSQL takes first: what SQLite's
+/// `BEGIN IMMEDIATE` is on a shared file. Whole ingest batches are serialised across all
+/// instances, so a host's statements are appraised in chain order and the log's leaves are
+/// appended in commit order, whichever instance gets them.
+const PG_WRITE_LOCK: i64 = 0x7277_5354; // "rwST"
+
+pub(crate) struct Pg {
+    client: RefCell<postgres::Client>,
+    /// Prepared once per connection (a prepare is a round trip).
+    prepared: RefCell<HashMap<String, postgres::Statement>>,
+    in_transaction: StdCell<bool>,
+}
+
+/// A connection to the store's database.
+pub(crate) enum Db {
+    Sqlite(rusqlite::Connection),
+    Postgres(Box<Pg>),
+}
+
+/// SQLite's `?N` parameters as PostgreSQL's `$N`. The store's SQL has no `?` in literals.
+fn pg_sql(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '?' && chars.peek().is_some_and(char::is_ascii_digit) {
+            out.push('$');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The SQLite schema in PostgreSQL's types: row ids from a sequence, BIGINT integers,
+/// BYTEA bytes, and text ordered byte by byte as SQLite orders it (the "C" collation), so
+/// that both backends list racks and hosts in the same order.
+pub(crate) fn pg_schema(sqlite: &str) -> String {
+    sqlite
+        .replace("id INTEGER PRIMARY KEY", "id BIGSERIAL PRIMARY KEY")
+        .replace("INTEGER", "BIGINT")
+        .replace("BLOB", "BYTEA")
+        .replace("TEXT", "TEXT COLLATE \"C\"")
+}
+
+impl Db {
+    pub fn open_sqlite(path: &Path) -> Result<Db, DbError> {
+        Ok(Db::Sqlite(rusqlite::Connection::open(path)?))
+    }
+
+    pub fn sqlite_in_memory() -> Result<Db, DbError> {
+        Ok(Db::Sqlite(rusqlite::Connection::open_in_memory()?))
+    }
+
+    pub fn open_postgres(url: &str) -> Result<Db, DbError> {
+        let client = postgres::Client::connect(url, postgres::NoTls)?;
+        Ok(Db::Postgres(Box::new(Pg {
+            client: RefCell::new(client),
+            prepared: RefCell::new(HashMap::new()),
+            in_transaction: StdCell::new(false),
+        })))
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Db::Sqlite(_) => Dialect::Sqlite,
+            Db::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// The SQLite connection, for what only SQLite has (pragmas, old files' migrations).
+    pub fn sqlite(&self) -> Option<&rusqlite::Connection> {
+        match self {
+            Db::Sqlite(c) => Some(c),
+            Db::Postgres(_) => None,
+        }
+    }
+
+    fn pg_statement(pg: &Pg, sql: &str) -> Result<postgres::Statement, DbError> {
+        if let Some(st) = pg.prepared.borrow().get(sql) {
+            return Ok(st.clone());
+        }
+        let st = pg.client.borrow_mut().prepare(&pg_sql(sql))?;
+        pg.prepared.borrow_mut().insert(sql.to_string(), st.clone());
+        Ok(st)
+    }
+
+    /// Runs a statement; the number of rows it changed.
+    pub fn execute(&self, sql: &str, params: &[Value]) -> Result<usize, DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(c
+                .prepare_cached(sql)?
+                .execute(rusqlite::params_from_iter(params.iter()))?),
+            Db::Postgres(pg) => {
+                let st = Self::pg_statement(pg, sql)?;
+                Ok(pg.client.borrow_mut().execute(&st, &pg_params(params))? as usize)
+            }
+        }
+    }
+
+    /// Every row the query gives.
+    pub fn query(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>, DbError> {
+        match self {
+            Db::Sqlite(c) => {
+                let mut st = c.prepare_cached(sql)?;
+                let columns = st.column_count();
+                let mut rows = st.query(rusqlite::params_from_iter(params.iter()))?;
+                let mut out = Vec::new();
+                while let Some(r) = rows.next()? {
+                    out.push(Row::from_sqlite(r, columns)?);
+                }
+                Ok(out)
+            }
+            Db::Postgres(pg) => {
+                let st = Self::pg_statement(pg, sql)?;
+                let rows = pg.client.borrow_mut().query(&st, &pg_params(params))?;
+                rows.iter().map(Row::from_postgres).collect()
+            }
+        }
+    }
+
+    /// The query's first row, if it gives one.
+    pub fn query_opt(&self, sql: &str, params: &[Value]) -> Result<Option<Row>, DbError> {
+        Ok(self.query(sql, params)?.into_iter().next())
+    }
+
+    /// The query's first row; an error when it gives none (an aggregate always gives one).
+    pub fn query_one(&self, sql: &str, params: &[Value]) -> Result<Row, DbError> {
+        self.query_opt(sql, params)?.ok_or(DbError::NoRow)
+    }
+
+    /// Statements without parameters, run as one batch (schema, savepoints).
+    pub fn batch(&self, sql: &str) -> Result<(), DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(c.execute_batch(sql)?),
+            Db::Postgres(pg) => Ok(pg.client.borrow_mut().batch_execute(sql)?),
+        }
+    }
+
+    /// Opens a transaction holding the write lock from its start: SQLite's `BEGIN
+    /// IMMEDIATE`, PostgreSQL's transaction-scoped advisory lock (taken before the
+    /// transaction reads anything, so what it reads is what the last writer committed).
+    pub fn begin_write(&self) -> Result<(), DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
+            Db::Postgres(pg) => {
+                pg.client.borrow_mut().batch_execute(&format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock({PG_WRITE_LOCK})"
+                ))?;
+                pg.in_transaction.set(true);
+                Ok(())
+            }
+        }
+    }
+
+    /// Commits durably (SQLite `synchronous=FULL`; PostgreSQL's default
+    /// `synchronous_commit = on`).
+    pub fn commit(&self) -> Result<(), DbError> {
+        if let Db::Postgres(pg) = self {
+            pg.in_transaction.set(false);
+        }
+        self.batch("COMMIT")
+    }
+
+    pub fn rollback(&self) -> Result<(), DbError> {
+        if let Db::Postgres(pg) = self {
+            pg.in_transaction.set(false);
+        }
+        self.batch("ROLLBACK")
+    }
+
+    pub fn in_transaction(&self) -> bool {
+        match self {
+            Db::Sqlite(c) => !c.is_autocommit(),
+            Db::Postgres(pg) => pg.in_transaction.get(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_and_schema_read_in_postgresql() {
+        assert_eq!(
+            pg_sql("SELECT a FROM t WHERE (?1 IS NULL OR r = ?1) AND h = ?12"),
+            "SELECT a FROM t WHERE ($1 IS NULL OR r = $1) AND h = $12"
+        );
+        assert_eq!(
+            pg_schema(
+                "CREATE TABLE t (id INTEGER PRIMARY KEY, idx INTEGER PRIMARY KEY, b BLOB, s TEXT NOT NULL)"
+            ),
+            "CREATE TABLE t (id BIGSERIAL PRIMARY KEY, idx BIGINT PRIMARY KEY, b BYTEA, s TEXT COLLATE \"C\" NOT NULL)"
+        );
+    }
+
+    #[test]
+    fn a_url_names_the_backend_and_is_shown_without_its_password() {
+        assert_eq!(
+            DatabaseUrl::parse("/var/lib/v.sqlite"),
+            DatabaseUrl::Sqlite("/var/lib/v.sqlite".into())
+        );
+        let pg = DatabaseUrl::parse("postgres://rw:secret@db.internal:5432/verifier");
+        assert!(matches!(pg, DatabaseUrl::Postgres(_)));
+        assert_eq!(pg.to_string(), "postgres://rw@db.internal:5432/verifier");
+        assert_eq!(
+            DatabaseUrl::parse("postgresql://db/v").to_string(),
+            "postgresql://db/v"
+        );
+    }
+}
