@@ -1,5 +1,6 @@
-//! `cargo xtask <setup|demo|test|bench|install>`: the project's two front-door commands, their
-//! provisioning, and the installer. Every step is idempotent: it checks before it installs.
+//! `cargo xtask <setup|demo|test|bench|install|pg>`: the project's two front-door commands,
+//! their provisioning, and the installer. Every step is idempotent: it checks before it
+//! installs.
 
 use std::{
     collections::BTreeMap,
@@ -9,6 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+mod pg;
 mod vm;
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -31,6 +33,8 @@ const APT_PACKAGES: &[&str] = &[
     "swtpm",
     "swtpm-tools",
     "gnutls-bin",
+    // The verifier's PostgreSQL backend is tested against a real server (see `pg`).
+    "postgresql",
 ];
 
 fn main() -> Result<()> {
@@ -55,6 +59,21 @@ fn main() -> Result<()> {
         }
         Some("test") => test(&setup()?)?,
         Some("vm-test") => vm::vm_test(&setup()?, &args[1..])?,
+        Some("pg") => {
+            // `cargo xtask pg -- <command...>`: the command runs as `sh -c "<args joined by
+            // spaces>"` (as ssh does), so `$RACKWARDEN_TEST_POSTGRES` in it expands there:
+            // quote it once for your own shell.
+            let cmd = match args.get(1).map(String::as_str) {
+                Some("--") => &args[2..],
+                _ => &args[1..],
+            };
+            if cmd.is_empty() {
+                bail!("usage: cargo xtask pg -- <command...>");
+            }
+            let env = setup()?;
+            let code = pg_run(&env, &cmd.join(" "))?;
+            std::process::exit(code);
+        }
         Some("bench") => {
             let env = setup()?;
             cargo(&env, &["build", "--release", "--workspace", "--bins"])?;
@@ -119,7 +138,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo [--exit]  the whole job on an embedded default; in a terminal it keeps the page up\n                 until Ctrl-C, --exit ends it at once\n  test           fmt, clippy, unit and integration tests (root), then vm-test\n  vm-test [--kernel PATH [--modules DIR]] [--group NAME]... [--accel A] [--cpu MODEL]\n                 kernel-facing tests in VMs on Debian 6.1 and the newest cloud kernel\n  bench [attest|images|wipe|verifier|page|limiter|bypass|epoch|watch|tpm]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build] [--verify]\n                 binaries, units, sysusers/tmpfiles, example configs; --debug installs the\n                 debug build, --no-build installs what target/ has, --verify runs\n                 systemd-analyze verify and security on the installed units\n  uninstall [--root DIR]  removes what install wrote (never configs, keys or state); refused on\n                 a sealed host\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)"
+                "usage: cargo xtask <command>\n\n  setup          install what the build needs (idempotent)\n  demo [--exit]  the whole job on an embedded default; in a terminal it keeps the page up\n                 until Ctrl-C, --exit ends it at once\n  test           fmt, clippy, unit and integration tests (root), the verifier suite on\n                 PostgreSQL, then vm-test\n  vm-test [--kernel PATH [--modules DIR]] [--group NAME]... [--accel A] [--cpu MODEL]\n                 kernel-facing tests in VMs on Debian 6.1 and the newest cloud kernel\n  bench [attest|images|wipe|verifier|page|limiter|bypass|epoch|watch|tpm]  benchmarks, each next to its anchor\n  install [--root DIR] [--debug] [--no-build] [--verify]\n                 binaries, units, sysusers/tmpfiles, example configs; --debug installs the\n                 debug build, --no-build installs what target/ has, --verify runs\n                 systemd-analyze verify and security on the installed units\n  uninstall [--root DIR]  removes what install wrote (never configs, keys or state); refused on\n                 a sealed host\n  fuzz [SECONDS]   fuzz the envelope/statement parser (not in CI)\n  pg -- <command...>\n                 runs sh -c \"<command...>\" with a throwaway PostgreSQL server in\n                 $RACKWARDEN_TEST_POSTGRES, e.g. cargo xtask pg -- 'cargo test -p\n                 rackwarden-verifier --lib'; exits with the command's status"
             );
             bail!("unknown command {:?}", args.first());
         }
@@ -351,11 +370,70 @@ fn test(env: &BTreeMap<String, String>) -> Result<()> {
             "--test-threads=1",
         ],
     )?;
+    // The steps above ran the verifier's default store; these run its suite, and the
+    // integration tests that drive a verifier, again on a real PostgreSQL server (the
+    // backend's SQL, locking and transactions are only proven against the real thing).
+    step("verifier suite on PostgreSQL");
+    let server = pg::Server::start(&pg::scratch_dir())?;
+    let mut pg_env = env.clone();
+    pg_env.insert(pg::URL_VAR.into(), server.url());
+    let ran = cargo(
+        &pg_env,
+        &[
+            "test",
+            "-p",
+            "rackwarden-verifier",
+            "--lib",
+            "--tests",
+            "--",
+            "--test-threads=2",
+        ],
+    )
+    .and_then(|()| {
+        cargo(
+            &pg_env,
+            &[
+                "test",
+                "-p",
+                "rackwarden-tests",
+                "--test",
+                "fleet",
+                "--test",
+                "tlog",
+                "--",
+                "--test-threads=1",
+            ],
+        )
+    });
+    // Stopped whatever the result, before the error goes up.
+    drop(server);
+    ran?;
     // The same kernel-facing tests on the kernels rack hosts run (6.1: clsact; newest: tcx).
     step("VM tests (Debian 6.1 and the newest cloud kernel, under qemu)");
     vm::vm_test(env, &[])?;
     println!("==> all tests passed");
     Ok(())
+}
+
+/// `cargo xtask pg`: runs `script` under `sh -c` with a fresh server in
+/// `RACKWARDEN_TEST_POSTGRES` and returns its exit code (128 + the signal if one killed it).
+/// The server is stopped before the code is returned: `process::exit` runs no drops.
+fn pg_run(env: &BTreeMap<String, String>, script: &str) -> Result<i32> {
+    use std::os::unix::process::ExitStatusExt as _;
+    let server = pg::Server::start(&pg::scratch_dir())?;
+    step(&format!("{}={}", pg::URL_VAR, server.url()));
+    let status = Command::new("sh")
+        .args(["-c", script])
+        .envs(env)
+        .env(pg::URL_VAR, server.url())
+        .status()
+        .with_context(|| format!("cannot run sh -c {script:?}"));
+    drop(server);
+    let status = status?;
+    Ok(status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1))
 }
 
 /// `--root DIR`, or `/`.
