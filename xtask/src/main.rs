@@ -78,12 +78,26 @@ fn main() -> Result<()> {
             let env = setup()?;
             cargo(&env, &["build", "--release", "--workspace", "--bins"])?;
             let what: Vec<&str> = args[1..].iter().map(String::as_str).collect();
-            run_checked(
+            // The verifier and page benchmarks run their PostgreSQL arms on a throwaway
+            // server, stopped (dropped) whatever the benchmarks' result.
+            let server = if what.is_empty() || what.iter().any(|w| *w == "verifier" || *w == "page")
+            {
+                Some(pg::Server::start(&pg::scratch_dir())?)
+            } else {
+                None
+            };
+            let mut env = env;
+            if let Some(s) = &server {
+                env.insert(pg::URL_VAR.into(), s.url());
+            }
+            let ran = run_checked(
                 Command::new("target/release/rackwarden-bench")
                     .args(&what)
                     .envs(&env),
                 "bench",
-            )?;
+            );
+            drop(server);
+            ran?;
         }
         Some("uninstall") => {
             // cargo xtask uninstall [--root DIR]

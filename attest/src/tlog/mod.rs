@@ -152,6 +152,35 @@ impl<T: HashReader + ?Sized> HashReader for &T {
     }
 }
 
+/// A reader that remembers every node it read: the proofs of one batch, and the tree hash of
+/// its checkpoint, share most of their nodes, and each read of a stored node is a database
+/// query (a round trip, on a server). The log is append-only, so a complete node never
+/// changes once read; a `Memo` lives for one batch all the same.
+pub struct Memo<R> {
+    inner: R,
+    seen: std::cell::RefCell<std::collections::HashMap<(u32, u64), Hash>>,
+}
+
+impl<R: HashReader> Memo<R> {
+    pub fn new(inner: R) -> Memo<R> {
+        Memo {
+            inner,
+            seen: Default::default(),
+        }
+    }
+}
+
+impl<R: HashReader> HashReader for Memo<R> {
+    fn node(&self, level: u32, index: u64) -> Result<Hash, TlogError> {
+        if let Some(h) = self.seen.borrow().get(&(level, index)) {
+            return Ok(*h);
+        }
+        let h = self.inner.node(level, index)?;
+        self.seen.borrow_mut().insert((level, index), h);
+        Ok(h)
+    }
+}
+
 /// The hash of leaves `start .. end` as an RFC 6962 tree, where `start` is a multiple of the
 /// largest power of two not above `end - start` (every range a proof or a tree head asks
 /// for is): the complete subtrees left to right, folded from the right.

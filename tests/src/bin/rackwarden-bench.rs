@@ -193,31 +193,98 @@ type SignedPae = (
     ed25519_dalek::Signature,
 );
 
+/// Which database a benchmark's verifier stores in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres => "PostgreSQL",
+        }
+    }
+
+    /// A new, empty database in `dir` (SQLite) or on the run's PostgreSQL server, and the
+    /// `log_key` line a server needs.
+    fn fresh(self, dir: &std::path::Path) -> (String, String) {
+        use rackwarden_verifier::store::testing;
+        match self {
+            Backend::Sqlite => (dir.join("v.sqlite").display().to_string(), String::new()),
+            Backend::Postgres => {
+                let url = testing::fresh_database("bench", &dir.join("unused.sqlite"))
+                    .unwrap_or_else(|e| panic!("a database on the PostgreSQL server: {e}"));
+                (
+                    url.config_text(),
+                    format!("log_key = \"{}\"\n", dir.join("tlog.key").display()),
+                )
+            }
+        }
+    }
+}
+
+/// Whether this run has a PostgreSQL server (`cargo xtask bench` starts one); without one
+/// the PostgreSQL rows say SKIP and why.
+fn postgres_available(what: &str) -> bool {
+    let have = rackwarden_verifier::store::testing::postgres_server().is_some();
+    if !have {
+        println!(
+            "SKIP {what} on PostgreSQL: {} is not set (cargo xtask bench starts a server)",
+            rackwarden_verifier::store::testing::POSTGRES_ENV
+        );
+    }
+    have
+}
+
 fn bench_verifier() {
     let hosts = 100usize;
     let per_host = 100usize;
     let batch = 50usize;
     let clients = 8usize;
+    // The arms alternate in each round and medians are reported: this machine is noisy.
+    const ROUNDS: usize = 3;
     println!(
-        "== bench verifier: {} statements from {hosts} hosts, batches of {batch}, {clients} concurrent clients, TLS on loopback ==",
+        "== bench verifier: {} statements from {hosts} hosts, batches of {batch}, {clients} concurrent clients, TLS on loopback, medians of {ROUNDS} alternating rounds ==",
         hosts * per_host
     );
-    let (raw1, one) = ingest_rate(1, hosts, per_host, batch, clients);
-    print_verifier_report(raw1, one);
-    // The same load split between two instances on one database (each host to one of them,
-    // so chains stay in order): what the fleet costs or buys on one SQLite file.
-    let (_, two) = ingest_rate(2, hosts, per_host, batch, clients);
-    println!(
-        "{:<60} {:>12.0} /s\nratio two instances / one: {:.3}",
-        "two instances on one SQLite file, clients split between them",
-        two,
-        two / one
-    );
+    let pg = postgres_available("ingest");
+    let mut arms: Vec<(Backend, usize)> = vec![(Backend::Sqlite, 1), (Backend::Sqlite, 2)];
+    if pg {
+        arms.extend([(Backend::Postgres, 1), (Backend::Postgres, 2)]);
+    }
+    let mut raw = Vec::new();
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
+    for _ in 0..ROUNDS {
+        for (i, (backend, instances)) in arms.iter().enumerate() {
+            let (raw1, rate) = ingest_rate(*backend, *instances, hosts, per_host, batch, clients);
+            raw.push(raw1);
+            rates[i].push(rate);
+        }
+    }
+    let raw1 = median(&mut raw);
+    let medians: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
+    print_verifier_report(raw1, medians[0]);
+    for (i, (backend, instances)) in arms.iter().enumerate().skip(1) {
+        println!(
+            "{:<60} {:>12.0} /s  ratio to one instance on SQLite: {:.3}",
+            format!(
+                "{instances} instance{} on one {} database",
+                if *instances == 1 { "" } else { "s" },
+                backend.name()
+            ),
+            medians[i],
+            medians[i] / medians[0]
+        );
+    }
 }
 
-/// Ingest throughput over TLS with `instances` verifier processes on one fresh database;
-/// also the anchor, raw `verify_strict` of the same PAE bytes on one core.
+/// Ingest throughput over TLS with `instances` verifier processes on one fresh database of
+/// `backend`; also the anchor, raw `verify_strict` of the same PAE bytes on one core.
 fn ingest_rate(
+    backend: Backend,
     instances: usize,
     hosts: usize,
     per_host: usize,
@@ -239,12 +306,13 @@ fn ingest_rate(
             .port()
     };
     let ca = bench_tls(&dir);
+    let db = backend.fresh(&dir);
     let ports: Vec<u16> = (0..instances).map(|_| free_port()).collect();
     let configs: Vec<std::path::PathBuf> = ports
         .iter()
         .map(|p| {
             let c = dir.join(format!("verifier-{p}.toml"));
-            write_bench_verifier_config(&dir, &c, *p);
+            write_bench_verifier_config(&dir, &c, *p, &db);
             c
         })
         .collect();
@@ -298,10 +366,15 @@ fn ingest_rate(
     (raw1, rate)
 }
 
-/// The verifier's config: TLS from `bench_tls`, SQLite in `dir`, one rack with room for
-/// every statement of the run.
-fn write_bench_verifier_config(dir: &std::path::Path, config: &std::path::Path, port: u16) {
-    std::fs::write(config, format!("listen = \"127.0.0.1:{port}\"\ntls_cert = \"{tls}/server.pem\"\ntls_key = \"{tls}/server.key\"\ndatabase = \"{}\"\nmax_body = \"16 MiB\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display(), tls = dir.join("tls").display())).unwrap();
+/// The verifier's config: TLS from `bench_tls`, the database `db` made (its URL or path,
+/// and its `log_key` line), one rack with room for every statement of the run.
+fn write_bench_verifier_config(
+    dir: &std::path::Path,
+    config: &std::path::Path,
+    port: u16,
+    db: &(String, String),
+) {
+    std::fs::write(config, format!("listen = \"127.0.0.1:{port}\"\ntls_cert = \"{tls}/server.pem\"\ntls_key = \"{tls}/server.key\"\ndatabase = \"{}\"\n{}max_body = \"16 MiB\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", db.0, db.1, tls = dir.join("tls").display())).unwrap();
 }
 
 /// Enrolls `hosts` hosts in the verifier's store (the server is not running yet) and signs
@@ -418,6 +491,13 @@ fn print_verifier_report(raw1: f64, rate: f64) {
 // ---- page: the rack page of 64 hosts x 1,000 epochs vs decoding the rows it reads ----
 
 fn bench_page() {
+    bench_page_on(Backend::Sqlite);
+    if postgres_available("the rack page") {
+        bench_page_on(Backend::Postgres);
+    }
+}
+
+fn bench_page_on(backend: Backend) {
     use rackwarden_attest::{dsse, keys, statement::*};
     use std::time::Instant;
     let (hosts, epochs) = (64usize, 1000u64);
@@ -425,13 +505,15 @@ fn bench_page() {
     // noisy, and whichever ran alone would take the other's share of it.
     const ROUNDS: usize = 7;
     println!(
-        "== bench page: rack of {hosts} hosts x {epochs} epochs, one core, medians of {ROUNDS} alternating rounds =="
+        "== bench page on {}: rack of {hosts} hosts x {epochs} epochs, one core, medians of {ROUNDS} alternating rounds ==",
+        backend.name()
     );
     let dir = std::env::temp_dir().join(format!("rw-bench-page-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("verifier.toml");
-    std::fs::write(&config, format!("listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"{}\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", dir.join("v.sqlite").display())).unwrap();
+    let db = backend.fresh(&dir);
+    std::fs::write(&config, format!("listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"{}\"\n{}[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", db.0, db.1)).unwrap();
     let cfg = rackwarden_verifier::config::VerifierConfig::load(&config).unwrap();
     let store = rackwarden_verifier::store::Store::connect(&cfg.database).unwrap();
     let mut v = rackwarden_verifier::service::Verifier::new(store, cfg.policy).unwrap();

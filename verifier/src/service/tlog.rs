@@ -75,12 +75,20 @@ impl Verifier {
 
     /// The log's size and its checkpoint, signed (`None`: no log key).
     fn signed_checkpoint(&self) -> Result<Option<(u64, String)>, VerifierError> {
+        self.signed_checkpoint_from(&self.store)
+    }
+
+    /// [`Self::signed_checkpoint`], reading the log's nodes through `nodes` (a batch's
+    /// [`tlog::Memo`]).
+    fn signed_checkpoint_from(
+        &self,
+        nodes: &impl HashReader,
+    ) -> Result<Option<(u64, String)>, VerifierError> {
         let Some(signer) = &self.log else {
             return Ok(None);
         };
         let size = self.store.tlog_size()?;
-        let root =
-            tlog::tree_hash(&self.store, size).map_err(|e| VerifierError::Log(e.to_string()))?;
+        let root = tlog::tree_hash(nodes, size).map_err(|e| VerifierError::Log(e.to_string()))?;
         let cp = Checkpoint {
             origin: signer.verifier().name,
             size,
@@ -101,8 +109,10 @@ impl Verifier {
         judged: Vec<Result<(IngestOutcome, Option<u64>), VerifierError>>,
     ) -> Vec<Result<Ingested, VerifierError>> {
         let wanted = judged.iter().any(|j| matches!(j, Ok((_, Some(_)))));
+        // One reader for the whole batch: its proofs and its checkpoint share their nodes.
+        let nodes = tlog::Memo::new(&self.store);
         let checkpoint = if wanted && self.log.is_some() {
-            match self.signed_checkpoint() {
+            match self.signed_checkpoint_from(&nodes) {
                 Ok(c) => c,
                 Err(e) => {
                     log::error!("signing the log's checkpoint: {e}");
@@ -118,7 +128,7 @@ impl Verifier {
                 j.map(|(outcome, index)| {
                     let log = match (index, &checkpoint) {
                         (Some(index), Some((size, note))) => {
-                            match tlog::inclusion_proof(&self.store, index, *size) {
+                            match tlog::inclusion_proof(&nodes, index, *size) {
                                 Ok(p) => Some(LogEntry {
                                     index,
                                     proof: hexes(&p),
