@@ -6,7 +6,7 @@ use rackwarden_attest::tpm::TpmSidecar;
 
 use crate::{
     appraisal::{Context, NonceLookup, tpm::TpmContext},
-    store::{DbError, HostKey, Store},
+    store::{DbError, HostKey, JudgingQuery, Store},
 };
 
 /// Loads the context of `st`, signed by `hk`, whose PAE digest is `pae` (`pae_sha3` as
@@ -20,24 +20,26 @@ pub fn load(
     sidecar: Option<TpmSidecar>,
 ) -> Result<Context, DbError> {
     let p = &st.predicate;
-    let same_seq_others = store
-        .by_seq(&hk.rack, &hk.host, p.seq)?
-        .iter()
-        .filter(|s| s.pae_sha3 != pae)
-        .count();
-    let preds = if p.seq > 0 {
-        store.by_seq(&hk.rack, &hk.host, p.seq - 1)?
-    } else {
-        Vec::new()
-    };
+    // Everything at once (one round trip on PostgreSQL); only the baseline's own nonce,
+    // which depends on what the baseline is, is asked after.
+    let rows = store.judging_rows(&JudgingQuery {
+        rack: &hk.rack,
+        host: &hk.host,
+        seq: p.seq,
+        keyid: &hk.keyid,
+        next_keyid: p.next_key.as_ref().map(|nk| nk.keyid.as_str()),
+        nonce: match &p.challenge {
+            Challenge::Nonce { nonce } => Some(nonce.as_str()),
+            Challenge::Unchallenged => None,
+        },
+    })?;
+    let same_seq_others = rows.same_seq.iter().filter(|s| s.pae_sha3 != pae).count();
+    let preds = rows.predecessors;
     // The byte bound holds against the last statement before this one, over the whole
     // elapsed time, across a gap too: a skipped seq must not skip the budget check.
     let baseline = match preds.iter().find(|s| s.pae_sha3 == p.prev) {
         Some(x) => x.statement(),
-        None if p.seq > 0 => store
-            .before(&hk.rack, &hk.host, p.seq)?
-            .as_ref()
-            .and_then(|s| s.statement()),
+        None if p.seq > 0 => rows.before.as_ref().and_then(|s| s.statement()),
         None => None,
     };
     let baseline_earliest_end_ms = match baseline.as_ref().map(|b| &b.predicate) {
@@ -50,21 +52,15 @@ pub fn load(
         },
         None => None,
     };
-    let nonce = match &p.challenge {
-        Challenge::Unchallenged => NonceLookup::NotNamed,
-        Challenge::Nonce { nonce } => match store.nonce(nonce)? {
-            None => NonceLookup::Unknown,
-            Some(n) => NonceLookup::Found(n),
-        },
+    let nonce = match (&p.challenge, rows.nonce) {
+        (Challenge::Unchallenged, _) => NonceLookup::NotNamed,
+        (Challenge::Nonce { .. }, None) => NonceLookup::Unknown,
+        (Challenge::Nonce { .. }, Some(n)) => NonceLookup::Found(n),
     };
     // Read from the store, not the cached key table: a key retired with the CLI (or
     // rotated away from by an earlier statement) while the service runs is retired at once.
-    let row = store.host_key(&hk.keyid)?;
-    let row = row.as_ref().unwrap_or(hk);
-    let next_key_enrolled = match &p.next_key {
-        Some(nk) => store.host_key(&nk.keyid)?,
-        None => None,
-    };
+    let row = rows.key.as_ref().unwrap_or(hk);
+    let next_key_enrolled = rows.next_key;
     Ok(Context {
         keyid: hk.keyid.clone(),
         retired_ms: row.retired_ms,
@@ -74,9 +70,7 @@ pub fn load(
         // A key the host rotated to does not restart its clocks: they count from the
         // enrollment it rotated from (an operator's enrollment of a new key does, as before).
         enrolled_ms: match row.from_seq {
-            Some(_) => store
-                .host_first_enrolled_ms(&hk.rack, &hk.host)?
-                .unwrap_or(hk.enrolled_ms),
+            Some(_) => rows.first_enrolled_ms.unwrap_or(hk.enrolled_ms),
             None => hk.enrolled_ms,
         },
         same_seq_others,
@@ -87,11 +81,11 @@ pub fn load(
         baseline,
         baseline_earliest_end_ms,
         nonce,
-        last_wipe_ms: store.last_wipe(&hk.rack, &hk.host)?,
+        last_wipe_ms: rows.last_wipe_ms,
         tpm: TpmContext {
             sidecar,
-            enrollment: store.tpm_enrollment(&hk.rack, &hk.host)?,
-            position: store.tpm_position(&hk.rack, &hk.host)?,
+            enrollment: rows.tpm_enrollment,
+            position: rows.tpm_position,
             statement_digest: pae_sha3,
         },
     })

@@ -9,12 +9,14 @@ use std::path::Path;
 use rackwarden_attest::{dsse::Envelope, result::AttestationResult, statement::Statement};
 
 pub mod db;
+mod judging;
 mod standing;
 pub mod testing;
 mod tlog;
 mod tpm;
 pub use db::{DatabaseUrl, DbError, Dialect};
 use db::{Db, Row, vals};
+pub use judging::{JudgingQuery, JudgingRows};
 pub use standing::StandingRow;
 pub use tlog::TlogAppendError;
 pub use tpm::{TpmChallengeRow, TpmEnrollment, TpmPosition};
@@ -25,6 +27,9 @@ pub struct Store {
     db: Db,
     /// The open transaction was opened by [`Store::savepoint`], and ends with its item.
     savepoint_began: std::cell::Cell<bool>,
+    /// The log as the open write transaction has appended to it (`None`: read it from the
+    /// database).
+    appended: std::cell::RefCell<Option<tlog::Appended>>,
 }
 
 #[derive(Debug, Clone)]
@@ -272,6 +277,7 @@ impl Store {
         let store = Store {
             db,
             savepoint_began: std::cell::Cell::new(false),
+            appended: std::cell::RefCell::new(None),
         };
         // Under the write lock: two instances starting on one database (an old one, or an
         // empty one) make the schema and fill new tables once, not twice.
@@ -308,17 +314,20 @@ impl Store {
     /// Opens the transaction a batch of statements is stored in (taking the write lock now,
     /// so that no item waits for it halfway).
     pub fn begin(&self) -> Result<(), DbError> {
+        self.appended.take();
         self.db.begin_write()
     }
 
     /// Commits the open transaction durably.
     pub fn commit(&self) -> Result<(), DbError> {
+        self.appended.take();
         self.db.commit()
     }
 
     /// Rolls the open transaction back (best effort: a failed rollback leaves the database
     /// to roll back when the connection next writes, or closes).
     pub fn rollback(&self) {
+        self.appended.take();
         let _ = self.db.rollback();
     }
 
@@ -328,8 +337,10 @@ impl Store {
     /// PostgreSQL, which has no savepoint outside a transaction).
     pub fn savepoint(&self) -> Result<(), DbError> {
         if self.db.in_transaction() {
+            // Kept across the savepoint: a rollback to it forgets (below).
             self.db.batch("SAVEPOINT item")
         } else {
+            self.appended.take();
             self.db.begin_write()?;
             self.savepoint_began.set(true);
             Ok(())
@@ -340,6 +351,7 @@ impl Store {
     /// opened the transaction).
     pub fn release_savepoint(&self) -> Result<(), DbError> {
         if self.savepoint_began.replace(false) {
+            self.appended.take();
             self.db.commit()
         } else {
             self.db.batch("RELEASE item")
@@ -348,6 +360,8 @@ impl Store {
 
     /// Undoes everything the item wrote since [`Store::savepoint`].
     pub fn rollback_to_savepoint(&self) -> Result<(), DbError> {
+        // What the item appended is undone: so is its memory of it.
+        self.appended.take();
         if self.savepoint_began.replace(false) {
             self.db.rollback()
         } else {
@@ -577,26 +591,37 @@ impl Store {
     /// Stores a statement and brings its host's standing row up to date with it, in the
     /// caller's transaction (the row and the statements never disagree).
     pub fn insert_statement(&self, s: &StoredStatement) -> Result<i64, DbError> {
-        let new_seq = !self.seq_stored(&s.rack, &s.host, s.seq)?;
-        let id = self
-            .db
-            .query_one(
+        // Asked together (pipelined on PostgreSQL), in this order: whether the seq was
+        // stored before this row is.
+        let host_seq = vals![&s.rack, &s.host, s.seq];
+        let row = vals![
+            &s.rack,
+            &s.host,
+            s.seq,
+            &s.pae_sha3,
+            &s.envelope,
+            s.received_ms,
+            s.epoch_end_ms,
+            &s.status,
+            &s.result,
+            s.wipe_ms
+        ];
+        let answers = self.db.query_many(&[
+            (standing::SEQ_STORED_SQL, host_seq),
+            (
                 "INSERT INTO statements (rack, host, seq, pae_sha3, envelope, received_ms, epoch_end_ms, status, result, wipe_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
-                vals![
-                    &s.rack,
-                    &s.host,
-                    s.seq,
-                    &s.pae_sha3,
-                    &s.envelope,
-                    s.received_ms,
-                    s.epoch_end_ms,
-                    &s.status,
-                    &s.result,
-                    s.wipe_ms
-                ],
-            )?
-            .i64(0)?;
+                row,
+            ),
+        ])?;
+        let first = |i: usize| {
+            answers
+                .get(i)
+                .and_then(|rows| rows.first())
+                .ok_or(DbError::NoRow)
+        };
+        let new_seq = !first(0)?.bool(0)?;
+        let id = first(1)?.i64(0)?;
         self.note_stored(&s.rack, &s.host, s.seq, id, &s.status, new_seq)?;
         Ok(id)
     }

@@ -66,7 +66,9 @@ pub enum DbError {
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("postgresql: {0}")]
-    Postgres(#[from] postgres::Error),
+    Postgres(#[from] tokio_postgres::Error),
+    #[error("the PostgreSQL client's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
     #[error("column {column}: {what}")]
     Column { column: usize, what: String },
     #[error("the query returned no row")]
@@ -152,10 +154,10 @@ impl rusqlite::ToSql for Value {
     }
 }
 
-fn pg_params(values: &[Value]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+fn pg_params(values: &[Value]) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
     values
         .iter()
-        .map(|v| -> &(dyn postgres::types::ToSql + Sync) {
+        .map(|v| -> &(dyn tokio_postgres::types::ToSql + Sync) {
             match v {
                 Value::Int(v) => v,
                 Value::Text(v) => v,
@@ -265,8 +267,8 @@ impl Row {
         Ok(Row(cells))
     }
 
-    fn from_postgres(r: &postgres::Row) -> Result<Row, DbError> {
-        use postgres::types::Type;
+    fn from_postgres(r: &tokio_postgres::Row) -> Result<Row, DbError> {
+        use tokio_postgres::types::Type;
         let mut cells = Vec::with_capacity(r.len());
         for (i, col) in r.columns().iter().enumerate() {
             let ty = col.type_();
@@ -311,10 +313,83 @@ pub enum Dialect {
 const PG_WRITE_LOCK: i64 = 0x7277_5354; // "rwST"
 
 pub(crate) struct Pg {
-    client: RefCell<postgres::Client>,
+    url: String,
+    /// The client's own single-threaded runtime: the store is used from blocking threads
+    /// (one request at a time, behind the verifier's lock), and each call blocks on it.
+    rt: tokio::runtime::Runtime,
+    client: RefCell<tokio_postgres::Client>,
     /// Prepared once per connection (a prepare is a round trip).
-    prepared: RefCell<HashMap<String, postgres::Statement>>,
+    prepared: RefCell<HashMap<String, tokio_postgres::Statement>>,
     in_transaction: StdCell<bool>,
+}
+
+impl Pg {
+    fn connect(url: &str) -> Result<Pg, DbError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(DbError::Runtime)?;
+        let client = Self::client(&rt, url)?;
+        Ok(Pg {
+            url: url.to_string(),
+            rt,
+            client: RefCell::new(client),
+            prepared: RefCell::new(HashMap::new()),
+            in_transaction: StdCell::new(false),
+        })
+    }
+
+    fn client(rt: &tokio::runtime::Runtime, url: &str) -> Result<tokio_postgres::Client, DbError> {
+        let (client, connection) =
+            rt.block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))?;
+        // Driven whenever the runtime runs, which is inside every call.
+        rt.spawn(async move {
+            if let Err(e) = connection.await {
+                log::error!("the PostgreSQL connection ended: {e}");
+            }
+        });
+        Ok(client)
+    }
+
+    /// A server restarted (or a connection dropped) between requests is connected to
+    /// again; inside a transaction it is not: the transaction is lost and says so.
+    fn ready(&self) -> Result<(), DbError> {
+        if self.client.borrow().is_closed() && !self.in_transaction.get() {
+            log::warn!("connecting to PostgreSQL again");
+            *self.client.borrow_mut() = Self::client(&self.rt, &self.url)?;
+            self.prepared.borrow_mut().clear();
+        }
+        Ok(())
+    }
+
+    fn statements(&self, sqls: &[&str]) -> Result<Vec<tokio_postgres::Statement>, DbError> {
+        self.ready()?;
+        let missing: Vec<&str> = sqls
+            .iter()
+            .copied()
+            .filter(|sql| !self.prepared.borrow().contains_key(*sql))
+            .collect();
+        if !missing.is_empty() {
+            let client = self.client.borrow();
+            let translated: Vec<String> = missing.iter().map(|s| pg_sql(s)).collect();
+            let made = self.rt.block_on(futures_util::future::try_join_all(
+                translated.iter().map(|sql| client.prepare(sql)),
+            ))?;
+            let mut prepared = self.prepared.borrow_mut();
+            for (sql, st) in missing.into_iter().zip(made) {
+                prepared.insert(sql.to_string(), st);
+            }
+        }
+        let prepared = self.prepared.borrow();
+        sqls.iter()
+            .map(|sql| {
+                prepared.get(*sql).cloned().ok_or(DbError::Column {
+                    column: 0,
+                    what: format!("no prepared statement for {sql}"),
+                })
+            })
+            .collect()
+    }
 }
 
 /// A connection to the store's database.
@@ -358,12 +433,7 @@ impl Db {
     }
 
     pub fn open_postgres(url: &str) -> Result<Db, DbError> {
-        let client = postgres::Client::connect(url, postgres::NoTls)?;
-        Ok(Db::Postgres(Box::new(Pg {
-            client: RefCell::new(client),
-            prepared: RefCell::new(HashMap::new()),
-            in_transaction: StdCell::new(false),
-        })))
+        Ok(Db::Postgres(Box::new(Pg::connect(url)?)))
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -381,15 +451,6 @@ impl Db {
         }
     }
 
-    fn pg_statement(pg: &Pg, sql: &str) -> Result<postgres::Statement, DbError> {
-        if let Some(st) = pg.prepared.borrow().get(sql) {
-            return Ok(st.clone());
-        }
-        let st = pg.client.borrow_mut().prepare(&pg_sql(sql))?;
-        pg.prepared.borrow_mut().insert(sql.to_string(), st.clone());
-        Ok(st)
-    }
-
     /// Runs a statement; the number of rows it changed.
     pub fn execute(&self, sql: &str, params: &[Value]) -> Result<usize, DbError> {
         match self {
@@ -397,29 +458,66 @@ impl Db {
                 .prepare_cached(sql)?
                 .execute(rusqlite::params_from_iter(params.iter()))?),
             Db::Postgres(pg) => {
-                let st = Self::pg_statement(pg, sql)?;
-                Ok(pg.client.borrow_mut().execute(&st, &pg_params(params))? as usize)
+                let st = pg.statements(&[sql])?.remove(0);
+                let client = pg.client.borrow();
+                Ok(pg.rt.block_on(client.execute(&st, &pg_params(params)))? as usize)
             }
         }
     }
 
     /// Every row the query gives.
     pub fn query(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>, DbError> {
+        Ok(self.query_many(&[(sql, params)])?.remove(0))
+    }
+
+    /// Several queries' rows, in order. On PostgreSQL they go out pipelined (one round trip
+    /// for all of them, not one each); on SQLite, which is in process, one after another.
+    pub fn query_many(&self, queries: &[(&str, &[Value])]) -> Result<Vec<Vec<Row>>, DbError> {
         match self {
-            Db::Sqlite(c) => {
-                let mut st = c.prepare_cached(sql)?;
-                let columns = st.column_count();
-                let mut rows = st.query(rusqlite::params_from_iter(params.iter()))?;
-                let mut out = Vec::new();
-                while let Some(r) = rows.next()? {
-                    out.push(Row::from_sqlite(r, columns)?);
-                }
-                Ok(out)
-            }
+            Db::Sqlite(c) => queries
+                .iter()
+                .map(|(sql, params)| {
+                    let mut st = c.prepare_cached(sql)?;
+                    let columns = st.column_count();
+                    let mut rows = st.query(rusqlite::params_from_iter(params.iter()))?;
+                    let mut out = Vec::new();
+                    while let Some(r) = rows.next()? {
+                        out.push(Row::from_sqlite(r, columns)?);
+                    }
+                    Ok(out)
+                })
+                .collect(),
             Db::Postgres(pg) => {
-                let st = Self::pg_statement(pg, sql)?;
-                let rows = pg.client.borrow_mut().query(&st, &pg_params(params))?;
-                rows.iter().map(Row::from_postgres).collect()
+                let sqls: Vec<&str> = queries.iter().map(|(sql, _)| *sql).collect();
+                let sts = pg.statements(&sqls)?;
+                let client = pg.client.borrow();
+                let params: Vec<_> = queries.iter().map(|(_, p)| pg_params(p)).collect();
+                let results = pg.rt.block_on(futures_util::future::try_join_all(
+                    sts.iter().zip(&params).map(|(st, p)| client.query(st, p)),
+                ))?;
+                results
+                    .iter()
+                    .map(|rows| rows.iter().map(Row::from_postgres).collect())
+                    .collect()
+            }
+        }
+    }
+
+    /// Several statements run in order, pipelined on PostgreSQL; the rows each changed.
+    pub fn execute_many(&self, writes: &[(&str, &[Value])]) -> Result<Vec<u64>, DbError> {
+        match self {
+            Db::Sqlite(_) => writes
+                .iter()
+                .map(|(sql, params)| Ok(self.execute(sql, params)? as u64))
+                .collect(),
+            Db::Postgres(pg) => {
+                let sqls: Vec<&str> = writes.iter().map(|(sql, _)| *sql).collect();
+                let sts = pg.statements(&sqls)?;
+                let client = pg.client.borrow();
+                let params: Vec<_> = writes.iter().map(|(_, p)| pg_params(p)).collect();
+                Ok(pg.rt.block_on(futures_util::future::try_join_all(
+                    sts.iter().zip(&params).map(|(st, p)| client.execute(st, p)),
+                ))?)
             }
         }
     }
@@ -438,7 +536,11 @@ impl Db {
     pub fn batch(&self, sql: &str) -> Result<(), DbError> {
         match self {
             Db::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Db::Postgres(pg) => Ok(pg.client.borrow_mut().batch_execute(sql)?),
+            Db::Postgres(pg) => {
+                pg.ready()?;
+                let client = pg.client.borrow();
+                Ok(pg.rt.block_on(client.batch_execute(sql))?)
+            }
         }
     }
 
@@ -449,7 +551,7 @@ impl Db {
         match self {
             Db::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
             Db::Postgres(pg) => {
-                pg.client.borrow_mut().batch_execute(&format!(
+                self.batch(&format!(
                     "BEGIN; SELECT pg_advisory_xact_lock({PG_WRITE_LOCK})"
                 ))?;
                 pg.in_transaction.set(true);

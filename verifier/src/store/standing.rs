@@ -36,6 +36,10 @@ CREATE TABLE IF NOT EXISTS host_standing (
   uncleared INTEGER NOT NULL, first_uncleared_id INTEGER, PRIMARY KEY (rack, host));
 ";
 
+/// Whether the host has a statement at `seq` already (a second one is a fork, not a new seq).
+pub(super) const SEQ_STORED_SQL: &str =
+    "SELECT EXISTS(SELECT 1 FROM statements WHERE rack = ?1 AND host = ?2 AND seq = ?3)";
+
 /// The stored status that holds a host until it is cleared (the partial index's condition).
 const CONTRAINDICATED: &str = "contraindicated";
 
@@ -157,17 +161,6 @@ impl Store {
             ],
         )?;
         Ok(())
-    }
-
-    /// Whether the host has a statement at `seq` already (a second one is a fork, not a new
-    /// seq).
-    pub(super) fn seq_stored(&self, rack: &str, host: &str, seq: u64) -> Result<bool, DbError> {
-        self.db
-            .query_one(
-                "SELECT EXISTS(SELECT 1 FROM statements WHERE rack = ?1 AND host = ?2 AND seq = ?3)",
-                vals![rack, host, seq],
-            )?
-            .bool(0)
     }
 
     /// Brings the host's row up to date with a statement just stored (row `id`), in the

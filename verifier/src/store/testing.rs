@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{DatabaseUrl, DbError, Store};
+use super::{DatabaseUrl, DbError, Store, db::Db};
 
 /// The variable that names the PostgreSQL server tests run against.
 pub const POSTGRES_ENV: &str = "RACKWARDEN_TEST_POSTGRES";
@@ -49,10 +49,10 @@ pub fn fresh_database(label: &str, sqlite_path: &Path) -> Result<DatabaseUrl, Db
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     );
-    let mut admin = postgres::Client::connect(&server, postgres::NoTls)?;
+    let admin = Db::open_postgres(&server)?;
     // One statement per call: several in one are one transaction, which neither may run in.
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))?;
-    admin.batch_execute(&format!("CREATE DATABASE {name}"))?;
+    admin.batch(&format!("DROP DATABASE IF EXISTS {name}"))?;
+    admin.batch(&format!("CREATE DATABASE {name}"))?;
     Ok(DatabaseUrl::Postgres(with_database(&server, &name)))
 }
 
@@ -101,9 +101,8 @@ pub fn remove(url: &DatabaseUrl) {
                 return;
             };
             let name = name.split('?').next().unwrap_or(name);
-            if let Ok(mut admin) = postgres::Client::connect(&server, postgres::NoTls) {
-                let _ =
-                    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+            if let Ok(admin) = Db::open_postgres(&server) {
+                let _ = admin.batch(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
             }
         }
     }

@@ -12,7 +12,22 @@
 
 use rackwarden_attest::tlog::{self, Hash, HashReader, TlogError};
 
-use super::{DbError, Store, db::vals, each};
+use std::collections::HashMap;
+
+use super::{
+    DbError, Store,
+    db::{Value, vals},
+    each,
+};
+
+/// What the open write transaction appended to the log: its size now and the hashes it
+/// wrote. Valid only inside that transaction (it holds the write lock, so nobody else
+/// appends); forgotten at every transaction boundary and savepoint rollback.
+#[derive(Debug, Default)]
+pub(super) struct Appended {
+    size: u64,
+    nodes: HashMap<(u32, u64), Hash>,
+}
 
 pub(super) const TLOG_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tlog_leaves (
@@ -36,26 +51,46 @@ fn as_hash(v: Vec<u8>, level: u32, index: u64) -> Result<Hash, TlogError> {
 impl Store {
     /// How many leaves the log has.
     pub fn tlog_size(&self) -> Result<u64, DbError> {
+        if let Some(a) = self.appended.borrow().as_ref() {
+            return Ok(a.size);
+        }
         self.db
             .query_one("SELECT COALESCE(MAX(idx) + 1, 0) FROM tlog_leaves", &[])?
             .u64(0)
     }
 
     /// Appends the leaf of statement `statement_id` with `data`, and the nodes it completes;
-    /// returns its index. In the caller's transaction.
+    /// returns its index. In the caller's write transaction, which remembers the log's size
+    /// and the hashes it wrote (see [`Appended`]): the next append and the batch's proofs
+    /// read them from memory.
     pub fn tlog_append(&self, statement_id: i64, data: &[u8]) -> Result<u64, TlogAppendError> {
         let index = self.tlog_size()?;
         let leaf = tlog::leaf_hash(data);
         let nodes = tlog::completed_nodes(self, index, leaf)?;
-        self.db.execute(
+        let leaf_params = vals![index, statement_id, data, leaf.as_slice()];
+        let node_params: Vec<Vec<Value>> = nodes
+            .iter()
+            .map(|(level, idx, hash)| vals![*level, *idx, hash.as_slice()].to_vec())
+            .collect();
+        let mut writes: Vec<(&str, &[Value])> = vec![(
             "INSERT INTO tlog_leaves (idx, statement_id, data, hash) VALUES (?1, ?2, ?3, ?4)",
-            vals![index, statement_id, data, leaf.as_slice()],
-        )?;
-        for (level, idx, hash) in nodes {
-            self.db.execute(
+            leaf_params,
+        )];
+        writes.extend(node_params.iter().map(|p| {
+            (
                 "INSERT INTO tlog_nodes (level, idx, hash) VALUES (?1, ?2, ?3)",
-                vals![level, idx, hash.as_slice()],
-            )?;
+                p.as_slice(),
+            )
+        }));
+        self.db.execute_many(&writes)?;
+        if self.db.in_transaction() {
+            let mut appended = self.appended.borrow_mut();
+            let a = appended.get_or_insert_with(Appended::default);
+            a.size = index + 1;
+            a.nodes.insert((0, index), leaf);
+            for (level, idx, hash) in nodes {
+                a.nodes.insert((level, idx), hash);
+            }
         }
         Ok(index)
     }
@@ -85,6 +120,14 @@ impl Store {
 
 impl HashReader for Store {
     fn node(&self, level: u32, index: u64) -> Result<Hash, TlogError> {
+        if let Some(h) = self
+            .appended
+            .borrow()
+            .as_ref()
+            .and_then(|a| a.nodes.get(&(level, index)))
+        {
+            return Ok(*h);
+        }
         let row = if level == 0 {
             self.db
                 .query_opt("SELECT hash FROM tlog_leaves WHERE idx = ?1", vals![index])
@@ -273,6 +316,44 @@ mod tests {
     }
 
     /// A store with `n` statements of host `h`, each logged.
+    /// Inside a write transaction the log's size and new hashes come from memory; an item
+    /// rolled back to its savepoint takes its leaves out of that memory too, and what was
+    /// committed reads back from the database as the same tree.
+    #[test]
+    fn appends_in_a_transaction_agree_with_the_tree_after_a_rolled_back_item() {
+        let store = crate::store::testing::store("tlog_txn").unwrap();
+        let mut mem = MemoryTree::new();
+        store.begin().unwrap();
+        for i in 0..40u64 {
+            let data = format!("leaf {i}").into_bytes();
+            store.savepoint().unwrap();
+            store.tlog_append(i as i64 + 1, &data).unwrap();
+            if i % 7 == 3 {
+                store.rollback_to_savepoint().unwrap();
+            } else {
+                store.release_savepoint().unwrap();
+                mem.push(&data);
+            }
+            assert_eq!(store.tlog_size().unwrap(), mem.size(), "after leaf {i}");
+            let n = mem.size();
+            if n > 0 {
+                assert_eq!(tree_hash(&store, n).unwrap(), tree_hash(&mem, n).unwrap());
+                assert_eq!(
+                    inclusion_proof(&store, n - 1, n).unwrap(),
+                    inclusion_proof(&mem, n - 1, n).unwrap()
+                );
+            }
+        }
+        store.commit().unwrap();
+        let n = mem.size();
+        assert_eq!(store.tlog_size().unwrap(), n);
+        assert_eq!(tree_hash(&store, n).unwrap(), tree_hash(&mem, n).unwrap());
+        assert_eq!(
+            consistency_proof(&store, 5, n).unwrap(),
+            consistency_proof(&mem, 5, n).unwrap()
+        );
+    }
+
     fn logged(n: u64) -> Store {
         let store = crate::store::testing::store("tlog_audit").unwrap();
         for seq in 0..n {

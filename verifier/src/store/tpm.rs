@@ -46,7 +46,7 @@ pub struct TpmPosition {
     pub seq: u64,
 }
 
-fn row_enrollment(r: &Row, at: usize) -> Result<TpmEnrollment, DbError> {
+pub(super) fn row_enrollment(r: &Row, at: usize) -> Result<TpmEnrollment, DbError> {
     Ok(TpmEnrollment {
         rack: r.text(at)?,
         host: r.text(at + 1)?,
@@ -59,7 +59,28 @@ fn row_enrollment(r: &Row, at: usize) -> Result<TpmEnrollment, DbError> {
     })
 }
 
-const ENROLL_COLS: &str =
+pub(super) const POSITION_SQL: &str =
+    "SELECT reset_count, ima_count, pcr10, seq FROM tpm_positions WHERE rack = ?1 AND host = ?2";
+
+pub(super) fn row_position(r: &Row) -> Result<TpmPosition, DbError> {
+    let pcr10 = r.text(2)?;
+    let mut value = [0u8; 32];
+    // Written only by `set_tpm_position` from a 32-byte value; anything else reads as all
+    // zeros, which no replay matches (a finding, not a silent pass).
+    if let Ok(bytes) = hex::decode(&pcr10)
+        && let Ok(v) = <[u8; 32]>::try_from(bytes.as_slice())
+    {
+        value = v;
+    }
+    Ok(TpmPosition {
+        reset_count: r.u64(0)? as u32,
+        ima_count: r.u64(1)?,
+        pcr10: value,
+        seq: r.u64(3)?,
+    })
+}
+
+pub(super) const ENROLL_COLS: &str =
     "rack, host, ak_public, ak_name, ek_public, ek_certificate, ek_issuer, enrolled_ms";
 
 impl Store {
@@ -168,27 +189,9 @@ impl Store {
     /// How far the host's IMA list has been replayed (boot, entries, PCR 10, seq).
     pub fn tpm_position(&self, rack: &str, host: &str) -> Result<Option<TpmPosition>, DbError> {
         self.db
-            .query_opt(
-                "SELECT reset_count, ima_count, pcr10, seq FROM tpm_positions WHERE rack = ?1 AND host = ?2",
-                vals![rack, host],
-            )?
-            .map(|r| {
-                let pcr10 = r.text(2)?;
-                let mut value = [0u8; 32];
-                // Written only by `set_tpm_position` from a 32-byte value; anything else reads
-                // as all zeros, which no replay matches (a finding, not a silent pass).
-                if let Ok(bytes) = hex::decode(&pcr10)
-                    && let Ok(v) = <[u8; 32]>::try_from(bytes.as_slice())
-                {
-                    value = v;
-                }
-                Ok(TpmPosition {
-                    reset_count: r.u64(0)? as u32,
-                    ima_count: r.u64(1)?,
-                    pcr10: value,
-                    seq: r.u64(3)?,
-                })
-            })
+            .query_opt(POSITION_SQL, vals![rack, host])?
+            .as_ref()
+            .map(row_position)
             .transpose()
     }
 
