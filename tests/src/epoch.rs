@@ -233,8 +233,16 @@ ingress = "1 MB/s"
 
     /// POSTs a JSON body to `path`; the answer's body when it is a success.
     pub fn post_json(&self, path: &str, body: Vec<u8>) -> Option<serde_json::Value> {
-        let (port, ca, path) = (self.port, self.ca(), path.to_string());
-        in_netns(&self.ns, move || https_post(port, &path, body, &ca))
+        self.endpoint().post_json(path, body)
+    }
+
+    /// Where this verifier answers, for a thread that posts while this one is killed.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            ns: self.ns.clone(),
+            port: self.port,
+            ca: self.ca(),
+        }
     }
 
     /// Adds `policy_lines` to the `[policy]` table and `tables` at the end of the config (a
@@ -252,6 +260,27 @@ ingress = "1 MB/s"
             .unwrap_or_default();
         v.sort_by_key(|s| s["seq"].as_u64().unwrap_or(u64::MAX));
         v
+    }
+}
+
+/// A verifier's address and CA, apart from the process (see [`Verifier::endpoint`]).
+#[derive(Clone)]
+pub struct Endpoint {
+    ns: String,
+    port: u16,
+    ca: PathBuf,
+}
+
+impl Endpoint {
+    /// POSTs a JSON body to `path`; the answer's body when it is a success.
+    pub fn post_json(&self, path: &str, body: Vec<u8>) -> Option<serde_json::Value> {
+        let (port, ca, path) = (self.port, self.ca.clone(), path.to_string());
+        in_netns(&self.ns, move || https_post(port, &path, body, &ca))
+    }
+
+    /// POSTs envelopes to `/v1/statements`; the answer's JSON, or `None` without a 200.
+    pub fn post_statements(&self, body: Vec<u8>) -> Option<serde_json::Value> {
+        self.post_json("/v1/statements", body)
     }
 }
 

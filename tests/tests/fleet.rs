@@ -15,7 +15,8 @@ use rackwarden_attest::{
 use rackwarden_tests::{
     Daemon, Net,
     epoch::{
-        EpochFixture, Verifier, codes, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config,
+        Endpoint, EpochFixture, Verifier, codes, ids, predicate_of, wait_epoch, wipe_now,
+        write_epoch_config,
     },
 };
 
@@ -44,6 +45,74 @@ fn continuation(prev_body: &[u8], key: &ed25519_dalek::SigningKey, variant: u64)
     dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json()).to_json()
 }
 
+/// The first statement of another host, made from `template` (a stored statement's
+/// payload): its host, seq 0 and the genesis link, signed with `key`.
+fn genesis_of(template: &[u8], host: &str, key: &ed25519_dalek::SigningKey) -> Vec<u8> {
+    let mut st: Statement = serde_json::from_slice(template).unwrap();
+    let p = &mut st.predicate;
+    p.host_id = host.to_string();
+    p.seq = 0;
+    p.prev = rackwarden_attest::statement::GENESIS_PREV.to_string();
+    p.challenge = Challenge::Unchallenged;
+    p.wipe = None;
+    p.images = None;
+    p.incidents.clear();
+    dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json()).to_json()
+}
+
+/// One load host: its key, the envelope to send next and the seqs acknowledged so far
+/// (by which instance).
+struct LoadHost {
+    key: ed25519_dalek::SigningKey,
+    next: Vec<u8>,
+    acked: Vec<(u64, &'static str)>,
+}
+
+/// Posts each load host's chain, one statement per request, round robin, to `first` until
+/// it stops answering, then to `second` (the statement in flight is sent again there, as a
+/// daemon's delivery does), until `stop` is set and a round has gone to `second`.
+fn post_load(
+    hosts: &mut [LoadHost],
+    first: &Endpoint,
+    second: &Endpoint,
+    stop: &std::sync::atomic::AtomicBool,
+    acked: &std::sync::atomic::AtomicUsize,
+) {
+    let mut target = (first, "first");
+    loop {
+        for h in hosts.iter_mut() {
+            let body = format!("[{}]", String::from_utf8_lossy(&h.next)).into_bytes();
+            let answer = loop {
+                match target.0.post_statements(body.clone()) {
+                    Some(a) => break a,
+                    None if target.1 == "first" => target = (second, "second"),
+                    None => std::thread::sleep(Duration::from_millis(100)),
+                }
+            };
+            let item = &answer["results"][0];
+            let status = item["status"].as_str().unwrap_or("");
+            assert!(
+                status == "accepted" || status == "duplicate",
+                "a load statement was not stored: {item}"
+            );
+            let body = {
+                use base64::Engine as _;
+                let env: serde_json::Value = serde_json::from_slice(&h.next).unwrap();
+                base64::engine::general_purpose::STANDARD
+                    .decode(env["payload"].as_str().unwrap())
+                    .unwrap()
+            };
+            let st: Statement = serde_json::from_slice(&body).unwrap();
+            h.acked.push((st.predicate.seq, target.1));
+            acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            h.next = continuation(&body, &h.key, 0);
+        }
+        if stop.load(std::sync::atomic::Ordering::SeqCst) && target.1 == "second" {
+            return;
+        }
+    }
+}
+
 fn payload(row: &serde_json::Value) -> Vec<u8> {
     use base64::Engine as _;
     let env: serde_json::Value = serde_json::from_str(row["envelope"].as_str().unwrap()).unwrap();
@@ -59,6 +128,21 @@ fn two_instances_on_one_database_are_one_verifier() {
     let mut a = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
     let (rack, host) = ids(&net);
     a.enroll(&rack, &host, &fx.host_pub);
+    // Load beside the daemon: hosts whose chains are posted to `a` while it is killed.
+    let load_keys: Vec<(String, ed25519_dalek::SigningKey)> = (0..3)
+        .map(|i| {
+            let k = rackwarden_attest::keys::generate();
+            let name = format!("{host}-load{i}");
+            let pem = net.dir.join(format!("{name}.pub"));
+            std::fs::write(
+                &pem,
+                rackwarden_attest::keys::public_pem(&k.verifying_key()),
+            )
+            .unwrap();
+            a.enroll(&rack, &name, &pem);
+            (name, k)
+        })
+        .collect();
     let mut b = a.second_instance();
     a.start();
     b.start();
@@ -73,12 +157,55 @@ fn two_instances_on_one_database_are_one_verifier() {
     delivered(&sock, 1);
 
     // seq 2 is challenged by `a`; `a` is killed before it is delivered; it reaches `b`.
-    wipe_now(&sock);
-    wait_epoch(&sock, Duration::from_secs(30), "seq 2 wiping", |e| {
-        e["state"]["state"] == "wiping"
+    // Meanwhile `a` is under load: three more hosts post their chains to it, one statement
+    // per request, and go on at `b` when `a` stops answering.
+    let template = payload(&a.history(&rack, &host)[0]);
+    let mut load: Vec<LoadHost> = load_keys
+        .iter()
+        .map(|(name, key)| LoadHost {
+            key: key.clone(),
+            next: genesis_of(&template, name, key),
+            acked: Vec::new(),
+        })
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let acked = std::sync::atomic::AtomicUsize::new(0);
+    let (ea, eb) = (a.endpoint(), b.endpoint());
+    let st = std::thread::scope(|sc| {
+        let loader = sc.spawn(|| post_load(&mut load, &ea, &eb, &stop, &acked));
+        // The load is flowing before the epoch that ends in the kill starts.
+        while acked.load(std::sync::atomic::Ordering::SeqCst) < 15 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        wipe_now(&sock);
+        wait_epoch(&sock, Duration::from_secs(30), "seq 2 wiping", |e| {
+            e["state"]["state"] == "wiping"
+        });
+        a.kill9();
+        let st = delivered(&sock, 2);
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        loader.join().unwrap();
+        st
     });
-    a.kill9();
-    let st = delivered(&sock, 2);
+    let mut acked_by_killed = 0;
+    for (h, (name, _)) in load.iter().zip(&load_keys) {
+        let stored: Vec<u64> = b
+            .history(&rack, name)
+            .iter()
+            .filter_map(|r| r["seq"].as_u64())
+            .collect();
+        let acked: Vec<u64> = h.acked.iter().map(|(s, _)| *s).collect();
+        assert_eq!(
+            stored, acked,
+            "{name}: every acknowledged statement stored once, the chain contiguous"
+        );
+        assert_eq!(stored, (0..stored.len() as u64).collect::<Vec<_>>());
+        acked_by_killed += h.acked.iter().filter(|(_, by)| *by == "first").count();
+    }
+    assert!(acked_by_killed > 0, "the killed instance was under load");
+    println!(
+        "load: {acked_by_killed} statements acknowledged by the instance killed with kill -9, all stored, chains contiguous"
+    );
     assert_eq!(
         st["epoch"]["delivery"]["last_verdict"]["status"], "affirming",
         "{:#}",

@@ -882,6 +882,24 @@ fn migrate_old_sqlite(conn: &rusqlite::Connection) -> Result<(), DbError> {
 mod tests {
     use super::*;
 
+    /// Instances starting at once on one new database make its schema once: none fails on
+    /// another's half-made tables, and all of them then see one store.
+    #[test]
+    fn instances_opening_a_new_database_at_once_make_it_once() {
+        let url = testing::database("schema_race").unwrap();
+        let opened: Vec<Result<Store, DbError>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..4).map(|_| sc.spawn(|| Store::connect(&url))).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let stores: Vec<Store> = opened.into_iter().map(|s| s.unwrap()).collect();
+        stores[0].insert_nonce("n", "r", "h", 0, 100).unwrap();
+        for s in &stores {
+            assert!(s.nonce("n").unwrap().is_some());
+        }
+        drop(stores);
+        testing::remove(&url);
+    }
+
     #[test]
     fn pruning_removes_only_expired_nonces_no_statement_named() {
         let s = testing::store("nonces").unwrap();
