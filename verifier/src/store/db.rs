@@ -472,6 +472,7 @@ impl Db {
 
     /// Several queries' rows, in order. On PostgreSQL they go out pipelined (one round trip
     /// for all of them, not one each); on SQLite, which is in process, one after another.
+    /// Writes go this way too (an `INSERT` gives no rows, or those of its `RETURNING`).
     pub fn query_many(&self, queries: &[(&str, &[Value])]) -> Result<Vec<Vec<Row>>, DbError> {
         match self {
             Db::Sqlite(c) => queries
@@ -499,25 +500,6 @@ impl Db {
                     .iter()
                     .map(|rows| rows.iter().map(Row::from_postgres).collect())
                     .collect()
-            }
-        }
-    }
-
-    /// Several statements run in order, pipelined on PostgreSQL; the rows each changed.
-    pub fn execute_many(&self, writes: &[(&str, &[Value])]) -> Result<Vec<u64>, DbError> {
-        match self {
-            Db::Sqlite(_) => writes
-                .iter()
-                .map(|(sql, params)| Ok(self.execute(sql, params)? as u64))
-                .collect(),
-            Db::Postgres(pg) => {
-                let sqls: Vec<&str> = writes.iter().map(|(sql, _)| *sql).collect();
-                let sts = pg.statements(&sqls)?;
-                let client = pg.client.borrow();
-                let params: Vec<_> = writes.iter().map(|(_, p)| pg_params(p)).collect();
-                Ok(pg.rt.block_on(futures_util::future::try_join_all(
-                    sts.iter().zip(&params).map(|(st, p)| client.execute(st, p)),
-                ))?)
             }
         }
     }

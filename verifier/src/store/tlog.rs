@@ -82,7 +82,7 @@ impl Store {
                 p.as_slice(),
             )
         }));
-        self.db.execute_many(&writes)?;
+        self.db.query_many(&writes)?;
         if self.db.in_transaction() {
             let mut appended = self.appended.borrow_mut();
             let a = appended.get_or_insert_with(Appended::default);
