@@ -223,7 +223,18 @@ fn serve(cfg: VerifierConfig) -> anyhow::Result<()> {
         cfg.log_origin,
         log_key::vkey_path(&cfg.log_key).display()
     );
-    let state = Arc::new(api::AppState::new(open(&cfg)?.with_log(signer)));
+    let verifier = open(&cfg)?;
+    // Instances on one database share one log: each must sign it with the same key and
+    // origin, or hosts could not check half of its checkpoints. Fail closed at start.
+    let vkey = signer.verifier().vkey();
+    if let Some(recorded) = verifier.store.claim_log_key(&vkey)? {
+        anyhow::bail!(
+            "the database's transparency log is signed with {recorded}, and this instance's log key ({}) and origin (`{}`) give {vkey}: give every instance on one database the same `log_key` file and `log_origin`",
+            cfg.log_key.display(),
+            cfg.log_origin
+        );
+    }
+    let state = Arc::new(api::AppState::new(verifier.with_log(signer)));
     // The last reference to the state (and its database connection) is dropped here, after
     // the runtime: a PostgreSQL connection closes by blocking on its own runtime, which it
     // may not do from inside another.

@@ -2732,3 +2732,72 @@ fn the_transparency_log_proves_every_stored_statement() {
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Instances on one database share one log (issue 24): an instance whose log key (or
+/// origin) is not the one the database's log is signed with refuses to serve, and says
+/// which key the log has and how to fix it; with the fleet's key it serves.
+#[test]
+fn an_instance_with_another_log_key_refuses_to_serve_the_shared_log() {
+    let (dir, config, port) = setup("logkey", "1 h", None);
+    let mut s = Server::start(&dir, &config, port);
+    s.stop();
+    let fleet_key = dir.join("tlog.key");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text
+        .lines()
+        .filter(|l| !l.starts_with("log_key"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let other = dir.join("other.toml");
+    std::fs::write(
+        &other,
+        text.replacen(
+            "database =",
+            &format!(
+                "log_key = \"{}\"\ndatabase =",
+                dir.join("other.key").display()
+            ),
+            1,
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&other)
+        .arg("serve")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("an instance with another log key served the shared log");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "{err}");
+    let fleet_vkey = std::fs::read_to_string(dir.join("tlog.vkey")).unwrap();
+    assert!(
+        err.contains("the database's transparency log is signed with")
+            && err.contains(fleet_vkey.trim())
+            && err.contains("same `log_key` file and `log_origin`"),
+        "{err}"
+    );
+    // The fleet's key: it serves.
+    assert!(fleet_key.exists());
+    let mut s = Server::start(&dir, &config, port);
+    s.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

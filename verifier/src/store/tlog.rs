@@ -34,6 +34,9 @@ CREATE TABLE IF NOT EXISTS tlog_leaves (
   idx INTEGER PRIMARY KEY, statement_id INTEGER NOT NULL, data BLOB NOT NULL,
   hash BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS tlog_leaves_by_statement ON tlog_leaves(statement_id);
+-- The verifier key (C2SP vkey: origin and public key) the log is signed with: every instance
+-- on the database must sign with it.
+CREATE TABLE IF NOT EXISTS tlog_key (id INTEGER PRIMARY KEY, vkey TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tlog_nodes (
   level INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL,
   PRIMARY KEY (level, idx));
@@ -49,6 +52,21 @@ fn as_hash(v: Vec<u8>, level: u32, index: u64) -> Result<Hash, TlogError> {
 }
 
 impl Store {
+    /// Records `vkey` as the key the log is signed with, unless one is recorded already;
+    /// the one recorded, when it is another (an instance with another key, or another
+    /// origin, would sign checkpoints of the same log that hosts cannot check).
+    pub fn claim_log_key(&self, vkey: &str) -> Result<Option<String>, DbError> {
+        self.db.execute(
+            "INSERT INTO tlog_key (id, vkey) VALUES (1, ?1) ON CONFLICT(id) DO NOTHING",
+            vals![vkey],
+        )?;
+        let recorded = self
+            .db
+            .query_one("SELECT vkey FROM tlog_key WHERE id = 1", &[])?
+            .text(0)?;
+        Ok((recorded != vkey).then_some(recorded))
+    }
+
     /// How many leaves the log has.
     pub fn tlog_size(&self) -> Result<u64, DbError> {
         if let Some(a) = self.appended.borrow().as_ref() {
