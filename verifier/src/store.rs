@@ -352,7 +352,11 @@ impl Store {
     pub fn release_savepoint(&self) -> Result<(), DbError> {
         if self.savepoint_began.replace(false) {
             self.appended.take();
-            self.db.commit()
+            // A commit that failed may leave the transaction open (SQLite, on some errors):
+            // it is rolled back, so no later item mistakes it for a batch's.
+            self.db.commit().inspect_err(|_| {
+                let _ = self.db.rollback();
+            })
         } else {
             self.db.batch("RELEASE item")
         }
@@ -365,7 +369,7 @@ impl Store {
         if self.savepoint_began.replace(false) {
             self.db.rollback()
         } else {
-            self.db.batch("ROLLBACK TO item; RELEASE item")
+            self.db.rollback_to("item")
         }
     }
 
@@ -459,12 +463,37 @@ impl Store {
             .transpose()
     }
 
+    /// Retires `keyid` now. Under the write lock: a statement another instance is judging
+    /// against the key is stored before the retirement or judged after it, never between.
     pub fn retire(&self, keyid: &str, now_ms: u64) -> Result<(), DbError> {
-        self.db.execute(
-            "UPDATE host_keys SET retired_ms = ?1 WHERE keyid = ?2 AND retired_ms IS NULL",
-            vals![now_ms, keyid],
-        )?;
+        self.under_write_lock(|| {
+            self.db.execute(
+                "UPDATE host_keys SET retired_ms = ?1 WHERE keyid = ?2 AND retired_ms IS NULL",
+                vals![now_ms, keyid],
+            )
+        })?;
         Ok(())
+    }
+
+    /// Runs `f` holding the write lock: in the open transaction, or in one of its own.
+    pub(crate) fn under_write_lock<T>(
+        &self,
+        f: impl FnOnce() -> Result<T, DbError>,
+    ) -> Result<T, DbError> {
+        if self.db.in_transaction() {
+            return f();
+        }
+        self.db.begin_write()?;
+        match f() {
+            Ok(t) => {
+                self.db.commit()?;
+                Ok(t)
+            }
+            Err(e) => {
+                let _ = self.db.rollback();
+                Err(e)
+            }
+        }
     }
 
     pub fn host_keys(&self) -> Result<Vec<HostKey>, DbError> {
@@ -698,7 +727,7 @@ impl Store {
             (Ok(_), true) => self.db.commit(),
             (Ok(_), false) => self.db.batch("RELEASE clear"),
             (Err(_), true) => self.db.rollback(),
-            (Err(_), false) => self.db.batch("ROLLBACK TO clear; RELEASE clear"),
+            (Err(_), false) => self.db.rollback_to("clear"),
         };
         let clearance = cleared?;
         ended?;
@@ -897,6 +926,76 @@ mod tests {
             assert!(s.nonce("n").unwrap().is_some());
         }
         drop(stores);
+        testing::remove(&url);
+    }
+
+    /// A failure swallowed inside a transaction never turns into an acknowledged statement
+    /// that was not stored: PostgreSQL aborts the transaction at the failure, and the commit
+    /// is then an error (it would otherwise answer as if it had committed, having rolled
+    /// back); SQLite keeps the transaction and commits it. A savepoint rolled back to lifts
+    /// the abort.
+    #[test]
+    fn a_commit_after_a_swallowed_failure_is_an_error_or_a_real_commit() {
+        let s = testing::store("aborted").unwrap();
+        let row = |seq: u64| StoredStatement {
+            id: 0,
+            rack: "r".into(),
+            host: "h".into(),
+            seq,
+            pae_sha3: format!("pae-{seq}"),
+            envelope: "{}".into(),
+            received_ms: seq,
+            epoch_end_ms: seq,
+            status: "affirming".into(),
+            result: "{}".into(),
+            wipe_ms: None,
+        };
+        s.begin().unwrap();
+        s.insert_statement(&row(0)).unwrap();
+        assert!(s.probe("SELECT nothing FROM no_such_table", &[]).is_err());
+        let committed = s.commit();
+        match s.dialect() {
+            Dialect::Postgres => {
+                assert!(matches!(committed, Err(DbError::Aborted)), "{committed:?}");
+                assert!(s.seqs("r", "h").unwrap().is_empty(), "nothing stored");
+            }
+            Dialect::Sqlite => {
+                committed.unwrap();
+                assert_eq!(s.seqs("r", "h").unwrap(), vec![0]);
+            }
+        }
+        // Inside a savepoint, the failure is rolled back to and the rest commits.
+        s.begin().unwrap();
+        s.insert_statement(&row(1)).unwrap();
+        s.savepoint().unwrap();
+        assert!(s.probe("SELECT nothing FROM no_such_table", &[]).is_err());
+        s.rollback_to_savepoint().unwrap();
+        s.commit().unwrap();
+        assert!(s.seqs("r", "h").unwrap().contains(&1));
+    }
+
+    /// A writer waits for another instance's write lock as long as SQLite's busy timeout,
+    /// then fails, and its connection is usable again at once (a lock wait that timed out
+    /// must not leave it inside an aborted transaction).
+    #[test]
+    fn a_writer_waits_for_the_lock_then_fails_and_can_write_again() {
+        let url = testing::database("lock_wait").unwrap();
+        let (a, b) = (Store::connect(&url).unwrap(), Store::connect(&url).unwrap());
+        a.begin().unwrap();
+        let t0 = std::time::Instant::now();
+        assert!(b.begin().is_err(), "the lock is held");
+        let waited = t0.elapsed();
+        assert!(
+            waited >= BUSY_TIMEOUT - std::time::Duration::from_millis(500),
+            "gave up after {waited:?}"
+        );
+        assert!(!b.db.in_transaction());
+        a.commit().unwrap();
+        b.begin().unwrap();
+        b.insert_nonce("n", "r", "h", 0, 100).unwrap();
+        b.commit().unwrap();
+        assert!(a.nonce("n").unwrap().is_some());
+        drop((a, b));
         testing::remove(&url);
     }
 

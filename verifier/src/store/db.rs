@@ -73,6 +73,10 @@ pub enum DbError {
     Column { column: usize, what: String },
     #[error("the query returned no row")]
     NoRow,
+    #[error(
+        "a statement failed inside the transaction and the database rolled it back: nothing of it is stored"
+    )]
+    Aborted,
 }
 
 /// A value bound to a parameter. Integers are i64 on both sides (PostgreSQL's BIGINT); a
@@ -321,6 +325,10 @@ pub(crate) struct Pg {
     /// Prepared once per connection (a prepare is a round trip).
     prepared: RefCell<HashMap<String, tokio_postgres::Statement>>,
     in_transaction: StdCell<bool>,
+    /// A statement failed inside the open transaction and no `ROLLBACK TO` undid it since:
+    /// PostgreSQL has aborted the transaction, and would answer a `COMMIT` with a silent
+    /// rollback. The commit refuses instead (an acknowledgement must mean stored).
+    aborted: StdCell<bool>,
 }
 
 impl Pg {
@@ -336,7 +344,26 @@ impl Pg {
             client: RefCell::new(client),
             prepared: RefCell::new(HashMap::new()),
             in_transaction: StdCell::new(false),
+            aborted: StdCell::new(false),
         })
+    }
+
+    /// Notes a failure inside the open transaction (see `aborted`).
+    fn noted<T>(&self, r: Result<T, DbError>) -> Result<T, DbError> {
+        if r.is_err() && self.in_transaction.get() {
+            self.aborted.set(true);
+        }
+        r
+    }
+
+    /// Ends the open transaction with `COMMIT` or `ROLLBACK`, on this connection only: a
+    /// connection made again has no transaction to end, and a `COMMIT` there would answer
+    /// as if it had committed.
+    fn end(&self, sql: &str) -> Result<(), DbError> {
+        self.in_transaction.set(false);
+        self.aborted.set(false);
+        let client = self.client.borrow();
+        Ok(self.rt.block_on(client.batch_execute(sql))?)
     }
 
     fn client(rt: &tokio::runtime::Runtime, url: &str) -> Result<tokio_postgres::Client, DbError> {
@@ -457,11 +484,11 @@ impl Db {
             Db::Sqlite(c) => Ok(c
                 .prepare_cached(sql)?
                 .execute(rusqlite::params_from_iter(params.iter()))?),
-            Db::Postgres(pg) => {
+            Db::Postgres(pg) => pg.noted((|| {
                 let st = pg.statements(&[sql])?.remove(0);
                 let client = pg.client.borrow();
                 Ok(pg.rt.block_on(client.execute(&st, &pg_params(params)))? as usize)
-            }
+            })()),
         }
     }
 
@@ -488,7 +515,7 @@ impl Db {
                     Ok(out)
                 })
                 .collect(),
-            Db::Postgres(pg) => {
+            Db::Postgres(pg) => pg.noted((|| {
                 let sqls: Vec<&str> = queries.iter().map(|(sql, _)| *sql).collect();
                 let sts = pg.statements(&sqls)?;
                 let client = pg.client.borrow();
@@ -500,7 +527,7 @@ impl Db {
                     .iter()
                     .map(|rows| rows.iter().map(Row::from_postgres).collect())
                     .collect()
-            }
+            })()),
         }
     }
 
@@ -518,44 +545,71 @@ impl Db {
     pub fn batch(&self, sql: &str) -> Result<(), DbError> {
         match self {
             Db::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Db::Postgres(pg) => {
+            Db::Postgres(pg) => pg.noted((|| {
                 pg.ready()?;
                 let client = pg.client.borrow();
                 Ok(pg.rt.block_on(client.batch_execute(sql))?)
-            }
+            })()),
         }
     }
 
+    /// Undoes what was written since savepoint `name` and ends it. On PostgreSQL this also
+    /// lifts the abort a failure after the savepoint caused.
+    pub fn rollback_to(&self, name: &str) -> Result<(), DbError> {
+        self.batch(&format!("ROLLBACK TO {name}; RELEASE {name}"))?;
+        if let Db::Postgres(pg) = self {
+            pg.aborted.set(false);
+        }
+        Ok(())
+    }
+
     /// Opens a transaction holding the write lock from its start: SQLite's `BEGIN
-    /// IMMEDIATE`, PostgreSQL's transaction-scoped advisory lock (taken before the
-    /// transaction reads anything, so what it reads is what the last writer committed).
+    /// IMMEDIATE` (waiting up to `BUSY_TIMEOUT` for another writer), PostgreSQL's
+    /// transaction-scoped advisory lock, taken before the transaction reads anything and
+    /// in READ COMMITTED (whatever the server's default), so that what it reads is what
+    /// the last writer committed; it waits as long as SQLite does.
     pub fn begin_write(&self) -> Result<(), DbError> {
         match self {
             Db::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
             Db::Postgres(pg) => {
-                self.batch(&format!(
-                    "BEGIN; SELECT pg_advisory_xact_lock({PG_WRITE_LOCK})"
-                ))?;
+                let wait = super::BUSY_TIMEOUT.as_millis();
+                let begun = self.batch(&format!(
+                    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = {wait};
+                     SELECT pg_advisory_xact_lock({PG_WRITE_LOCK})"
+                ));
+                if let Err(e) = begun {
+                    // A lock wait that timed out leaves the transaction open and aborted.
+                    let _ = pg.end("ROLLBACK");
+                    return Err(e);
+                }
                 pg.in_transaction.set(true);
+                pg.aborted.set(false);
                 Ok(())
             }
         }
     }
 
     /// Commits durably (SQLite `synchronous=FULL`; PostgreSQL's default
-    /// `synchronous_commit = on`).
+    /// `synchronous_commit = on`). On PostgreSQL a transaction a failure aborted is rolled
+    /// back and the commit is an error, never a success.
     pub fn commit(&self) -> Result<(), DbError> {
-        if let Db::Postgres(pg) = self {
-            pg.in_transaction.set(false);
+        match self {
+            Db::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
+            Db::Postgres(pg) => {
+                if pg.aborted.get() {
+                    let _ = pg.end("ROLLBACK");
+                    return Err(DbError::Aborted);
+                }
+                pg.end("COMMIT")
+            }
         }
-        self.batch("COMMIT")
     }
 
     pub fn rollback(&self) -> Result<(), DbError> {
-        if let Db::Postgres(pg) = self {
-            pg.in_transaction.set(false);
+        match self {
+            Db::Sqlite(c) => Ok(c.execute_batch("ROLLBACK")?),
+            Db::Postgres(pg) => pg.end("ROLLBACK"),
         }
-        self.batch("ROLLBACK")
     }
 
     pub fn in_transaction(&self) -> bool {

@@ -85,26 +85,29 @@ pub(super) const ENROLL_COLS: &str =
 
 impl Store {
     /// Records (or replaces) the AK a host proved lives beside its certified EK.
+    /// Under the write lock, as a retirement is (see [`Store::retire`]).
     pub fn enroll_tpm(&self, e: &TpmEnrollment) -> Result<(), DbError> {
-        self.db.execute(
-            &format!(
+        self.under_write_lock(|| {
+            self.db.execute(
+                &format!(
                 "INSERT INTO tpm_enrollments ({ENROLL_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT(rack, host) DO UPDATE SET ak_public = excluded.ak_public,
                    ak_name = excluded.ak_name, ek_public = excluded.ek_public,
                    ek_certificate = excluded.ek_certificate, ek_issuer = excluded.ek_issuer,
                    enrolled_ms = excluded.enrolled_ms"
             ),
-            vals![
-                &e.rack,
-                &e.host,
-                &e.ak_public,
-                &e.ak_name,
-                &e.ek_public,
-                &e.ek_certificate,
-                &e.ek_issuer,
-                e.enrolled_ms
-            ],
-        )?;
+                vals![
+                    &e.rack,
+                    &e.host,
+                    &e.ak_public,
+                    &e.ak_name,
+                    &e.ek_public,
+                    &e.ek_certificate,
+                    &e.ek_issuer,
+                    e.enrolled_ms
+                ],
+            )
+        })?;
         Ok(())
     }
 
