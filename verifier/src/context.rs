@@ -20,8 +20,9 @@ pub fn load(
     sidecar: Option<TpmSidecar>,
 ) -> Result<Context, DbError> {
     let p = &st.predicate;
-    // Everything at once (one round trip on PostgreSQL); only the baseline's own nonce,
-    // which depends on what the baseline is, is asked after.
+    // What every statement needs, at once (one round trip on PostgreSQL); what depends on
+    // those rows (the last statement before a gap, the baseline's nonce, a rotated key's
+    // first enrolment) is asked after, and only when it is needed.
     let rows = store.judging_rows(&JudgingQuery {
         rack: &hk.rack,
         host: &hk.host,
@@ -39,7 +40,10 @@ pub fn load(
     // elapsed time, across a gap too: a skipped seq must not skip the budget check.
     let baseline = match preds.iter().find(|s| s.pae_sha3 == p.prev) {
         Some(x) => x.statement(),
-        None if p.seq > 0 => rows.before.as_ref().and_then(|s| s.statement()),
+        None if p.seq > 0 => store
+            .before(&hk.rack, &hk.host, p.seq)?
+            .as_ref()
+            .and_then(|s| s.statement()),
         None => None,
     };
     let baseline_earliest_end_ms = match baseline.as_ref().map(|b| &b.predicate) {
@@ -70,7 +74,9 @@ pub fn load(
         // A key the host rotated to does not restart its clocks: they count from the
         // enrollment it rotated from (an operator's enrollment of a new key does, as before).
         enrolled_ms: match row.from_seq {
-            Some(_) => rows.first_enrolled_ms.unwrap_or(hk.enrolled_ms),
+            Some(_) => store
+                .host_first_enrolled_ms(&hk.rack, &hk.host)?
+                .unwrap_or(hk.enrolled_ms),
             None => hk.enrolled_ms,
         },
         same_seq_others,

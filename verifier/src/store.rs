@@ -243,6 +243,20 @@ pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10)
 const STATEMENT_COLS: &str =
     "id, rack, host, seq, pae_sha3, envelope, received_ms, epoch_end_ms, status, result, wipe_ms";
 
+/// The queries [`Store::judging_rows`] asks together and the store's methods ask alone.
+fn by_seq_sql() -> String {
+    format!(
+        "SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND seq = ?3 ORDER BY id"
+    )
+}
+
+fn key_sql() -> String {
+    format!("SELECT {KEY_COLS} FROM host_keys WHERE keyid = ?1")
+}
+
+const NONCE_SQL: &str =
+    "SELECT nonce, rack, host, issued_ms, expires_ms, used_ms FROM nonces WHERE nonce = ?1";
+
 impl Store {
     /// Opens (and makes, or brings up to date) the database `url` names.
     pub fn connect(url: &DatabaseUrl) -> Result<Store, DbError> {
@@ -281,15 +295,7 @@ impl Store {
         };
         // Under the write lock: two instances starting on one database (an old one, or an
         // empty one) make the schema and fill new tables once, not twice.
-        store.db.begin_write()?;
-        let made = store.make_schema();
-        match made {
-            Ok(()) => store.db.commit()?,
-            Err(e) => {
-                let _ = store.db.rollback();
-                return Err(e);
-            }
-        }
+        store.under_write_lock(|| store.make_schema())?;
         Ok(store)
     }
 
@@ -401,27 +407,18 @@ impl Store {
         pubkey_pem: &str,
         now_ms: u64,
     ) -> Result<(), DbError> {
-        self.db.begin_write()?;
-        let done = self
-            .db
-            .execute(
+        self.under_write_lock(|| {
+            self.db.execute(
                 "UPDATE host_keys SET retired_ms = ?1 WHERE rack = ?2 AND host = ?3 AND retired_ms IS NULL AND keyid != ?4",
                 vals![now_ms, rack, host, keyid],
-            )
-            .and_then(|_| {
-                self.db.execute(
-                    "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT(keyid) DO NOTHING",
-                    vals![rack, host, keyid, pubkey_pem, now_ms],
-                )
-            });
-        match done {
-            Ok(_) => self.db.commit(),
-            Err(e) => {
-                self.rollback();
-                Err(e)
-            }
-        }
+            )?;
+            self.db.execute(
+                "INSERT INTO host_keys (rack, host, keyid, pubkey_pem, enrolled_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(keyid) DO NOTHING",
+                vals![rack, host, keyid, pubkey_pem, now_ms],
+            )?;
+            Ok(())
+        })
     }
 
     /// A host's rotation, accepted with the statement at `seq` signed by `old_keyid` that
@@ -454,10 +451,7 @@ impl Store {
     /// The key row of `keyid`, if it is enrolled (or was).
     pub fn host_key(&self, keyid: &str) -> Result<Option<HostKey>, DbError> {
         self.db
-            .query_opt(
-                &format!("SELECT {KEY_COLS} FROM host_keys WHERE keyid = ?1"),
-                vals![keyid],
-            )?
+            .query_opt(&key_sql(), vals![keyid])?
             .as_ref()
             .map(row_key)
             .transpose()
@@ -475,7 +469,8 @@ impl Store {
         Ok(())
     }
 
-    /// Runs `f` holding the write lock: in the open transaction, or in one of its own.
+    /// Runs `f` holding the write lock: in the open transaction, or in one of its own,
+    /// committed if `f` succeeds and rolled back otherwise.
     pub(crate) fn under_write_lock<T>(
         &self,
         f: impl FnOnce() -> Result<T, DbError>,
@@ -484,16 +479,12 @@ impl Store {
             return f();
         }
         self.db.begin_write()?;
-        match f() {
-            Ok(t) => {
-                self.db.commit()?;
-                Ok(t)
-            }
-            Err(e) => {
-                let _ = self.db.rollback();
-                Err(e)
-            }
+        // A failed commit is rolled back too: SQLite may leave its transaction open.
+        let done = f().and_then(|t| self.db.commit().map(|()| t));
+        if done.is_err() {
+            let _ = self.db.rollback();
         }
+        done
     }
 
     pub fn host_keys(&self) -> Result<Vec<HostKey>, DbError> {
@@ -523,10 +514,7 @@ impl Store {
 
     pub fn nonce(&self, nonce: &str) -> Result<Option<NonceRecord>, DbError> {
         self.db
-            .query_opt(
-                "SELECT nonce, rack, host, issued_ms, expires_ms, used_ms FROM nonces WHERE nonce = ?1",
-                vals![nonce],
-            )?
+            .query_opt(NONCE_SQL, vals![nonce])?
             .as_ref()
             .map(row_nonce)
             .transpose()
@@ -591,10 +579,7 @@ impl Store {
         seq: u64,
     ) -> Result<Vec<StoredStatement>, DbError> {
         each(
-            self.db.query(
-                &format!("SELECT {STATEMENT_COLS} FROM statements WHERE rack = ?1 AND host = ?2 AND seq = ?3 ORDER BY id"),
-                vals![rack, host, seq],
-            )?,
+            self.db.query(&by_seq_sql(), vals![rack, host, seq])?,
             row_statement,
         )
     }
@@ -691,16 +676,6 @@ impl Store {
             )?,
             |r| r.u64(0),
         )
-    }
-
-    /// Epoch end of the host's latest statement with a complete wipe.
-    pub fn last_wipe(&self, rack: &str, host: &str) -> Result<Option<u64>, DbError> {
-        self.db
-            .query_one(
-                "SELECT MAX(wipe_ms) FROM statements WHERE rack = ?1 AND host = ?2",
-                vals![rack, host],
-            )?
-            .opt_u64(0)
     }
 
     /// Records that the host's contraindicated statements stored so far are cleared, by whom

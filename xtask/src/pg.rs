@@ -73,11 +73,7 @@ impl Server {
         };
         // A cluster left by a run that was killed (no drop) may still be up in there.
         if server.dir.join("postmaster.pid").exists() {
-            let _ = server
-                .command("pg_ctl")
-                .args(["stop", "-m", "immediate", "-w", "-D"])
-                .arg(&server.dir)
-                .output();
+            let _ = server.stop("immediate");
         }
         match std::fs::remove_dir_all(&server.dir) {
             Ok(()) => {}
@@ -144,6 +140,14 @@ impl Server {
 
     /// `bin/<tool>`, as the `postgres` user when this process is root. Run from inside the
     /// cluster directory: the `postgres` user may not be able to enter the caller's.
+    /// `pg_ctl stop` of the cluster in `dir`, in shutdown `mode`, waiting for it.
+    fn stop(&self, mode: &str) -> std::io::Result<std::process::Output> {
+        self.command("pg_ctl")
+            .args(["stop", "-m", mode, "-w", "-D"])
+            .arg(&self.dir)
+            .output()
+    }
+
     fn command(&self, tool: &str) -> Command {
         let exe = self.bin.join(tool);
         let mut cmd = if self.as_postgres {
@@ -189,11 +193,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         // Only a cluster that was started has a postmaster.pid to stop.
         if self.dir.join("postmaster.pid").exists() {
-            let stopped = self
-                .command("pg_ctl")
-                .args(["stop", "-m", "fast", "-w", "-D"])
-                .arg(&self.dir)
-                .output();
+            let stopped = self.stop("fast");
             match stopped {
                 Ok(out) if out.status.success() => {}
                 Ok(out) => eprintln!(

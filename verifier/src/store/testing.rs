@@ -16,15 +16,6 @@ pub fn postgres_server() -> Option<String> {
     std::env::var(POSTGRES_ENV).ok().filter(|s| !s.is_empty())
 }
 
-/// Which backend this run's tests use, for messages.
-pub fn backend() -> &'static str {
-    if postgres_server().is_some() {
-        "postgresql"
-    } else {
-        "sqlite"
-    }
-}
-
 /// A new, empty database: on the run's PostgreSQL server (a database named after `label`,
 /// this process and a counter), or else the SQLite file `sqlite_path` (removed first).
 pub fn fresh_database(label: &str, sqlite_path: &Path) -> Result<DatabaseUrl, DbError> {

@@ -80,7 +80,11 @@ pub(super) fn row_position(r: &Row) -> Result<TpmPosition, DbError> {
     })
 }
 
-pub(super) const ENROLL_COLS: &str =
+pub(super) fn enrollment_sql() -> String {
+    format!("SELECT {ENROLL_COLS} FROM tpm_enrollments WHERE rack = ?1 AND host = ?2")
+}
+
+const ENROLL_COLS: &str =
     "rack, host, ak_public, ak_name, ek_public, ek_certificate, ek_issuer, enrolled_ms";
 
 impl Store {
@@ -113,10 +117,7 @@ impl Store {
 
     pub fn tpm_enrollment(&self, rack: &str, host: &str) -> Result<Option<TpmEnrollment>, DbError> {
         self.db
-            .query_opt(
-                &format!("SELECT {ENROLL_COLS} FROM tpm_enrollments WHERE rack = ?1 AND host = ?2"),
-                vals![rack, host],
-            )?
+            .query_opt(&enrollment_sql(), vals![rack, host])?
             .map(|r| row_enrollment(&r, 0))
             .transpose()
     }
