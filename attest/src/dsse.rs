@@ -4,6 +4,8 @@
 //! those bytes only: the envelope is never re-parsed after verification (the type confusion
 //! behind cosign's CVE-2022-35929).
 
+use std::borrow::Cow;
+
 use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 
@@ -70,7 +72,7 @@ pub fn sign_chained(key: &SigningKey, payload_type: &str, body: &[u8]) -> (Envel
 fn sign_pae(key: &SigningKey, payload_type: &str, body: &[u8], pae: &[u8]) -> Envelope {
     let sig = key.sign(pae);
     Envelope {
-        payload: B64.encode(body),
+        payload: base64_simd::STANDARD.encode_to_string(body),
         payload_type: payload_type.to_string(),
         signatures: vec![Signature {
             keyid: keyid(&key.verifying_key()),
@@ -164,15 +166,42 @@ pub enum EnvelopeError {
     BadSignature,
 }
 
+/// [`Envelope`] borrowing its strings from the line it is read from, where they hold no
+/// escapes (always, for what rackwarden writes): verifying then copies the payload's base64
+/// nowhere. It accepts and refuses exactly what [`Envelope`] does (a test holds them equal).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvelopeRef<'a> {
+    #[serde(borrow)]
+    payload: Cow<'a, str>,
+    #[serde(rename = "payloadType", borrow)]
+    payload_type: Cow<'a, str>,
+    #[serde(borrow)]
+    signatures: Vec<SignatureRef<'a>>,
+    #[serde(default)]
+    #[allow(dead_code)] // Read so that a malformed sidecar is refused here as well.
+    tpm: Option<crate::tpm::TpmSidecar>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignatureRef<'a> {
+    #[serde(borrow)]
+    keyid: Cow<'a, str>,
+    #[serde(borrow)]
+    sig: Cow<'a, str>,
+}
+
 /// Parses and verifies one envelope against `key` and `expected_type`.
 pub fn verify(
     json: &[u8],
     key: &VerifyingKey,
     expected_type: &str,
 ) -> Result<Verified, EnvelopeError> {
-    let env: Envelope =
+    let env: EnvelopeRef =
         serde_json::from_slice(json).map_err(|e| EnvelopeError::Json(e.to_string()))?;
-    verify_envelope(&env, key, expected_type)
+    let sigs = env.signatures.iter().map(|s| (&*s.keyid, &*s.sig));
+    verify_parts(&env.payload_type, &env.payload, sigs, key, expected_type)
 }
 
 pub fn verify_envelope(
@@ -180,22 +209,43 @@ pub fn verify_envelope(
     key: &VerifyingKey,
     expected_type: &str,
 ) -> Result<Verified, EnvelopeError> {
-    if env.payload_type != expected_type {
+    let sigs = env.signatures.iter().map(|s| (&*s.keyid, &*s.sig));
+    verify_parts(&env.payload_type, &env.payload, sigs, key, expected_type)
+}
+
+/// Decodes standard base64 as the `base64` crate's `STANDARD` does (padded, canonical: no
+/// stray bits in the last symbol; a test holds the two equal), with SIMD; a refusal is worded
+/// by the `base64` crate, which names the offending byte's offset.
+pub fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    match base64_simd::STANDARD.decode_to_vec(text) {
+        Ok(bytes) => Ok(bytes),
+        Err(_) => B64.decode(text),
+    }
+}
+
+/// The check itself, over an envelope's fields: (keyid, sig) per signature.
+fn verify_parts<'s>(
+    payload_type: &str,
+    payload_b64: &str,
+    signatures: impl Iterator<Item = (&'s str, &'s str)>,
+    key: &VerifyingKey,
+    expected_type: &str,
+) -> Result<Verified, EnvelopeError> {
+    if payload_type != expected_type {
         return Err(EnvelopeError::WrongPayloadType {
-            found: env.payload_type.clone(),
+            found: payload_type.to_string(),
             expected: expected_type.to_string(),
         });
     }
-    let payload = B64
-        .decode(&env.payload)
-        .map_err(|e| EnvelopeError::PayloadBase64(e.to_string()))?;
+    let payload =
+        decode_base64(payload_b64).map_err(|e| EnvelopeError::PayloadBase64(e.to_string()))?;
     // The type that goes into PAE is the one we just checked: the signature covers it.
-    let pae = pae(&env.payload_type, &payload);
+    let pae = pae(payload_type, &payload);
     let ours = keyid(key);
     let mut last_err = EnvelopeError::NoSignature;
-    for s in &env.signatures {
+    for (keyid, sig) in signatures {
         let sig = B64
-            .decode(&s.sig)
+            .decode(sig)
             .ok()
             .and_then(|b| <[u8; 64]>::try_from(b.as_slice()).ok())
             .map(|b| ed25519_dalek::Signature::from_bytes(&b));
@@ -204,7 +254,7 @@ pub fn verify_envelope(
             continue;
         };
         let good = key.verify_strict(&pae, &sig).is_ok();
-        last_err = match (good, s.keyid == ours) {
+        last_err = match (good, keyid == ours) {
             (true, true) => {
                 return Ok(Verified {
                     payload,
@@ -212,11 +262,11 @@ pub fn verify_envelope(
                 });
             }
             (true, false) => EnvelopeError::KeyIdMismatch {
-                keyid: s.keyid.clone(),
+                keyid: keyid.to_string(),
             },
             (false, true) => EnvelopeError::BadSignature,
             (false, false) => EnvelopeError::WrongKey {
-                keyid: s.keyid.clone(),
+                keyid: keyid.to_string(),
                 expected: ours.clone(),
             },
         };
@@ -268,6 +318,81 @@ mod tests {
         assert_eq!(
             verify_envelope(&other, &k.verifying_key(), MANIFEST_PAYLOAD_TYPE).unwrap_err(),
             EnvelopeError::BadSignature
+        );
+    }
+
+    #[test]
+    fn the_borrowing_reader_accepts_and_refuses_what_envelope_does() {
+        let k = crate::keys::generate();
+        let env = sign(&k, INTOTO_PAYLOAD_TYPE, b"{\"x\":1}");
+        let line = String::from_utf8(env.to_json()).unwrap();
+        let sig = &env.signatures[0];
+        let cases = [
+            line.clone(),
+            // Escapes the writer never makes but JSON allows: the reader copies those strings.
+            line.replace("application/vnd", "application\\/vnd"),
+            line.replacen(
+                &sig.sig[..4],
+                &format!("\\u00{:x}{}", sig.sig.as_bytes()[0], &sig.sig[1..4]),
+                1,
+            ),
+            line.replace("}]}", "}],\"x\":1}"),
+            line.replace("}]}", "}],\"tpm\":{}}"),
+            line.replace("}]}", "}],\"tpm\":null}"),
+            line.replace("\"}]", "\",\"x\":1}]"),
+            line.replace(",\"payloadType\"", ",\"payloadType\":\"a\",\"payloadType\""),
+            line.replace(
+                "\"signatures\":[",
+                "\"signatures\":[{\"keyid\":\"aa\",\"sig\":\"!\"},",
+            ),
+            line.replace("\"signatures\":[", "\"signatures\":[],\"z\":["),
+            r#"{"payload":"","payloadType":"t"}"#.into(),
+            "[]".into(),
+        ];
+        // The escaped lines are still good envelopes, read through copies.
+        for case in &cases[..3] {
+            assert!(verify(case.as_bytes(), &k.verifying_key(), INTOTO_PAYLOAD_TYPE).is_ok());
+        }
+        assert_ne!(cases[1], cases[0]);
+        assert_ne!(cases[2], cases[0]);
+        for case in cases {
+            let owned = serde_json::from_str::<Envelope>(&case)
+                .map_err(|e| EnvelopeError::Json(e.to_string()))
+                .and_then(|e| verify_envelope(&e, &k.verifying_key(), INTOTO_PAYLOAD_TYPE));
+            let borrowed = verify(case.as_bytes(), &k.verifying_key(), INTOTO_PAYLOAD_TYPE);
+            match (&owned, &borrowed) {
+                (Ok(a), Ok(b)) => assert_eq!((&a.payload, a.pae_sha3), (&b.payload, b.pae_sha3)),
+                (Err(EnvelopeError::Json(_)), Err(EnvelopeError::Json(_))) => {}
+                (Err(a), Err(b)) => assert_eq!(a, b, "{case}"),
+                _ => panic!("{case}: {owned:?} against {borrowed:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn simd_base64_decodes_what_the_base64_crate_decodes() {
+        use proptest::prelude::*;
+        // Canonical and not (stray bits in the last symbol), padded and not, and junk.
+        let text = proptest::string::string_regex("[A-Za-z0-9+/=._ -]{0,24}").unwrap();
+        proptest!(ProptestConfig::with_cases(4096), |(s in text)| {
+            let ours = decode_base64(&s);
+            let scalar = B64.decode(&s);
+            prop_assert_eq!(ours.is_ok(), scalar.is_ok(), "{}", s);
+            if let (Ok(a), Ok(b)) = (&ours, &scalar) {
+                prop_assert_eq!(a, b);
+            }
+        });
+        for bytes in 0..100u8 {
+            let data: Vec<u8> = (0..bytes).map(|b| b.wrapping_mul(37)).collect();
+            let text = B64.encode(&data);
+            assert_eq!(decode_base64(&text).unwrap(), data);
+            assert_eq!(base64_simd::STANDARD.encode_to_string(&data), text);
+        }
+        // Stray bits: "QR==" decodes to the same byte as "QQ==" but is not canonical.
+        assert!(decode_base64("QR==").is_err());
+        assert_eq!(
+            decode_base64("QQ=!").unwrap_err().to_string(),
+            B64.decode("QQ=!").unwrap_err().to_string()
         );
     }
 

@@ -194,12 +194,57 @@ pub struct CapInForce {
     pub generation: u32,
 }
 
+/// Written as one flat object (`{"direction":"egress","passed_bytes":...}`), read and written
+/// through [`DirectionCountersWire`]: `#[serde(flatten)]` would buffer the object to read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "DirectionCountersWire", into = "DirectionCountersWire")]
 pub struct DirectionCounters {
     pub direction: Direction,
-    #[serde(flatten)]
     pub counters: LimiterCounters,
+}
+
+/// [`DirectionCounters`] as it is written, field for field in the same order.
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DirectionCountersWire {
+    direction: Direction,
+    passed_bytes: u64,
+    passed_packets: u64,
+    dropped_bytes: u64,
+    dropped_packets: u64,
+    unconfigured_drops: u64,
+    contention_drops: u64,
+}
+
+impl From<DirectionCountersWire> for DirectionCounters {
+    fn from(w: DirectionCountersWire) -> Self {
+        DirectionCounters {
+            direction: w.direction,
+            counters: LimiterCounters {
+                passed_bytes: w.passed_bytes,
+                passed_packets: w.passed_packets,
+                dropped_bytes: w.dropped_bytes,
+                dropped_packets: w.dropped_packets,
+                unconfigured_drops: w.unconfigured_drops,
+                contention_drops: w.contention_drops,
+            },
+        }
+    }
+}
+
+impl From<DirectionCounters> for DirectionCountersWire {
+    fn from(d: DirectionCounters) -> Self {
+        let c = d.counters;
+        DirectionCountersWire {
+            direction: d.direction,
+            passed_bytes: c.passed_bytes,
+            passed_packets: c.passed_packets,
+            dropped_bytes: c.dropped_bytes,
+            dropped_packets: c.dropped_packets,
+            unconfigured_drops: c.unconfigured_drops,
+            contention_drops: c.contention_drops,
+        }
+    }
 }
 
 /// Whether a protection is in place (never assumed).
@@ -310,11 +355,46 @@ pub struct LimiterEvidence {
 }
 
 /// The limiter part of a statement: present with its evidence, or absent with the reason.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Read in one pass (`crate::tagged`): the evidence is most of a statement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum LimiterReport {
     Present(Box<LimiterEvidence>),
     Absent { finding: String },
+}
+
+impl crate::tagged::Tagged for LimiterReport {
+    const TAG: &'static str = "state";
+    const VARIANTS: &'static [&'static str] = &["present", "absent"];
+    const EXPECTING: &'static str = "a limiter report";
+    fn variant<'de, D: serde::Deserializer<'de>>(
+        index: usize,
+        fields: D,
+    ) -> Result<Self, D::Error> {
+        /// Like serde's derive for this enum, which has no `deny_unknown_fields`: other
+        /// fields are ignored, but not a second tag.
+        #[derive(Deserialize)]
+        struct Absent {
+            finding: String,
+            #[serde(default)]
+            state: Option<serde::de::IgnoredAny>,
+        }
+        if index == 0 {
+            LimiterEvidence::deserialize(fields).map(|e| LimiterReport::Present(Box::new(e)))
+        } else {
+            let a = Absent::deserialize(fields)?;
+            if a.state.is_some() {
+                return Err(serde::de::Error::duplicate_field("state"));
+            }
+            Ok(LimiterReport::Absent { finding: a.finding })
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LimiterReport {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::tagged::deserialize(d)
+    }
 }
 
 /// How a device's wipe ended; only `complete` with no mismatches is a wipe of the bytes

@@ -28,15 +28,19 @@ pub mod result;
 pub mod schema;
 pub mod statement;
 pub mod storage;
+mod tagged;
 pub mod tlog;
 pub mod tpm;
 pub mod units;
 pub mod verify;
 
+/// The SHA3-256 every part of rackwarden uses (chain links, keyids, image digests):
+/// CRYPTOGAMS' Keccak assembly, through the `digest` traits.
+pub use keccak_asm::{Digest, Sha3_256};
+
 /// SHA3-256 of `data`.
 pub fn sha3(data: &[u8]) -> [u8; 32] {
-    use sha3::Digest;
-    sha3::Sha3_256::digest(data).into()
+    Sha3_256::digest(data).into()
 }
 
 /// Now, in unix milliseconds (the time unit of every statement, gap and nonce).

@@ -22,7 +22,9 @@ use std::{
     },
 };
 
-use sha3::{Digest, Sha3_256};
+use keccak_asm::Digest;
+
+use crate::Sha3_256;
 
 pub const CHUNK: usize = 1 << 20;
 pub const DOMAIN: &[u8] = b"rackwarden/merkle-sha3-256/v1";

@@ -12,8 +12,8 @@
 //! independent reference (hashlib + openssl) and the known answers below come from it.
 
 use aes::cipher::{BlockEncrypt, KeyInit, generic_array::GenericArray};
+use rackwarden_attest::{Digest as _, Sha3_256};
 use rackwarden_common::wipe::{self as common, SEGMENT_BYTES, SegmentSeed};
-use sha3::{Digest, Sha3_256};
 
 pub const DOMAIN: &[u8] = b"rackwarden/wipe-stream/v2";
 /// The unit of mismatch counting (one differing byte = one bad 16-byte block).
