@@ -72,6 +72,11 @@ impl PinRootLock {
             root: root.to_path_buf(),
             source,
         };
+        // The lock comes before the loader, which would mount bpffs: on a host where nothing
+        // mounted it (a container, a minimal guest) the pin root cannot be made in sysfs.
+        if root.starts_with(BPFFS) {
+            crate::pins::ensure_bpffs().map_err(io)?;
+        }
         std::fs::create_dir_all(root).map_err(io)?;
         let dir = match std::fs::File::open(root) {
             Ok(d) => d,
