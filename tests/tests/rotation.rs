@@ -80,8 +80,9 @@ fn next_statement(
         &body,
     )));
     p.challenge = Challenge::Unchallenged;
+    // It ends now, not in the future: the daemon's next epoch starts after it.
     p.epoch_start_unix_ms = p.epoch_end_unix_ms;
-    p.epoch_end_unix_ms += 1000;
+    p.epoch_end_unix_ms = rackwarden_attest::now_ms().max(p.epoch_start_unix_ms);
     p.next_key = next_key;
     p.wipe = None;
     p.images = None;
