@@ -22,9 +22,7 @@ use std::{
     },
 };
 
-use keccak_asm::Digest;
-
-use crate::Sha3_256;
+use crate::{Digest, Sha3_256};
 
 pub const CHUNK: usize = 1 << 20;
 pub const DOMAIN: &[u8] = b"rackwarden/merkle-sha3-256/v1";
