@@ -285,7 +285,7 @@ impl Store {
             // so one host's statements are appraised in chain order whichever instance gets
             // them) instead of failing at once with SQLITE_BUSY.
             conn.busy_timeout(BUSY_TIMEOUT)?;
-            conn.pragma_update(None, "journal_mode", "WAL")?;
+            use_wal(conn)?;
             conn.pragma_update(None, "synchronous", "FULL")?;
         }
         let store = Store {
@@ -882,6 +882,25 @@ fn migrate_old_sqlite(conn: &rusqlite::Connection) -> Result<(), DbError> {
     Ok(())
 }
 
+/// Switches a SQLite database to write-ahead logging. The switch needs the file to itself,
+/// and SQLite answers SQLITE_BUSY at once, without waiting in its busy handler, while another
+/// connection reads it or is switching it too (two instances starting on one new file): the
+/// switch is retried for as long as a writer would wait for the lock.
+fn use_wal(conn: &rusqlite::Connection) -> Result<(), DbError> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            done => return Ok(done?),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -892,7 +911,7 @@ mod tests {
     fn instances_opening_a_new_database_at_once_make_it_once() {
         let url = testing::database("schema_race").unwrap();
         let opened: Vec<Result<Store, DbError>> = std::thread::scope(|sc| {
-            let handles: Vec<_> = (0..4).map(|_| sc.spawn(|| Store::connect(&url))).collect();
+            let handles: Vec<_> = (0..8).map(|_| sc.spawn(|| Store::connect(&url))).collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         let stores: Vec<Store> = opened.into_iter().map(|s| s.unwrap()).collect();
