@@ -16,9 +16,15 @@ use rackwarden_attest::{
 use super::{Abort, EpochCommand, EpochLoop, EpochState, journal};
 use crate::config::{Config, epoch::EpochConfig};
 
+/// How long the first epoch of a run waits for the AK's enrolment (`await_first_enrolment`):
+/// an enrolment is two requests to the verifier and a credential activation in the TPM.
+#[cfg(feature = "tpm")]
+const FIRST_ENROLMENT_WAIT: Duration = Duration::from_secs(20);
+
 impl EpochLoop {
     pub(super) fn run(mut self, stop: &AtomicBool, commands: mpsc::Receiver<EpochCommand>) {
         self.enrol_tpm();
+        self.await_first_enrolment(stop);
         while !stop.load(Ordering::SeqCst) {
             let trigger = match self.trigger_now.take() {
                 Some(t) => Some(t),
@@ -117,6 +123,28 @@ impl EpochLoop {
             });
             self.publish_ak_enrolment(changed);
         }
+    }
+
+    /// Before the first epoch of a run: waits for the enrolment attempt just started, up to
+    /// `FIRST_ENROLMENT_WAIT`. A statement quoted by an AK the verifier does not know yet is
+    /// judged without a root of trust (`ak_not_enrolled`): on an honest host that has just
+    /// started, a false alarm whenever the first epoch outran its enrolment (seen in a slow
+    /// guest). A failed attempt (an unreachable verifier, a refusal) ends the wait at once;
+    /// after the bound the epoch runs anyway and is judged as it stands.
+    fn await_first_enrolment(&mut self, stop: &AtomicBool) {
+        #[cfg(feature = "tpm")]
+        {
+            let until = std::time::Instant::now() + FIRST_ENROLMENT_WAIT;
+            while self.enrolment.as_ref().is_some_and(|e| e.is_running())
+                && !stop.load(Ordering::SeqCst)
+                && std::time::Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(20));
+                self.collect_tpm_enrolment();
+            }
+        }
+        #[cfg(not(feature = "tpm"))]
+        let _ = stop;
     }
 
     /// Logs the outcome of an enrolment attempt as soon as it is known.

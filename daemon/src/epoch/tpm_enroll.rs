@@ -218,6 +218,11 @@ impl TpmEnrolment {
         matches!(self.state, State::Enrolled)
     }
 
+    /// An attempt is under way and its outcome not yet collected.
+    pub fn is_running(&self) -> bool {
+        matches!(self.state, State::Running(_))
+    }
+
     /// Logs the outcome of an attempt that has finished, and returns it for the status;
     /// never waits for one.
     pub fn collect(&mut self) -> Option<AkEnrolment> {
