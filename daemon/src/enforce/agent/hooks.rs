@@ -59,6 +59,20 @@ impl Agent {
         Ok(())
     }
 
+    /// After a tamper report: the policer's hooks before anything else, because traffic
+    /// crosses uncapped from the moment a detach returns until ours is back (what the watch
+    /// exists to shorten). The whole check ([`Agent::check_hooks`]) follows at once and
+    /// finds these hooks in place.
+    pub fn restore_hooks_first(&mut self) -> Result<(), AgentError> {
+        let now = now_ms();
+        for iface in self.cfg.interfaces.clone() {
+            for d in Direction::ALL {
+                self.check_hook(&iface, d, false, now);
+            }
+        }
+        self.check_hooks(false)
+    }
+
     /// The config map first: a foreign write is undone before anything else.
     fn restore_config_map(&mut self, now: u64) -> Result<(), AgentError> {
         for d in Direction::ALL {

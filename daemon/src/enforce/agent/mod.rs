@@ -257,13 +257,23 @@ impl Agent {
                     let _ = reply.send(self.handle(req));
                 }
                 Ok(Wake::Tamper(ev)) => {
-                    // Several reports of one attack come in a burst: one check serves them.
+                    // Several reports of one attack come in a burst: one check serves every
+                    // report taken before it. A request among them is answered after the
+                    // check, never dropped.
                     let mut reports = 1;
-                    while let Ok(Wake::Tamper(_)) = rx.try_recv() {
-                        reports += 1;
+                    let mut requests = Vec::new();
+                    loop {
+                        match rx.try_recv() {
+                            Ok(Wake::Tamper(_)) => reports += 1,
+                            Ok(Wake::Request(r)) => requests.push(r),
+                            Err(_) => break,
+                        }
                     }
                     let gaps_before = self.gaps.gaps.len();
-                    self.check_hooks(false)?;
+                    self.restore_hooks_first()?;
+                    for (req, reply) in requests {
+                        let _ = reply.send(self.handle(req));
+                    }
                     next_check = Instant::now() + self.cfg.check_interval;
                     // Most bpf() calls on a host are other tools' own business (`bpftool`,
                     // `rackwarden status`): only a call that changed one of our hooks (the
