@@ -302,6 +302,23 @@ burst = "{burst}"
         (b + p * UDP_FRAME_OVERHEAD, window_secs(&[sent]))
     }
 
+    /// [`Net::egress_flood`] with `act` run `after` the flood started, while it runs.
+    pub fn egress_flood_during(
+        &self,
+        secs: f64,
+        after: Duration,
+        act: impl FnOnce(),
+    ) -> (u64, f64) {
+        let sink = UdpSink::start(&self.out_ns, OUT_ADDR);
+        let dst: SocketAddr = format!("{OUT_ADDR}:{}", sink.port).parse().unwrap();
+        let flood = udp_send(&self.rack_ns, dst, 1400, secs, None, None);
+        thread::sleep(after);
+        act();
+        let sent = flood.join().unwrap();
+        let (b, p) = sink.finish();
+        (b + p * UDP_FRAME_OVERHEAD, window_secs(&[sent]))
+    }
+
     pub fn pins(&self) -> rackwarden::pins::PinPaths {
         rackwarden::pins::PinPaths::new(&self.pin_root)
     }

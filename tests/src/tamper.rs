@@ -5,6 +5,7 @@
 use std::{
     os::fd::{AsRawFd as _, OwnedFd},
     process::Command,
+    time::{Duration, Instant},
 };
 
 use rackwarden::limiter::{
@@ -39,17 +40,7 @@ impl Hook {
 /// An error carries the errno of the refusal (EPERM under the BPF LSM guard).
 pub fn detach(net: &Net, hook: Hook, dir: Direction) -> std::io::Result<()> {
     match hook {
-        Hook::Tcx => {
-            let link = raw::obj_get(&net.pins().link(&net.rack_if, dir))?;
-            let mut a = [0u8; 128];
-            a[0..4].copy_from_slice(&(link.as_raw_fd() as u32).to_ne_bytes());
-            // SAFETY: BPF_LINK_DETACH (34) on a link fd we opened.
-            let r = unsafe { libc::syscall(libc::SYS_bpf, 34, a.as_mut_ptr(), a.len()) };
-            if r != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        }
+        Hook::Tcx => link_detach(&raw::obj_get(&net.pins().link(&net.rack_if, dir))?),
         Hook::Clsact => {
             let out = Command::new("ip")
                 .args(["netns", "exec", &net.rack_ns, "tc", "filter", "del", "dev"])
@@ -61,6 +52,58 @@ pub fn detach(net: &Net, hook: Hook, dir: Direction) -> std::io::Result<()> {
             tool_result("tc filter del", &out)
         }
     }
+}
+
+/// `bpf(BPF_LINK_DETACH)` on a link fd.
+fn link_detach(link: &OwnedFd) -> std::io::Result<()> {
+    let mut a = [0u8; 128];
+    a[0..4].copy_from_slice(&(link.as_raw_fd() as u32).to_ne_bytes());
+    // SAFETY: BPF_LINK_DETACH (34) on a link fd we hold, with an attr buffer of its size.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, 34, a.as_mut_ptr(), a.len()) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// One timed `bpf(BPF_LINK_DETACH)` of our tcx egress link.
+#[derive(Debug, Clone, Copy)]
+pub struct DetachTiming {
+    /// How long the call itself took. tcx unpublishes our program at the start of the call
+    /// and waits for an RCU grace period before it returns: no watch at the call's return
+    /// can see this part, and traffic crosses uncapped throughout it.
+    pub call: Duration,
+    /// From the call's return until a query of the hook shows ours again. The query waits
+    /// for the RTNL lock our own attach holds through its grace period, so this is an upper
+    /// bound on when our program was running again.
+    pub back_after: Duration,
+}
+
+/// Detaches our tcx egress link from the rack namespace and queries the hook in a tight
+/// loop until ours is back; `None` when it is not back within `limit`. tcx only: on clsact
+/// the detach is a netlink delete the watch does not see.
+pub fn timed_tcx_detach(net: &Net, limit: Duration) -> std::io::Result<Option<DetachTiming>> {
+    use aya::programs::{SchedClassifier, TcAttachType};
+    let pin = net.pins().link(&net.rack_if, Direction::Egress);
+    let iface = net.rack_if.clone();
+    in_netns(&net.rack_ns, move || {
+        let ours = Direction::Egress.prog_name();
+        let link = raw::obj_get(&pin)?;
+        let called = Instant::now();
+        link_detach(&link)?;
+        let returned = Instant::now();
+        while returned.elapsed() < limit {
+            let (_, on_hook) = SchedClassifier::query_tcx(&iface, TcAttachType::Egress)
+                .map_err(std::io::Error::other)?;
+            if on_hook.iter().any(|p| p.name_as_str() == Some(ours)) {
+                return Ok(Some(DetachTiming {
+                    call: returned - called,
+                    back_after: returned.elapsed(),
+                }));
+            }
+        }
+        Ok(None)
+    })
 }
 
 /// A command-line tool's outcome as an errno: EPERM when it says "Operation not permitted".
