@@ -1018,7 +1018,17 @@ fn the_epoch_loop_quotes_every_statement_and_enrols_its_ak() {
                 .filter(|v| v.seq == seq)
         })
     };
-    verdict_of(0);
+    // The first epoch waited for the AK's enrolment, so even the first statement's quote is
+    // checked against the enrolled AK.
+    let first = verdict_of(0);
+    for code in ["quote_missing", "ak_not_enrolled", "quote_invalid"] {
+        assert!(
+            !first.findings.iter().any(|f| f == code),
+            "seq 0: {code} in {:?}\n{}",
+            first.findings,
+            v.log()
+        );
+    }
     // The status says what the statements say, and where the enrolment stands.
     let status = wait_for(60, "AK enrolment in the status", || {
         handle
@@ -1073,13 +1083,19 @@ fn the_epoch_loop_quotes_every_statement_and_enrols_its_ak() {
     let text = std::fs::read_to_string(cfg.state_paths().evidence_log()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2);
-    for line in &lines {
+    for (seq, line) in lines.iter().enumerate() {
         let env: Envelope = serde_json::from_str(line).unwrap();
-        // Both ship the list from the boot aggregate: the first after the start, the second
-        // because the AK was enrolled since (the verifier could check nothing before it).
+        // The first ships the list from the boot aggregate (the first after the start, and
+        // the first after the enrolment it waited for); the second only what was measured
+        // since, here nothing.
         let sidecar = env.tpm.as_ref().expect("a quote").decode().unwrap();
-        let (offset, entries) = sidecar.ima.expect("IMA entries");
-        assert_eq!((offset, entries), (0, vec![boot.clone()]), "{line}");
+        let shipped = sidecar.ima.expect("IMA entries");
+        let want = if seq == 0 {
+            (0, vec![boot.clone()])
+        } else {
+            (1, vec![])
+        };
+        assert_eq!(shipped, want, "seq {seq}: {line}");
         let verifier_key = rackwarden_attest::keys::load_verifying_key(&pub_path).unwrap();
         let verified =
             dsse::verify_envelope(&env, &verifier_key, dsse::INTOTO_PAYLOAD_TYPE).unwrap();
