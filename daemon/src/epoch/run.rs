@@ -139,6 +139,9 @@ impl EpochLoop {
                 && !stop.load(Ordering::SeqCst)
                 && std::time::Instant::now() < until
             {
+                // Alive while it waits: the watchdog's liveness check reads this beat, and
+                // `WatchdogSec=` may be shorter than the wait.
+                self.heartbeat_ms.store(now_ms(), Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(20));
                 self.collect_tpm_enrolment();
             }
