@@ -293,13 +293,7 @@ burst = "{burst}"
     /// Floods rack -> outside with 1400-byte UDP datagrams for `secs`; returns the frame bytes
     /// that arrived and the sender's window in seconds.
     pub fn egress_flood(&self, secs: f64) -> (u64, f64) {
-        let sink = UdpSink::start(&self.out_ns, OUT_ADDR);
-        let dst: SocketAddr = format!("{OUT_ADDR}:{}", sink.port).parse().unwrap();
-        let sent = udp_send(&self.rack_ns, dst, 1400, secs, None, None)
-            .join()
-            .unwrap();
-        let (b, p) = sink.finish();
-        (b + p * UDP_FRAME_OVERHEAD, window_secs(&[sent]))
+        self.egress_flood_during(secs, Duration::ZERO, || {})
     }
 
     /// [`Net::egress_flood`] with `act` run `after` the flood started, while it runs.

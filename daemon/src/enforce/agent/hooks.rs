@@ -42,14 +42,7 @@ impl Agent {
         self.gaps.flush();
         self.restore_config_map(now)?;
         self.restore_refusal(at_start, now);
-        let mut degraded = false;
-        for iface in self.cfg.interfaces.clone() {
-            for d in Direction::ALL {
-                if !self.check_hook(&iface, d, at_start, now) {
-                    degraded = true;
-                }
-            }
-        }
+        let degraded = !self.check_every_hook(at_start, now);
         self.guard.keep_sealed(
             self.cfg.self_protection,
             self.limiter.pins(),
@@ -61,16 +54,23 @@ impl Agent {
 
     /// After a tamper report: the policer's hooks before anything else, because traffic
     /// crosses uncapped from the moment a detach returns until ours is back (what the watch
-    /// exists to shorten). The whole check ([`Agent::check_hooks`]) follows at once and
-    /// finds these hooks in place.
+    /// exists to shorten). The whole check ([`Agent::check_hooks`]) follows at once; it looks
+    /// at the hooks again, because restoring the config map may attach a new generation.
     pub fn restore_hooks_first(&mut self) -> Result<(), AgentError> {
-        let now = now_ms();
+        self.check_every_hook(false, now_ms());
+        self.check_hooks(false)
+    }
+
+    /// [`Agent::check_hook`] on every configured interface, both directions; whether all of
+    /// them are enforcing (every hook is checked even after one fails).
+    fn check_every_hook(&mut self, at_start: bool, now: u64) -> bool {
+        let mut enforcing = true;
         for iface in self.cfg.interfaces.clone() {
             for d in Direction::ALL {
-                self.check_hook(&iface, d, false, now);
+                enforcing &= self.check_hook(&iface, d, at_start, now);
             }
         }
-        self.check_hooks(false)
+        enforcing
     }
 
     /// The config map first: a foreign write is undone before anything else.
