@@ -1,6 +1,6 @@
 //! Builds the two device-side programs and leaves them in `$OUT_DIR`:
 //! - the eBPF policer (`../ebpf`) for `bpfel-unknown-none`: `rackwarden-ebpf`, embedded by
-//!   `limiter::loader` with `include_bytes!`, and the BPF LSM guard `rackwarden-guard`,
+//!   `limiter::loader` with `include_bytes!`, and the guard `rackwarden-guard`,
 //!   embedded by `guard`;
 //! - the GPU wipe kernels (`../gpu-kernel`) for `nvptx64-nvidia-cuda`, as PTX text:
 //!   `rackwarden-wipe.ptx`, embedded by `wipe::gpu` and compiled by the CUDA driver at run

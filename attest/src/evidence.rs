@@ -128,19 +128,25 @@ pub struct SelfProtection {
     pub poll_interval_ms: u64,
     /// The counter sample interval behind `detected_on_sample`.
     pub sample_interval_ms: u64,
-    /// Whether `bpf` is among the kernel's active LSMs (what `refused` for detaches needs).
+    /// Whether `bpf` is among the kernel's active LSMs: a guard sealed as BPF LSM programs
+    /// (`attach: lsm`) refuses nothing without it; one sealed as `fmod_ret` does not need it.
     pub bpf_lsm_active: bool,
-    /// The BPF LSM guard behind the `refused` levels, or why there is none.
+    /// The guard behind the `refused` levels (BPF LSM or fmod_ret), or why there is none.
     #[serde(default)]
     pub lsm_guard: LsmGuard,
 }
 
-/// The daemon's BPF LSM guard (`self_protection` in the daemon's config).
+/// The daemon's guard (`self_protection` in the daemon's config): BPF LSM programs, or the
+/// same programs as `fmod_ret` on `security_*` (the enum keeps its first name: it is in the
+/// statements).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case", deny_unknown_fields)]
 pub enum LsmGuard {
     /// In force: these LSM hooks refuse tampering for every process but the daemon.
     Sealed {
+        /// Where its programs run (absent in statements from daemons that had only BPF LSM).
+        #[serde(default)]
+        attach: GuardAttach,
         hooks: Vec<String>,
         /// Arguments of the kernel's `bpf` hook (3 on 6.1, 4 from 6.9), from its BTF.
         bpf_hook_args: usize,
@@ -154,6 +160,28 @@ pub enum LsmGuard {
     /// A statement from a daemon that predates the guard.
     #[default]
     NotReported,
+}
+
+/// Where the guard's programs run. Both refuse the same calls, in the kernel, before they
+/// take effect; they differ in what the kernel must have been booted with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardAttach {
+    /// BPF LSM programs on the `bpf_lsm_<hook>` functions: needs `bpf` among the active LSMs.
+    #[default]
+    Lsm,
+    /// `fmod_ret` tracing programs on the `security_<hook>` functions, which every caller of
+    /// a hook goes through whatever LSMs are active: for kernels booted without BPF LSM.
+    FmodRet,
+}
+
+impl GuardAttach {
+    pub fn name(self) -> &'static str {
+        match self {
+            GuardAttach::Lsm => "lsm",
+            GuardAttach::FmodRet => "fmod_ret",
+        }
+    }
 }
 
 /// An interval in which the limiter was not provably enforcing our cap on a hook.

@@ -85,6 +85,7 @@ pub fn example_statement() -> Statement {
             sample_interval_ms: 0,
             bpf_lsm_active: true,
             lsm_guard: LsmGuard::Sealed {
+                attach: GuardAttach::FmodRet,
                 hooks: vec!["bpf".into()],
                 bpf_hook_args: 4,
                 objects: 1,

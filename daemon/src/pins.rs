@@ -15,7 +15,7 @@
 //!   links/cgroup_setsockopt    its link at the cgroup v2 root
 //!   links/<ifname>_egress      tcx link holding the egress attachment (tcx mode only)
 //!   links/<ifname>_ingress
-//!   guard/current/<hook>       the BPF LSM guard's links, one per LSM hook (where loaded)
+//!   guard/current/<hook>       the guard's links, one per LSM hook (BPF LSM or fmod_ret; where loaded)
 //!   guard/current/RW_GUARD     its frozen config: our object ids, pin directories, interfaces
 //!   guard/current/RW_GUARD_REFUSALS  per-CPU counts of what it refused
 //!   guard/next/...             a new guard generation while it replaces the current one

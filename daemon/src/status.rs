@@ -234,13 +234,15 @@ impl StatusReport {
             use rackwarden_attest::evidence::LsmGuard;
             let _ = match &p.lsm_guard {
                 LsmGuard::Sealed {
+                    attach,
                     hooks,
                     objects,
                     refusals,
                     ..
                 } => writeln!(
                     s,
-                    "guard: sealed ({objects} objects; hooks {}); refused {refusals} attempts",
+                    "guard: sealed ({}; {objects} objects; hooks {}); refused {refusals} attempts",
+                    attach.name(),
                     hooks.join(", ")
                 ),
                 LsmGuard::Unavailable { reason } => writeln!(s, "guard: not in force: {reason}"),

@@ -1,5 +1,9 @@
-//! The self-protection guard: BPF LSM programs that refuse, for every process but the
-//! daemon, what would switch the policer off. This is where a tamper attempt is refused.
+//! The self-protection guard: programs that refuse, for every process but the daemon, what
+//! would switch the policer off. This is where a tamper attempt is refused. The daemon loads
+//! them as BPF LSM programs on `bpf_lsm_<hook>` where `bpf` is an active LSM, and otherwise
+//! the very same instructions as `fmod_ret` programs on `security_<hook>` (see
+//! `daemon/src/guard/fmod_ret.rs`): both see the hook's arguments as one u64 each, in order,
+//! and both refuse the call with a non-zero return, so nothing here depends on which.
 //!
 //! Our objects are named in one frozen config (`RW_GUARD`, see `rackwarden_common::guard`):
 //! - a map or program fd of ours (by id, by pin, in any mode): refused at `bpf_map` /

@@ -1,4 +1,4 @@
-//! The tamper watch, for hosts where the BPF LSM guard cannot load: it tells the daemon,
+//! The tamper watch, for hosts where the guard cannot load: it tells the daemon,
 //! through a ring buffer, the moment another process's `bpf()` attach, detach or link update
 //! has returned. The daemon then checks its hooks at once instead of at the next poll
 //! (`restored_on_event`). It refuses nothing.

@@ -1,5 +1,6 @@
-//! The red-team matrix against a daemon sealed by the BPF LSM guard (kernels booted with
-//! `bpf` in `lsm=`: the `cargo xtask vm-test` guests). Every path of the unguarded matrix
+//! The red-team matrix against a daemon sealed by the guard (in the `cargo xtask vm-test`
+//! guests: as BPF LSM programs where they boot with `bpf` in `lsm=`, as `fmod_ret` on
+//! `security_*` where they boot without it). Every path of the unguarded matrix
 //! that needs an fd, a pin, a netlink request or the daemon's identity, tried as another
 //! root process would, with a flood through the 1 MB/s cap after each attack. Each row is
 //! `counted` when the kernel refused with the errno shown and the guard counted it.
@@ -7,6 +8,7 @@
 use std::{os::fd::AsRawFd as _, path::PathBuf, time::Duration};
 
 use rackwarden::limiter::{Direction, raw};
+use rackwarden_attest::evidence::GuardAttach;
 use rackwarden_common::map_names;
 
 use crate::{
@@ -93,10 +95,11 @@ impl<'a> Attempt<'a> {
 }
 
 /// Runs every path against one sealed daemon (refusals change nothing, so one fixture
-/// serves all rows); the last rows stop the daemon and show the seal outlives it.
-pub fn run() -> Vec<Row> {
+/// serves all rows); the last rows stop the daemon and show the seal outlives it. `attach`:
+/// where the guard must run on this kernel.
+pub fn run(attach: GuardAttach) -> Vec<Row> {
     let net = Net::new("grd");
-    let (mut d, st) = start_sealed(&net);
+    let (mut d, st) = start_sealed(&net, attach);
     let hook = Hook::of(&net);
     let mut rows = Vec::new();
     rows.extend(link_rows(&net, hook));
@@ -106,8 +109,9 @@ pub fn run() -> Vec<Row> {
     let pid = d.pid();
     rows.extend(process_rows(&net, pid));
     rows.push(cap_change_row(&net, &st));
+    let sealed = format!("sealed by the guard ({})", attach.name());
     assert!(
-        d.log_text().matches("sealed by the BPF LSM guard").count() >= 3,
+        d.log_text().matches(&sealed).count() >= 3,
         "sealed at start and after each cap change:\n{}",
         d.log_text()
     );
@@ -117,12 +121,15 @@ pub fn run() -> Vec<Row> {
 
 /// Starts the daemon with the guard, which must report itself sealed once started; returns
 /// the daemon and that status (its map and program ids, for the by-id rows).
-fn start_sealed(net: &Net) -> (Daemon, serde_json::Value) {
+fn start_sealed(net: &Net, attach: GuardAttach) -> (Daemon, serde_json::Value) {
     let cfg = net.write_config_guarded("1 MB/s", "1 MB/s", "256 KiB");
     let d = Daemon::start(&cfg, &net.socket_path());
     let st = status_json(&net.socket_path());
+    let guard = &st["self_protection"]["lsm_guard"];
+    assert_eq!(guard["state"], "sealed", "{:#}", st["self_protection"]);
     assert_eq!(
-        st["self_protection"]["lsm_guard"]["state"], "sealed",
+        guard["attach"],
+        attach.name(),
         "{:#}",
         st["self_protection"]
     );

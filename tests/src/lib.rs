@@ -270,7 +270,7 @@ burst = "{burst}"
         path
     }
 
-    /// As [`Net::write_config`], with the BPF LSM guard required (`self_protection = "lsm"`):
+    /// As [`Net::write_config`], with the guard required (`self_protection = "lsm"`):
     /// the daemon refuses to start where it cannot seal. The other fixtures leave it off so
     /// their tamper tests exercise the restore-on-poll path every kernel has.
     pub fn write_config_guarded(&self, egress: &str, ingress: &str, burst: &str) -> PathBuf {

@@ -37,7 +37,7 @@ impl Hook {
 
 /// Removes our policer from `dir` of the rack interface, as another process would:
 /// `bpf(BPF_LINK_DETACH)` on our pinned tcx link, or a netlink delete of our clsact filter.
-/// An error carries the errno of the refusal (EPERM under the BPF LSM guard).
+/// An error carries the errno of the refusal (EPERM under the guard).
 pub fn detach(net: &Net, hook: Hook, dir: Direction) -> std::io::Result<()> {
     match hook {
         Hook::Tcx => link_detach(&raw::obj_get(&net.pins().link(&net.rack_if, dir))?),

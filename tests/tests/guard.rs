@@ -1,8 +1,12 @@
-//! The BPF LSM guard. Where the kernel takes BPF LSM programs (the `cargo xtask vm-test`
-//! guests, booted with `bpf` in `lsm=`), every tamper path is refused with the cap held
-//! (`rackwarden_tests::guardteam`). Where it does not (this project's CI host refuses every
-//! LSM load), the daemon must say so: `status` and statements name the reason and report the
-//! weaker levels, and `self_protection = "lsm"` refuses to start.
+//! The guard. Where the kernel takes it (the `cargo xtask vm-test` guests: as BPF LSM
+//! programs where they boot with `bpf` in `lsm=`, as `fmod_ret` programs on `security_*`
+//! where the `guard-fmod-ret` group boots them without it), every tamper path is refused
+//! with the cap held (`rackwarden_tests::guardteam`). Where it does not (this project's CI
+//! host refuses both LSM and tracing loads), the daemon must say so: `status` and statements
+//! name the reason and report the weaker levels, and `self_protection = "lsm"` refuses to
+//! start.
+
+use rackwarden_attest::evidence::GuardAttach;
 
 use rackwarden_tests::{Daemon, Net, guardteam, redteam, status_json};
 
@@ -11,8 +15,16 @@ fn the_guard_refuses_every_tamper_path_or_the_daemon_says_why_not() {
     rackwarden_tests::require_root();
     let in_vm = std::env::var_os("RACKWARDEN_VM").is_some();
     match rackwarden::guard::probe() {
-        Ok(()) => {
-            let rows = guardteam::run();
+        Ok(attach) => {
+            // BPF LSM where it is an active LSM, fmod_ret only where it is not.
+            let want = if rackwarden::limiter::protection::bpf_lsm_active() {
+                GuardAttach::Lsm
+            } else {
+                GuardAttach::FmodRet
+            };
+            assert_eq!(attach, want, "where the guard runs on this kernel");
+            println!("RW_REPORT guard: attached as {}", attach.name());
+            let rows = guardteam::run(attach);
             print!("{}", redteam::render(&rows));
             for r in &rows {
                 println!(
@@ -37,7 +49,7 @@ fn the_guard_refuses_every_tamper_path_or_the_daemon_says_why_not() {
         Err(e) => {
             assert!(
                 !in_vm,
-                "the VM guests boot with bpf in lsm=: the guard must load there ({e})"
+                "the VM guests' kernels take BPF LSM or fmod_ret: the guard must load there ({e})"
             );
             println!("RW_REPORT guard: this kernel does not take it: {e}");
             let net = Net::new("gno");

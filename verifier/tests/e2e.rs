@@ -1922,7 +1922,9 @@ fn a_policy_can_require_the_guard() {
             .unwrap();
         serde_json::to_value(&out).unwrap()
     };
+    // Where the guard runs (BPF LSM or fmod_ret on security_*) does not change the level.
     let sealed = LsmGuard::Sealed {
+        attach: rackwarden_attest::evidence::GuardAttach::FmodRet,
         hooks: vec!["bpf".into()],
         bpf_hook_args: 4,
         objects: 20,

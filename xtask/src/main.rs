@@ -672,7 +672,7 @@ const SEALED_GUARD: &str = "/sys/fs/bpf/rackwarden/guard/current";
 fn uninstall(root: &Path) -> Result<()> {
     if root == Path::new("/") && Path::new(SEALED_GUARD).exists() {
         bail!(
-            "this host is sealed ({SEALED_GUARD} exists): the BPF LSM guard refuses removal; \
+            "this host is sealed ({SEALED_GUARD} exists): the guard refuses removal; \
              set self_protection = \"watch\" or \"off\", reboot, then uninstall"
         );
     }

@@ -91,6 +91,10 @@ struct Group {
     /// measures into it (`ima_policy=tcb ima_template=ima-ng`, a ramfs root so that IMA
     /// measures what runs from it: the tcb policy skips tmpfs).
     tpm: bool,
+    /// `bpf` is among the guest's active LSMs (`lsm=`). Without it the guard must run as
+    /// `fmod_ret` programs on `security_*`, as on a host whose kernel was booted without BPF
+    /// LSM (Debian's default list leaves it out).
+    bpf_lsm: bool,
     /// What the guest boots through: the measured-boot group needs UEFI.
     firmware: Firmware,
     /// The guest gets a second, empty virtio disk of [`SCRATCH_DISK_BYTES`] (`/dev/vda`).
@@ -107,6 +111,7 @@ const GROUPS: &[Group] = &[
         tests: &[],
         ignored: false,
         tpm: false,
+        bpf_lsm: true,
         firmware: Firmware::SeaBios,
         scratch_disk: false,
         default: true,
@@ -117,6 +122,7 @@ const GROUPS: &[Group] = &[
         tests: &[],
         ignored: false,
         tpm: false,
+        bpf_lsm: true,
         firmware: Firmware::SeaBios,
         scratch_disk: false,
         default: true,
@@ -127,6 +133,7 @@ const GROUPS: &[Group] = &[
         tests: &[],
         ignored: false,
         tpm: false,
+        bpf_lsm: true,
         firmware: Firmware::SeaBios,
         scratch_disk: false,
         default: true,
@@ -137,6 +144,7 @@ const GROUPS: &[Group] = &[
         tests: &[],
         ignored: false,
         tpm: false,
+        bpf_lsm: true,
         firmware: Firmware::SeaBios,
         scratch_disk: false,
         default: true,
@@ -147,6 +155,20 @@ const GROUPS: &[Group] = &[
         tests: &[],
         ignored: false,
         tpm: false,
+        bpf_lsm: true,
+        firmware: Firmware::SeaBios,
+        scratch_disk: false,
+        default: true,
+    },
+    // The guard on a kernel booted without BPF LSM: the same matrix, every path refused by
+    // fmod_ret programs on the kernel's security_* functions.
+    Group {
+        name: "guard-fmod-ret",
+        target: "guard",
+        tests: &[],
+        ignored: false,
+        tpm: false,
+        bpf_lsm: false,
         firmware: Firmware::SeaBios,
         scratch_disk: false,
         default: true,
@@ -157,6 +179,7 @@ const GROUPS: &[Group] = &[
         tests: &["a_full_epoch_is_signed_delivered_and_affirming"],
         ignored: false,
         tpm: false,
+        bpf_lsm: true,
         firmware: Firmware::SeaBios,
         scratch_disk: false,
         default: true,
@@ -169,6 +192,7 @@ const GROUPS: &[Group] = &[
         tests: &[],
         ignored: false,
         tpm: false,
+        bpf_lsm: true,
         firmware: Firmware::SeaBios,
         scratch_disk: false,
         default: true,
@@ -181,6 +205,7 @@ const GROUPS: &[Group] = &[
         tests: &["raw_attach_detach_loop"],
         ignored: true,
         tpm: false,
+        bpf_lsm: true,
         firmware: Firmware::SeaBios,
         scratch_disk: false,
         default: false,
@@ -195,6 +220,7 @@ const GROUPS: &[Group] = &[
         tests: &[],
         ignored: false,
         tpm: true,
+        bpf_lsm: true,
         firmware: Firmware::Ovmf,
         scratch_disk: false,
         default: true,
@@ -207,6 +233,7 @@ const GROUPS: &[Group] = &[
         tests: &[],
         ignored: false,
         tpm: false,
+        bpf_lsm: true,
         firmware: Firmware::SeaBios,
         scratch_disk: true,
         default: true,
@@ -1509,10 +1536,11 @@ fn kernel_command_line(group: &Group) -> String {
     // IMA needs the "integrity" LSM on 6.1 (without it the first measurement panics:
     // "integrity_inode_get: lsm=integrity required"); from 6.9 IMA and EVM are LSMs of their
     // own that are always on, and an unknown name in lsm= is skipped.
-    let lsm = if group.tpm {
-        "lockdown,capability,yama,bpf,integrity"
-    } else {
-        "lockdown,capability,yama,bpf"
+    let lsm = match (group.tpm, group.bpf_lsm) {
+        (true, true) => "lockdown,capability,yama,bpf,integrity",
+        (true, false) => "lockdown,capability,yama,integrity",
+        (false, true) => "lockdown,capability,yama,bpf",
+        (false, false) => "lockdown,capability,yama",
     };
     let mut append = format!(
         "console=ttyS0 panic=-1 quiet loglevel=3 lsm={lsm} rw.group={}",
@@ -1732,6 +1760,11 @@ mod tests {
             "{guard}"
         );
         assert!(!guard.contains("ima_policy"), "{guard}");
+        let fmod_ret = kernel_command_line(by_name("guard-fmod-ret"));
+        assert!(
+            fmod_ret.contains("lsm=lockdown,capability,yama "),
+            "{fmod_ret}"
+        );
         assert_eq!(by_name("tpm").firmware, Firmware::Ovmf);
         assert!(
             GROUPS

@@ -19,7 +19,7 @@
 //! Optional keys: `pin_root` (default `/sys/fs/bpf/rackwarden`), `state_dir` (default
 //! `/var/lib/rackwarden`), `control_socket` (default `/run/rackwarden/control.sock`),
 //! `check_interval` (default `"2 s"`), `attach_mode` (`auto` | `tcx` | `clsact`),
-//! `self_protection` (`auto` | `lsm` | `watch` | `off`: the BPF LSM guard, see `guard`), `netns`
+//! `self_protection` (`auto` | `lsm` | `watch` | `off`: the guard, see `guard`), `netns`
 //! (a named network namespace under `/run/netns` to enforce in; for tests and for hosts whose
 //! frontend lives in a namespace), `refusal_cgroup` (a cgroup v2 directory the bypass refusal
 //! attaches to instead of the root; leave it unset in production, where the root covers every
@@ -63,14 +63,14 @@ pub const DEFAULT_SMALL_MAX: u32 = 1024;
 
 pub use rackwarden_attest::config_error::{ConfigError, line_of};
 
-/// Whether the daemon loads the BPF LSM guard (`self_protection`).
+/// Whether the daemon loads the guard (`self_protection`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GuardMode {
-    /// Where the kernel accepts BPF LSM programs; elsewhere the daemon says why not, in
+    /// Where the kernel takes the guard (BPF LSM, else fmod_ret); elsewhere the daemon says why not, in
     /// `status` and every statement, and restores tampering at its checks.
     Auto,
-    /// Refuse to start without it (for hosts whose kernel is known to boot with `lsm=...,bpf`).
+    /// Refuse to start without it, in either form (for hosts whose kernel is known to take it).
     Lsm,
     /// No guard, only the tamper watch (tampering by `bpf()` is restored as it returns):
     /// for testing that fallback on kernels that would take the guard.

@@ -105,7 +105,7 @@ impl VerifierPolicy {
 pub struct HostFacts {
     /// `MemTotal`, where `/proc/meminfo` says it.
     pub memory_bytes: Option<u64>,
-    /// The kernel takes the BPF LSM guard (`self_protection = "auto"` will seal).
+    /// The kernel takes the guard (`self_protection = "auto"` will seal).
     pub guard_available: bool,
 }
 
@@ -179,7 +179,7 @@ impl fmt::Display for ConfigWarning {
             ),
             ConfigWarning::WillSeal => write!(
                 f,
-                "`self_protection = \"auto\"` and this kernel takes the BPF LSM guard: the limiter will be sealed, and removing it (or uninstalling) then needs `self_protection = \"watch\"` and a reboot"
+                "`self_protection = \"auto\"` and this kernel takes the guard: the limiter will be sealed, and removing it (or uninstalling) then needs `self_protection = \"watch\"` and a reboot"
             ),
             ConfigWarning::SlowRedelivery { worst_ms } => write!(
                 f,
@@ -451,8 +451,8 @@ fn attach_mode_name(m: AttachMode) -> &'static str {
 
 fn guard_mode_name(m: GuardMode) -> &'static str {
     match m {
-        GuardMode::Auto => "auto (the BPF LSM guard where the kernel takes it)",
-        GuardMode::Lsm => "lsm (the BPF LSM guard, required)",
+        GuardMode::Auto => "auto (the guard where the kernel takes it: BPF LSM, else fmod_ret)",
+        GuardMode::Lsm => "lsm (the guard required, BPF LSM or fmod_ret)",
         GuardMode::Watch => "watch (the tamper watch, no guard)",
         GuardMode::Off => "off",
     }

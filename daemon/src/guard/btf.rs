@@ -30,11 +30,11 @@ pub enum BtfError {
     },
     #[error("kernel BTF: `{0}` is a bitfield, the guard reads whole bytes")]
     Bitfield(String),
-    #[error("kernel BTF has no LSM hook `{0}` (no function `bpf_lsm_{0}`)")]
-    NoHook(String),
-    #[error("LSM hook `{hook}` takes ({found}); the guard reads ({want}, ...)")]
+    #[error("kernel BTF has no LSM hook `{hook}` (no function `{function}`)")]
+    NoHook { hook: String, function: String },
+    #[error("`{function}` takes ({found}); the guard reads ({want}, ...)")]
     HookSignature {
-        hook: String,
+        function: String,
         found: String,
         want: String,
     },
@@ -385,31 +385,69 @@ impl KernelBtf {
         }
     }
 
-    /// The parameter types of LSM hook `hook` (`bpf_lsm_<hook>`), checked to begin with
-    /// `want`. Returns the number of parameters (the previous program's return value is in
-    /// the slot after the last one).
-    pub fn check_hook(&self, hook: &str, want: &[&str]) -> Result<usize, BtfError> {
-        let func = format!("bpf_lsm_{hook}");
-        let proto = self
+    /// The parameter types of LSM hook `hook` where `attach` attaches to it (`bpf_lsm_<hook>`
+    /// or `security_<hook>`), checked to begin with `want`. Returns the function's BTF type
+    /// id (what a program attaches to) and its number of parameters (the previous program's
+    /// return value is in the slot after the last one).
+    pub fn check_hook_at(
+        &self,
+        attach: HookFunction,
+        hook: &str,
+        want: &[&str],
+    ) -> Result<(u32, usize), BtfError> {
+        let func = attach.function(hook);
+        let (id, proto) = self
             .types
             .iter()
-            .find_map(|t| match t {
-                Ty::Func { name, proto } if self.name(*name) == func => Some(*proto),
+            .enumerate()
+            .find_map(|(id, t)| match t {
+                Ty::Func { name, proto } if self.name(*name) == func => Some((id as u32, *proto)),
                 _ => None,
             })
-            .ok_or_else(|| BtfError::NoHook(hook.into()))?;
+            .ok_or_else(|| BtfError::NoHook {
+                hook: hook.into(),
+                function: func.clone(),
+            })?;
         let Ty::Proto { params } = self.ty(proto) else {
-            return Err(BtfError::NoHook(hook.into()));
+            return Err(BtfError::NoHook {
+                hook: hook.into(),
+                function: func,
+            });
         };
         let found: Vec<String> = params.iter().map(|p| self.type_name(*p)).collect();
         if found.len() < want.len() || found.iter().zip(want).any(|(f, w)| f != w) {
             return Err(BtfError::HookSignature {
-                hook: hook.into(),
+                function: func,
                 found: found.join(", "),
                 want: want.join(", "),
             });
         }
-        Ok(found.len())
+        Ok((id, found.len()))
+    }
+
+    /// [`Self::check_hook_at`] for the BPF LSM stub `bpf_lsm_<hook>`: the number of parameters.
+    pub fn check_hook(&self, hook: &str, want: &[&str]) -> Result<usize, BtfError> {
+        self.check_hook_at(HookFunction::BpfLsm, hook, want)
+            .map(|(_, n)| n)
+    }
+}
+
+/// The kernel function a guard program attaches to for an LSM hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookFunction {
+    /// `bpf_lsm_<hook>`: the BPF LSM's own hook, called only where `bpf` is an active LSM.
+    BpfLsm,
+    /// `security_<hook>`: the function every caller of the hook goes through, whatever LSMs
+    /// are active (an `fmod_ret` program there replaces its return value).
+    Security,
+}
+
+impl HookFunction {
+    pub fn function(self, hook: &str) -> String {
+        match self {
+            HookFunction::BpfLsm => format!("bpf_lsm_{hook}"),
+            HookFunction::Security => format!("security_{hook}"),
+        }
     }
 }
 
@@ -431,6 +469,14 @@ mod tests {
         for (_, hook, args) in super::super::HOOK_SIGNATURES {
             let n = btf.check_hook(hook, args).expect(hook);
             assert!(n >= args.len());
+            // The fmod_ret guard's attach point takes the same leading arguments.
+            let (id, m) = btf
+                .check_hook_at(HookFunction::Security, hook, args)
+                .expect(hook);
+            assert!(
+                id > 0 && m >= args.len(),
+                "security_{hook}: id {id}, {m} args"
+            );
         }
         let n = btf.check_hook("bpf", &["int"]).unwrap();
         assert!(n == 3 || n == 4, "bpf hook arity {n}");
@@ -443,7 +489,8 @@ mod tests {
             .check_hook("file_open", &["struct inode *"])
             .unwrap_err();
         assert!(
-            e.to_string().contains("`file_open` takes (struct file *)"),
+            e.to_string()
+                .contains("`bpf_lsm_file_open` takes (struct file *)"),
             "{e}"
         );
         let e = btf.offset("inode", "i_nonexistent", 8).unwrap_err();

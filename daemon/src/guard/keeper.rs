@@ -7,7 +7,7 @@ use rackwarden_attest::evidence::LsmGuard;
 use super::{GuardError, Protected, Sealed};
 use crate::{config::GuardMode, pins::PinPaths};
 
-/// The BPF LSM guard, as this daemon last left it.
+/// The guard, as this daemon last left it.
 #[derive(Debug)]
 enum GuardState {
     /// Not tried yet (before the first hook check).
@@ -39,7 +39,7 @@ impl GuardKeeper {
         matches!(self.state, GuardState::Sealed(_))
     }
 
-    /// Seals the limiter under `pins` with the BPF LSM guard, or seals it again when its
+    /// Seals the limiter under `pins` with the guard, or seals it again when its
     /// objects changed since. A failed reseal leaves the previous generation in force over the
     /// objects it names. Fails only where `mode` is `lsm` (the guard is required).
     pub fn keep_sealed(
@@ -83,12 +83,14 @@ impl GuardKeeper {
 
     fn sealed(&mut self, s: Sealed) {
         log::info!(
-            "sealed by the BPF LSM guard: {} objects, hooks {} (bpf hook: {} arguments)",
+            "sealed by the guard ({}): {} objects, hooks {} (bpf hook: {} arguments)",
+            s.attach.name(),
             s.objects,
             s.hooks.join(", "),
             s.bpf_hook_args
         );
         super::record(LsmGuard::Sealed {
+            attach: s.attach,
             hooks: s.hooks.clone(),
             bpf_hook_args: s.bpf_hook_args,
             objects: s.objects,
@@ -98,7 +100,10 @@ impl GuardKeeper {
     }
 
     fn not_sealed(&mut self, e: GuardError) {
-        let permanent = matches!(e, GuardError::Refused { .. } | GuardError::Btf(_));
+        let permanent = matches!(
+            e,
+            GuardError::Refused { .. } | GuardError::Unsupported { .. } | GuardError::Btf(_)
+        );
         let reason = if self.is_sealed() {
             format!(
                 "sealing again failed ({e}); the previous guard still refuses for the objects it names"
@@ -106,7 +111,7 @@ impl GuardKeeper {
         } else {
             e.to_string()
         };
-        log::warn!("BPF LSM guard not in force: {reason}");
+        log::warn!("guard not in force: {reason}");
         super::record(LsmGuard::Unavailable { reason });
         self.state = GuardState::Unavailable { permanent };
     }

@@ -1,5 +1,6 @@
-//! The BPF LSM guard: where the kernel accepts BPF LSM programs (booted with `bpf` in
-//! `lsm=`), the daemon loads `ebpf/src/guard.rs` and *seals* the limiter: for every process
+//! The guard: the daemon loads `ebpf/src/guard.rs` and *seals* the limiter: as BPF LSM
+//! programs where the kernel booted with `bpf` in `lsm=`, elsewhere as `fmod_ret` programs
+//! on the kernel's `security_*` functions (`fmod_ret.rs`, the same checks). For every process
 //! but the daemon, the kernel refuses an fd to any of our maps, programs or links, any
 //! lookup in our pin directories, tcx/XDP attach or detach and rtnetlink qdisc/filter
 //! changes on our interfaces, and ptrace of the daemon or writing its executable. Nothing is
@@ -20,6 +21,7 @@
 //! for it: not done). The README says so.
 
 pub mod btf;
+pub mod fmod_ret;
 pub mod keeper;
 
 use std::{
@@ -33,14 +35,14 @@ use aya::{
     maps::{Array, MapData},
     programs::{Lsm, ProgramError, links::FdLink},
 };
-use rackwarden_attest::evidence::LsmGuard;
+use rackwarden_attest::evidence::{GuardAttach, LsmGuard};
 use rackwarden_common::guard::{
     FileId, GUARD_MAGIC, GUARD_MAX_DIRS, GUARD_MAX_IDS, GUARD_MAX_IFACES, GuardConfig,
     GuardRefusals, GuardedIface, KernelOffsets, guard_map_names,
 };
 
 use crate::{limiter::raw, pins::PinPaths};
-use btf::{BtfError, KernelBtf};
+use btf::{BtfError, HookFunction, KernelBtf};
 
 /// The guard object, compiled by `build.rs` from `../ebpf/src/guard.rs`.
 static GUARD_OBJECT: &[u8] =
@@ -87,6 +89,10 @@ pub enum GuardError {
         "the kernel refuses BPF LSM programs ({detail}); boot it with `bpf` in `lsm=` (and nothing that forbids BPF LSM loads)"
     )]
     Refused { detail: String },
+    #[error(
+        "the kernel takes the guard neither as BPF LSM programs ({lsm}) nor as fmod_ret programs on its security_* functions ({fmod_ret})"
+    )]
+    Unsupported { lsm: String, fmod_ret: String },
     #[error("loading the guard object: {0}")]
     Load(#[from] aya::EbpfError),
     #[error("guard program `{prog}` (LSM hook `{hook}`): {detail}")]
@@ -219,6 +225,8 @@ impl Protected {
 /// A guard in force.
 #[derive(Debug, Clone)]
 pub struct Sealed {
+    /// Where its programs run.
+    pub attach: GuardAttach,
     /// What it protects of the limiter (the guard's own objects come on top).
     pub protected: Protected,
     pub hooks: Vec<String>,
@@ -243,11 +251,13 @@ pub fn report(pins: &PinPaths) -> LsmGuard {
     let state = LAST.lock().ok().and_then(|l| l.clone());
     match state {
         Some(LsmGuard::Sealed {
+            attach,
             hooks,
             bpf_hook_args,
             objects,
             ..
         }) => LsmGuard::Sealed {
+            attach,
             hooks,
             bpf_hook_args,
             objects,
@@ -305,7 +315,7 @@ fn copy_ids(dst: &mut [u32; GUARD_MAX_IDS], src: &[u32]) -> u32 {
 }
 
 /// Loads guard program `name` for `hook`. A refusal of the first one with EPERM is the
-/// kernel refusing BPF LSM programs altogether (no `bpf` in `lsm=`, or a lockdown of it).
+/// kernel refusing BPF LSM programs altogether (a lockdown of them, or a sandbox).
 fn load_one(
     prog: &mut Lsm,
     name: &'static str,
@@ -330,18 +340,85 @@ fn load_one(
     })
 }
 
+/// The guard's programs, loaded (not attached) one way or the other.
+enum GuardPrograms {
+    /// LSM programs, inside the aya object.
+    Lsm,
+    /// `fmod_ret` programs on `security_<hook>`, loaded by [`fmod_ret`].
+    FmodRet(Vec<fmod_ret::FmodRetProgram>),
+}
+
+impl GuardPrograms {
+    fn attach(&self) -> GuardAttach {
+        match self {
+            GuardPrograms::Lsm => GuardAttach::Lsm,
+            GuardPrograms::FmodRet(_) => GuardAttach::FmodRet,
+        }
+    }
+}
+
 /// What loading the guard needs from this kernel: the offsets it reads, the arity of the
-/// `bpf` hook, aya's view of the BTF, and the loaded guard programs (not attached). Every
-/// hook signature is checked first.
+/// `bpf` hook, the guard object (its maps created) and its loaded programs (not attached).
+/// Every hook signature is checked first.
 struct Loaded {
     off: KernelOffsets,
     bpf_hook_args: usize,
     ebpf: aya::Ebpf,
+    programs: GuardPrograms,
 }
 
+/// BPF LSM where `bpf` is an active LSM; otherwise, or where the kernel refuses LSM
+/// programs, the same programs as `fmod_ret` on `security_*`. BPF LSM is not even tried
+/// where it is not active: a kernel built with it but booted without it may take LSM
+/// programs and attach them to hooks that are never called, which would seal nothing.
 fn load_guard() -> Result<Loaded, GuardError> {
     let kbtf = KernelBtf::load(Path::new(btf::VMLINUX))?;
     let off = kernel_offsets(&kbtf)?;
+    let mut ebpf = EbpfLoader::new().load(GUARD_OBJECT)?;
+    let lsm = if crate::limiter::protection::bpf_lsm_active() {
+        load_lsm(&kbtf, &mut ebpf)
+    } else {
+        Err(GuardError::Refused {
+            detail: "`bpf` is not among the active LSMs in /sys/kernel/security/lsm".into(),
+        })
+    };
+    let lsm_err = match lsm {
+        Ok(bpf_hook_args) => {
+            return Ok(Loaded {
+                off,
+                bpf_hook_args,
+                ebpf,
+                programs: GuardPrograms::Lsm,
+            });
+        }
+        Err(e @ (GuardError::Refused { .. } | GuardError::Btf(BtfError::NoHook { .. }))) => e,
+        Err(e) => return Err(e),
+    };
+    let fmod = kbtf
+        .check_hook_at(HookFunction::Security, "bpf", &["int"])
+        .map_err(GuardError::from)
+        .and_then(|(_, n)| {
+            fmod_ret::load(GUARD_OBJECT, &ebpf, &kbtf, &HOOK_SIGNATURES).map(|p| (n, p))
+        });
+    match fmod {
+        Ok((bpf_hook_args, programs)) => Ok(Loaded {
+            off,
+            bpf_hook_args,
+            ebpf,
+            programs: GuardPrograms::FmodRet(programs),
+        }),
+        Err(e) => Err(GuardError::Unsupported {
+            lsm: match lsm_err {
+                GuardError::Refused { detail } => detail,
+                other => other.to_string(),
+            },
+            fmod_ret: e.to_string(),
+        }),
+    }
+}
+
+/// Loads every guard program as BPF LSM; returns the arity of the `bpf` hook.
+fn load_lsm(kbtf: &KernelBtf, ebpf: &mut aya::Ebpf) -> Result<usize, GuardError> {
     let mut bpf_hook_args = 0;
     for (_, hook, want) in HOOK_SIGNATURES {
         let n = kbtf.check_hook(hook, want)?;
@@ -353,16 +430,11 @@ fn load_guard() -> Result<Loaded, GuardError> {
         name: "vmlinux BTF",
         detail: e.to_string(),
     })?;
-    let mut ebpf = EbpfLoader::new().load(GUARD_OBJECT)?;
     for (i, (name, hook, _)) in HOOK_SIGNATURES.into_iter().enumerate() {
-        let prog = lsm_program(&mut ebpf, name, hook)?;
+        let prog = lsm_program(ebpf, name, hook)?;
         load_one(prog, name, hook, &aya_btf, i == 0)?;
     }
-    Ok(Loaded {
-        off,
-        bpf_hook_args,
-        ebpf,
-    })
+    Ok(bpf_hook_args)
 }
 
 fn lsm_program<'a>(
@@ -381,16 +453,18 @@ fn lsm_program<'a>(
         .map_err(|e: ProgramError| perr(e.to_string()))
 }
 
-/// Whether this kernel takes the guard: its BTF has every member and hook signature the
-/// guard reads, and it loads every guard program (nothing is attached or pinned).
-pub fn probe() -> Result<(), GuardError> {
-    load_guard().map(|_| ())
+/// Whether this kernel takes the guard, and where: its BTF has every member and hook
+/// signature the guard reads, and it loads every guard program (nothing is attached or
+/// pinned).
+pub fn probe() -> Result<GuardAttach, GuardError> {
+    load_guard().map(|l| l.programs.attach())
 }
 
 /// Attaches every guard program and pins its link under `next`; returns the programs' ids
 /// and adds the links' ids to `links`.
 fn attach_and_pin_programs(
     ebpf: &mut aya::Ebpf,
+    programs: &GuardPrograms,
     next: &Path,
     links: &mut Vec<u32>,
 ) -> Result<Vec<u32>, GuardError> {
@@ -401,16 +475,31 @@ fn attach_and_pin_programs(
             hook,
             detail,
         };
-        let prog = lsm_program(ebpf, name, hook)?;
-        prog_ids.push(prog.info().map_err(|e| perr(e.to_string()))?.id());
-        let link_id = prog.attach().map_err(|e| perr(e.to_string()))?;
-        let link: FdLink = prog
-            .take_link(link_id)
-            .map_err(|e| perr(e.to_string()))?
-            .into();
         let path = next.join(hook);
-        link.pin(&path)
-            .map_err(|e| perr(format!("pin {}: {e}", path.display())))?;
+        match programs {
+            GuardPrograms::Lsm => {
+                let prog = lsm_program(ebpf, name, hook)?;
+                prog_ids.push(prog.info().map_err(|e| perr(e.to_string()))?.id());
+                let link_id = prog.attach().map_err(|e| perr(e.to_string()))?;
+                let link: FdLink = prog
+                    .take_link(link_id)
+                    .map_err(|e| perr(e.to_string()))?
+                    .into();
+                link.pin(&path)
+                    .map_err(|e| perr(format!("pin {}: {e}", path.display())))?;
+            }
+            GuardPrograms::FmodRet(progs) => {
+                let prog = progs
+                    .iter()
+                    .find(|p| p.name == name)
+                    .ok_or_else(|| perr("not loaded".into()))?;
+                prog_ids.push(raw::obj_id(&prog.fd).map_err(|e| perr(e.to_string()))?);
+                let link = raw::tracing_attach(&prog.fd)
+                    .map_err(|e| perr(format!("fmod_ret attach to `security_{hook}`: {e}")))?;
+                raw::obj_pin(&link, &path)
+                    .map_err(|e| perr(format!("pin {}: {e}", path.display())))?;
+            }
+        }
         links.push(pinned_id(&path)?);
     }
     Ok(prog_ids)
@@ -487,13 +576,14 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
         off,
         bpf_hook_args,
         mut ebpf,
+        programs,
     } = load_guard()?;
 
     let next = pins.guard_generation(true);
     let _ = std::fs::remove_dir_all(&next);
     std::fs::create_dir_all(&next).map_err(io_err(&next))?;
     let mut links = protected.links.clone();
-    let prog_ids = attach_and_pin_programs(&mut ebpf, &next, &mut links)?;
+    let prog_ids = attach_and_pin_programs(&mut ebpf, &programs, &next, &mut links)?;
     let maps_of_guard = pin_guard_maps(&ebpf, &next)?;
 
     // Everything the config names: the limiter's objects and the guard's own.
@@ -532,6 +622,7 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
     }
     std::fs::rename(&next, &current).map_err(io_err(&current))?;
     Ok(Sealed {
+        attach: programs.attach(),
         protected: protected.clone(),
         hooks: HOOK_SIGNATURES
             .iter()

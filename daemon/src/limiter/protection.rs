@@ -5,7 +5,7 @@
 //! - Map writes: every map is frozen at load (`BPF_MAP_FREEZE`), so `bpf()` writes are
 //!   refused for every process. Read back from `/proc/self/fdinfo` (`frozen: 1`), because an
 //!   older build's pinned maps, adopted, may not be.
-//! - Detach, replace, a program ahead of ours: refused by the BPF LSM guard (`crate::guard`)
+//! - Detach, replace, a program ahead of ours: refused by the guard (`crate::guard`)
 //!   where it is sealed; elsewhere restored as the `bpf()` call returns when the tamper watch
 //!   runs and the hooks are tcx links ([`super::tamper_watch`]), else at the next hook check.
 //! - Programs writing the bucket or the counters (a frozen map still takes program writes;

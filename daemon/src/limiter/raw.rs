@@ -1,5 +1,6 @@
-//! The few raw `bpf()` commands aya 0.14 does not offer for cgroup sockopt links: create a
-//! link, pin it, open a pinned object, query a cgroup's programs, read a program's id.
+//! The few raw `bpf()` commands aya 0.14 does not offer: for cgroup sockopt links (create a
+//! link, pin it, open a pinned object, query a cgroup's programs, read a program's id), and
+//! for the guard's `fmod_ret` programs (load a tracing program, attach it).
 
 use std::{
     ffi::CString,
@@ -14,6 +15,12 @@ const BPF_PROG_QUERY: libc::c_long = 16;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_LINK_UPDATE: libc::c_long = 29;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+/// `enum bpf_prog_type`: BPF_PROG_TYPE_TRACING.
+pub const PROG_TYPE_TRACING: u32 = 26;
+/// `enum bpf_attach_type`: BPF_MODIFY_RETURN (fmod_ret).
+pub const ATTACH_MODIFY_RETURN: u32 = 26;
 /// `enum bpf_attach_type`: BPF_CGROUP_SETSOCKOPT.
 pub const ATTACH_CGROUP_SETSOCKOPT: u32 = 22;
 
@@ -88,6 +95,72 @@ pub fn link_update(link: &OwnedFd, new_prog: std::os::fd::BorrowedFd<'_>) -> std
     put32(&mut a, 0, link.as_raw_fd() as u32);
     put32(&mut a, 4, new_prog.as_raw_fd() as u32);
     bpf(BPF_LINK_UPDATE, &mut a).map(|_| ())
+}
+
+/// A program for `BPF_PROG_LOAD`: its instructions (8 bytes each, as the kernel reads them)
+/// and where it attaches.
+pub struct ProgLoad<'a> {
+    pub prog_type: u32,
+    pub expected_attach_type: u32,
+    /// The kernel function it attaches to, by its type id in the kernel's BTF.
+    pub attach_btf_id: u32,
+    pub insns: &'a [u64],
+    /// At most 15 bytes are kept (the kernel's limit).
+    pub name: &'a str,
+}
+
+/// `BPF_PROG_LOAD` (GPL). On a refusal the error carries the verifier's log: the load is
+/// repeated with a log buffer, since asking for one up front makes every load slower.
+pub fn prog_load(p: &ProgLoad<'_>) -> std::io::Result<OwnedFd> {
+    let license = c"GPL";
+    let mut name = [0u8; 16];
+    let n = p.name.len().min(15);
+    name[..n].copy_from_slice(&p.name.as_bytes()[..n]);
+    let attr = |log: Option<&mut Vec<u8>>| {
+        let mut a = [0u8; 128];
+        put32(&mut a, 0, p.prog_type);
+        put32(&mut a, 4, p.insns.len() as u32);
+        put64(&mut a, 8, p.insns.as_ptr() as u64);
+        put64(&mut a, 16, license.as_ptr() as u64);
+        if let Some(log) = log {
+            put32(&mut a, 24, 1);
+            put32(&mut a, 28, log.len() as u32);
+            put64(&mut a, 32, log.as_mut_ptr() as u64);
+        }
+        a[48..64].copy_from_slice(&name);
+        put32(&mut a, 68, p.expected_attach_type);
+        put32(&mut a, 108, p.attach_btf_id);
+        a
+    };
+    let fd = match bpf(BPF_PROG_LOAD, &mut attr(None)) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let mut log = vec![0u8; 1 << 20];
+            let _ = bpf(BPF_PROG_LOAD, &mut attr(Some(&mut log)));
+            let end = log.iter().position(|c| *c == 0).unwrap_or(log.len());
+            let text = String::from_utf8_lossy(&log[..end]);
+            let tail: String = text.lines().rev().take(8).collect::<Vec<_>>().join(" | ");
+            if tail.trim().is_empty() {
+                return Err(e);
+            }
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("{e}; verifier log (last lines, newest first): {tail}"),
+            ));
+        }
+    };
+    // SAFETY: the kernel returned a new program fd we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Attaches a tracing program (fentry, fexit, fmod_ret) to the function it was loaded for:
+/// `BPF_RAW_TRACEPOINT_OPEN` without a name. Returns the link.
+pub fn tracing_attach(prog: &OwnedFd) -> std::io::Result<OwnedFd> {
+    let mut a = [0u8; 128];
+    put32(&mut a, 8, prog.as_raw_fd() as u32);
+    let fd = bpf(BPF_RAW_TRACEPOINT_OPEN, &mut a)?;
+    // SAFETY: a new link fd we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Ids of the programs attached to `target` for `attach_type`, in run order.

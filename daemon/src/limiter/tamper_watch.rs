@@ -1,4 +1,4 @@
-//! The tamper watch (`ebpf/src/watch.rs`): on hosts where the BPF LSM guard cannot load,
+//! The tamper watch (`ebpf/src/watch.rs`): on hosts where the guard cannot load,
 //! a hook on `bpf()`'s return reports every attach, detach or link update another process
 //! makes, as it returns, so the daemon checks its hooks at once (`restored_on_event`)
 //! instead of at the next poll. It refuses nothing; it shrinks the window to the time the

@@ -129,6 +129,7 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "burst_bytes"
         | "small_reserve_bytes"
         | "attach_kind"
+        | "attach"
         | "direction"
         | "map_writes"
         | "detach"

@@ -91,7 +91,7 @@ pub enum AgentError {
     #[error(transparent)]
     Epoch(#[from] crate::epoch::EpochError),
     #[error(
-        "{root} is sealed by the BPF LSM guard for another daemon executable (an older build, before its file was replaced?): this one may not open it ({detail}). The policer there keeps enforcing; reboot to run this build"
+        "{root} is sealed by the guard for another daemon executable (an older build, before its file was replaced?): this one may not open it ({detail}). The policer there keeps enforcing; reboot to run this build"
     )]
     SealedForAnother {
         root: std::path::PathBuf,
