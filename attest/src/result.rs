@@ -70,6 +70,7 @@ pub enum FindingCode {
     ProgramNotAccepted,
     SelfProtectionUnreported,
     SelfProtectionBelowPolicy,
+    GuardOnInactiveLsm,
     Fork,
     Gap,
     BrokenPrev,
@@ -135,7 +136,7 @@ pub enum FindingCode {
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 69] = [
+    pub const ALL: [FindingCode; 70] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -143,6 +144,7 @@ impl FindingCode {
         FindingCode::ProgramNotAccepted,
         FindingCode::SelfProtectionUnreported,
         FindingCode::SelfProtectionBelowPolicy,
+        FindingCode::GuardOnInactiveLsm,
         FindingCode::Fork,
         FindingCode::Gap,
         FindingCode::BrokenPrev,
@@ -216,6 +218,7 @@ impl FindingCode {
             FindingCode::ProgramNotAccepted => Aspect::Limiter,
             FindingCode::SelfProtectionUnreported => Aspect::Limiter,
             FindingCode::SelfProtectionBelowPolicy => Aspect::Limiter,
+            FindingCode::GuardOnInactiveLsm => Aspect::Limiter,
             FindingCode::Fork => Aspect::Chain,
             FindingCode::Gap => Aspect::Chain,
             FindingCode::BrokenPrev => Aspect::Chain,
@@ -291,6 +294,7 @@ impl FindingCode {
             FindingCode::ProgramNotAccepted => "program_not_accepted",
             FindingCode::SelfProtectionUnreported => "self_protection_unreported",
             FindingCode::SelfProtectionBelowPolicy => "self_protection_below_policy",
+            FindingCode::GuardOnInactiveLsm => "guard_on_inactive_lsm",
             FindingCode::Fork => "fork",
             FindingCode::Gap => "gap",
             FindingCode::BrokenPrev => "broken_prev",
@@ -379,6 +383,9 @@ impl FindingCode {
             }
             FindingCode::SelfProtectionBelowPolicy => {
                 "another root process could weaken the limiter more easily than the policy allows"
+            }
+            FindingCode::GuardOnInactiveLsm => {
+                "the statement claims a BPF LSM guard on a host where BPF LSM is not active: its programs sit on hooks the kernel never calls, so its `refused` levels are not believed"
             }
             FindingCode::Fork => {
                 "two different statements claim the same place in the host's chain"

@@ -1962,6 +1962,34 @@ fn a_policy_can_require_the_guard() {
         "{r}"
     );
     assert!(r.to_string().contains("kernel refuses BPF LSM"), "{r}");
+    // A BPF LSM guard "sealed" where BPF LSM is not active refuses nothing (what daemons
+    // before the fmod_ret guard reported on kernels booted without it): the claim is named,
+    // and its `refused` levels are judged as the watch's.
+    let mut void = protection(
+        ProtectionLevel::Refused,
+        LsmGuard::Sealed {
+            attach: rackwarden_attest::evidence::GuardAttach::Lsm,
+            hooks: vec!["bpf".into()],
+            bpf_hook_args: 3,
+            objects: 20,
+            refusals: 0,
+        },
+    );
+    void.bpf_lsm_active = false;
+    let r = judge(&mut v, &mut h, Some(void));
+    let c = codes(&r);
+    assert!(c.contains(&"guard_on_inactive_lsm".to_string()), "{r}");
+    assert_eq!(
+        c.iter()
+            .filter(|c| *c == "self_protection_below_policy")
+            .count(),
+        3,
+        "{r}"
+    );
+    assert!(
+        r.to_string().contains("detach is `restored_on_event`"),
+        "{r}"
+    );
     let r = judge(&mut v, &mut h, None);
     assert!(
         codes(&r).contains(&"self_protection_unreported".to_string()),

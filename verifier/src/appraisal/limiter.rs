@@ -2,7 +2,7 @@
 //! exist, when it was not enforcing, and how well it is protected from other root processes.
 
 use rackwarden_attest::{
-    evidence::{GapKind, LimiterReport, LsmGuard},
+    evidence::{GapKind, GuardAttach, LimiterReport, LsmGuard, ProtectionLevel, SelfProtection},
     statement::Statement,
     units::fmt_unix_ms,
 };
@@ -123,11 +123,42 @@ fn gap_kind(k: GapKind) -> &'static str {
     }
 }
 
+/// A guard the statement itself shows cannot be in force: BPF LSM programs sealed where
+/// `bpf` is not an active LSM. Such a kernel takes LSM programs and attaches them to
+/// `bpf_lsm_*` functions that no LSM hook calls, so they refuse nothing; daemons before the
+/// fmod_ret guard reported exactly that as `sealed` on kernels booted without BPF LSM (the
+/// `guard-fmod-ret` VM group showed every tamper path passing). The levels such a statement
+/// credits to the guard are then not `refused`.
+fn guard_claim_is_void(sp: &SelfProtection) -> bool {
+    matches!(
+        sp.lsm_guard,
+        LsmGuard::Sealed {
+            attach: GuardAttach::Lsm,
+            ..
+        }
+    ) && !sp.bpf_lsm_active
+}
+
 /// The weakest protection the policy accepts for any tamper path, if it names one.
 pub(super) fn check_self_protection(j: &mut Judge, st: &Statement) {
-    let (Some(min), LimiterReport::Present(e)) =
-        (j.policy.min_self_protection, &st.predicate.limiter)
-    else {
+    let LimiterReport::Present(e) = &st.predicate.limiter else {
+        return;
+    };
+    let void = e.self_protection.as_ref().is_some_and(guard_claim_is_void);
+    if void {
+        // A policy that asks for self-protection cannot be met by a guard that is not there;
+        // without one, the claim is still wrong and shown.
+        j.add(
+            C::GuardOnInactiveLsm,
+            if j.policy.min_self_protection.is_some() {
+                Status::Contraindicated
+            } else {
+                Status::Warning
+            },
+            "the statement says the BPF LSM guard is sealed, and also that `bpf` is not an active LSM on the host: nothing refuses tampering there".to_string(),
+        );
+    }
+    let Some(min) = j.policy.min_self_protection else {
         return;
     };
     let Some(sp) = &e.self_protection else {
@@ -143,14 +174,32 @@ pub(super) fn check_self_protection(j: &mut Judge, st: &Statement) {
     };
     let why = match &sp.lsm_guard {
         LsmGuard::Unavailable { reason } => format!("no BPF LSM guard: {reason}"),
-        LsmGuard::Sealed { .. } => "the BPF LSM guard is sealed".into(),
+        LsmGuard::Sealed { attach, .. } => format!("the guard is sealed ({})", attach.name()),
         LsmGuard::NotReported => "a daemon that predates the guard".into(),
+    };
+    // Without the guard, a `refused` detach, program ahead or program write is not believed:
+    // what a daemon reports for them without one (the tamper watch's levels at best).
+    let unguarded = |l: ProtectionLevel, without: ProtectionLevel| {
+        if void && l == ProtectionLevel::Refused {
+            without
+        } else {
+            l
+        }
     };
     for (path, level) in [
         ("map_writes", sp.map_writes),
-        ("detach", sp.detach),
-        ("foreign_ahead", sp.foreign_ahead),
-        ("program_writes", sp.program_writes),
+        (
+            "detach",
+            unguarded(sp.detach, ProtectionLevel::RestoredOnEvent),
+        ),
+        (
+            "foreign_ahead",
+            unguarded(sp.foreign_ahead, ProtectionLevel::RestoredOnEvent),
+        ),
+        (
+            "program_writes",
+            unguarded(sp.program_writes, ProtectionLevel::DetectedOnSample),
+        ),
     ] {
         if level.rank() > min.rank() {
             j.add(
