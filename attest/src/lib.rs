@@ -19,6 +19,7 @@ pub mod budget;
 pub mod config_error;
 pub mod dsse;
 pub mod evidence;
+pub mod keccak;
 pub mod keys;
 pub mod log;
 pub mod manifest;
@@ -35,8 +36,8 @@ pub mod units;
 pub mod verify;
 
 /// The SHA3-256 every part of rackwarden uses (chain links, keyids, image digests):
-/// CRYPTOGAMS' Keccak assembly, through the `digest` traits.
-pub use keccak_asm::{Digest, Sha3_256};
+/// CRYPTOGAMS' Keccak assembly (AVX-512VL where the CPU has it), through the `digest` traits.
+pub use keccak::{Digest, Sha3_256};
 
 /// SHA3-256 of `data`.
 pub fn sha3(data: &[u8]) -> [u8; 32] {

@@ -1158,7 +1158,11 @@ fn bench_attest() {
         }
         rows[5].push(per_op(t));
     }
-    println!("statement size: {} bytes of envelope JSON", lines[0].len());
+    println!(
+        "statement size: {} bytes of envelope JSON; SHA3 backend: {}",
+        lines[0].len(),
+        rackwarden_attest::Sha3_256::default().backend()
+    );
     println!(
         "{:<62} {:>9} {:>9} {:>8}",
         "(ns per statement)", "ours", "anchor", "anchor/ours"
