@@ -182,27 +182,28 @@ pub fn prog_id(fd: &OwnedFd) -> std::io::Result<u32> {
     obj_id(fd)
 }
 
-/// The kernel id of a program, map or link fd: `bpf_{prog,map,link}_info.id` are all at
-/// offset 4 (after the type).
-pub fn obj_id(fd: &OwnedFd) -> std::io::Result<u32> {
+/// The first 256 bytes of the `bpf_{prog,map,link}_info` of `fd` (`BPF_OBJ_GET_INFO_BY_FD`).
+fn obj_info(fd: &OwnedFd) -> std::io::Result<[u8; 256]> {
     let mut info = [0u8; 256];
     let mut a = [0u8; 128];
     put32(&mut a, 0, fd.as_raw_fd() as u32);
     put32(&mut a, 4, info.len() as u32);
     put64(&mut a, 8, info.as_mut_ptr() as u64);
     bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
+    Ok(info)
+}
+
+/// The kernel id of a program, map or link fd: `bpf_{prog,map,link}_info.id` are all at
+/// offset 4 (after the type).
+pub fn obj_id(fd: &OwnedFd) -> std::io::Result<u32> {
+    let info = obj_info(fd)?;
     Ok(u32::from_ne_bytes([info[4], info[5], info[6], info[7]]))
 }
 
 /// A program's run count and total run time (`bpf_prog_info.run_cnt` and `run_time_ns`, at
 /// offsets 200 and 192), counted only while `kernel.bpf_stats_enabled` is 1.
 pub fn prog_run_stats(fd: &OwnedFd) -> std::io::Result<(u64, u64)> {
-    let mut info = [0u8; 256];
-    let mut a = [0u8; 128];
-    put32(&mut a, 0, fd.as_raw_fd() as u32);
-    put32(&mut a, 4, info.len() as u32);
-    put64(&mut a, 8, info.as_mut_ptr() as u64);
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
+    let info = obj_info(fd)?;
     let u64_at = |o: usize| {
         let mut b = [0u8; 8];
         b.copy_from_slice(&info[o..o + 8]);
