@@ -424,12 +424,6 @@ impl KernelBtf {
         }
         Ok((id, found.len()))
     }
-
-    /// [`Self::check_hook_at`] for the BPF LSM stub `bpf_lsm_<hook>`: the number of parameters.
-    pub fn check_hook(&self, hook: &str, want: &[&str]) -> Result<usize, BtfError> {
-        self.check_hook_at(HookFunction::BpfLsm, hook, want)
-            .map(|(_, n)| n)
-    }
 }
 
 /// The kernel function a guard program attaches to for an LSM hook.
@@ -467,7 +461,9 @@ mod tests {
             "{off:?}"
         );
         for (_, hook, args) in super::super::HOOK_SIGNATURES {
-            let n = btf.check_hook(hook, args).expect(hook);
+            let (_, n) = btf
+                .check_hook_at(HookFunction::BpfLsm, hook, args)
+                .expect(hook);
             assert!(n >= args.len());
             // The fmod_ret guard's attach point takes the same leading arguments.
             let (id, m) = btf
@@ -478,7 +474,9 @@ mod tests {
                 "security_{hook}: id {id}, {m} args"
             );
         }
-        let n = btf.check_hook("bpf", &["int"]).unwrap();
+        let (_, n) = btf
+            .check_hook_at(HookFunction::BpfLsm, "bpf", &["int"])
+            .unwrap();
         assert!(n == 3 || n == 4, "bpf hook arity {n}");
     }
 
@@ -486,7 +484,7 @@ mod tests {
     fn a_wrong_signature_or_member_is_named() {
         let btf = KernelBtf::load(Path::new(VMLINUX)).expect("kernel BTF");
         let e = btf
-            .check_hook("file_open", &["struct inode *"])
+            .check_hook_at(HookFunction::BpfLsm, "file_open", &["struct inode *"])
             .unwrap_err();
         assert!(
             e.to_string()

@@ -20,10 +20,7 @@ use std::{
     os::fd::{AsFd as _, AsRawFd as _, OwnedFd},
 };
 
-use super::{
-    GuardError,
-    btf::{HookFunction, KernelBtf},
-};
+use super::{GuardError, HOOK_SIGNATURES, program_error};
 use crate::limiter::raw;
 
 /// A guard program loaded for `security_<hook>`, not yet attached.
@@ -31,14 +28,6 @@ pub struct FmodRetProgram {
     pub name: &'static str,
     pub hook: &'static str,
     pub fd: OwnedFd,
-}
-
-fn perr(name: &'static str, hook: &'static str) -> impl Fn(String) -> GuardError {
-    move |detail| GuardError::Program {
-        prog: name,
-        hook,
-        detail,
-    }
 }
 
 /// The fd of one of the guard's maps (the guard has arrays only).
@@ -54,14 +43,13 @@ fn map_fd(name: &str, map: &aya::maps::Map) -> Result<i32, GuardError> {
     }
 }
 
-/// Loads every program of `programs` (name, hook, leading argument types) from `object` as
-/// `fmod_ret` on `security_<hook>`, its map references bound to the maps of `ebpf` (aya's
-/// load of the same object).
+/// Loads every guard program (`HOOK_SIGNATURES`) from `object` as `fmod_ret` on
+/// `security_<hook>`, whose BTF ids are `security_ids` (checked, in the same order), its map
+/// references bound to the maps of `ebpf` (aya's load of the same object).
 pub fn load(
     object: &[u8],
     ebpf: &aya::Ebpf,
-    kbtf: &KernelBtf,
-    programs: &[(&'static str, &'static str, &'static [&'static str])],
+    security_ids: &[u32],
 ) -> Result<Vec<FmodRetProgram>, GuardError> {
     let obj_err = |detail: String| GuardError::Map {
         name: "guard object",
@@ -83,17 +71,16 @@ pub fn load(
         .map_err(|e| obj_err(format!("relocating calls: {e}")))?;
 
     let mut loaded = Vec::new();
-    for (name, hook, want) in programs {
-        let (name, hook) = (*name, *hook);
-        let (attach_btf_id, _) = kbtf.check_hook_at(HookFunction::Security, hook, want)?;
+    for ((name, hook, _), attach_btf_id) in HOOK_SIGNATURES.into_iter().zip(security_ids) {
+        let perr = program_error(name, hook);
         let prog = obj
             .programs
             .get(name)
-            .ok_or_else(|| perr(name, hook)("not in the guard object".into()))?;
+            .ok_or_else(|| perr("not in the guard object".into()))?;
         let function = obj
             .functions
             .get(&prog.function_key())
-            .ok_or_else(|| perr(name, hook)("its function is not in the guard object".into()))?;
+            .ok_or_else(|| perr("its function is not in the guard object".into()))?;
         let insns: Vec<u64> = function
             .instructions
             .iter()
@@ -108,11 +95,11 @@ pub fn load(
         let fd = raw::prog_load(&raw::ProgLoad {
             prog_type: raw::PROG_TYPE_TRACING,
             expected_attach_type: raw::ATTACH_MODIFY_RETURN,
-            attach_btf_id,
+            attach_btf_id: *attach_btf_id,
             insns: &insns,
             name,
         })
-        .map_err(|e| perr(name, hook)(format!("fmod_ret on `security_{hook}`: {e}")))?;
+        .map_err(|e| perr(format!("fmod_ret on `security_{hook}`: {e}")))?;
         loaded.push(FmodRetProgram { name, hook, fd });
     }
     Ok(loaded)

@@ -116,6 +116,11 @@ pub enum GuardError {
     Map { name: &'static str, detail: String },
 }
 
+/// The error of guard program `prog` on LSM hook `hook`, from a detail.
+fn program_error(prog: &'static str, hook: &'static str) -> impl Fn(String) -> GuardError {
+    move |detail| GuardError::Program { prog, hook, detail }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> GuardError + '_ {
     move |source| GuardError::Io {
         path: path.to_path_buf(),
@@ -331,11 +336,7 @@ fn load_one(
                 detail: e.to_string(),
             }
         } else {
-            GuardError::Program {
-                prog: name,
-                hook,
-                detail: format!("{e:?}"),
-            }
+            program_error(name, hook)(format!("{e:?}"))
         }
     })
 }
@@ -394,12 +395,9 @@ fn load_guard() -> Result<Loaded, GuardError> {
         Err(e @ (GuardError::Refused { .. } | GuardError::Btf(BtfError::NoHook { .. }))) => e,
         Err(e) => return Err(e),
     };
-    let fmod = kbtf
-        .check_hook_at(HookFunction::Security, "bpf", &["int"])
+    let fmod = check_hooks(&kbtf, HookFunction::Security)
         .map_err(GuardError::from)
-        .and_then(|(_, n)| {
-            fmod_ret::load(GUARD_OBJECT, &ebpf, &kbtf, &HOOK_SIGNATURES).map(|p| (n, p))
-        });
+        .and_then(|(ids, n)| fmod_ret::load(GUARD_OBJECT, &ebpf, &ids).map(|p| (n, p)));
     match fmod {
         Ok((bpf_hook_args, programs)) => Ok(Loaded {
             off,
@@ -417,15 +415,24 @@ fn load_guard() -> Result<Loaded, GuardError> {
     }
 }
 
-/// Loads every guard program as BPF LSM; returns the arity of the `bpf` hook.
-fn load_lsm(kbtf: &KernelBtf, ebpf: &mut aya::Ebpf) -> Result<usize, GuardError> {
+/// Checks every guard hook's function at `at` against the arguments the guard reads; returns
+/// each function's BTF id (in `HOOK_SIGNATURES` order) and the arity of the `bpf` hook.
+fn check_hooks(kbtf: &KernelBtf, at: HookFunction) -> Result<(Vec<u32>, usize), BtfError> {
+    let mut ids = Vec::with_capacity(HOOK_SIGNATURES.len());
     let mut bpf_hook_args = 0;
     for (_, hook, want) in HOOK_SIGNATURES {
-        let n = kbtf.check_hook(hook, want)?;
+        let (id, n) = kbtf.check_hook_at(at, hook, want)?;
         if hook == "bpf" {
             bpf_hook_args = n;
         }
+        ids.push(id);
     }
+    Ok((ids, bpf_hook_args))
+}
+
+/// Loads every guard program as BPF LSM; returns the arity of the `bpf` hook.
+fn load_lsm(kbtf: &KernelBtf, ebpf: &mut aya::Ebpf) -> Result<usize, GuardError> {
+    let (_, bpf_hook_args) = check_hooks(kbtf, HookFunction::BpfLsm)?;
     let aya_btf = aya::Btf::from_sys_fs().map_err(|e| GuardError::Map {
         name: "vmlinux BTF",
         detail: e.to_string(),
@@ -442,11 +449,7 @@ fn lsm_program<'a>(
     name: &'static str,
     hook: &'static str,
 ) -> Result<&'a mut Lsm, GuardError> {
-    let perr = |detail: String| GuardError::Program {
-        prog: name,
-        hook,
-        detail,
-    };
+    let perr = program_error(name, hook);
     ebpf.program_mut(name)
         .ok_or_else(|| perr("not in the guard object".into()))?
         .try_into()
@@ -470,11 +473,7 @@ fn attach_and_pin_programs(
 ) -> Result<Vec<u32>, GuardError> {
     let mut prog_ids = Vec::new();
     for (name, hook, _) in HOOK_SIGNATURES {
-        let perr = |detail: String| GuardError::Program {
-            prog: name,
-            hook,
-            detail,
-        };
+        let perr = program_error(name, hook);
         let path = next.join(hook);
         match programs {
             GuardPrograms::Lsm => {
