@@ -57,12 +57,15 @@ impl Avx512Vl {
         }
     }
 
-    fn absorb(&mut self, bytes: &[u8]) {
+    /// Absorbs whole blocks into `state` (a free function, so the partial block can be
+    /// absorbed from beside the state without copying it out first).
+    fn absorb(state: &mut [u64; 25], bytes: &[u8]) {
         debug_assert!(bytes.len().is_multiple_of(RATE));
-        // SAFETY: only constructed where `avx512vl_available()`; the state is the 200 bytes
-        // the routine reads and writes, and it reads only `bytes`.
+        // SAFETY: only called where `avx512vl_available()` (the backend is only built
+        // there); the state is the 200 bytes the routine reads and writes, and it reads only
+        // `bytes`.
         unsafe {
-            RW_AVX512VL_SHA3_absorb(&mut self.state, bytes.as_ptr(), bytes.len(), RATE);
+            RW_AVX512VL_SHA3_absorb(state, bytes.as_ptr(), bytes.len(), RATE);
         }
     }
 
@@ -75,13 +78,12 @@ impl Avx512Vl {
             if self.filled < RATE {
                 return;
             }
-            let block = self.block;
-            self.absorb(&block);
+            Self::absorb(&mut self.state, &self.block);
             self.filled = 0;
         }
         let whole = data.len() - data.len() % RATE;
         if whole > 0 {
-            self.absorb(&data[..whole]);
+            Self::absorb(&mut self.state, &data[..whole]);
         }
         let rest = &data[whole..];
         self.block[..rest.len()].copy_from_slice(rest);
@@ -93,8 +95,7 @@ impl Avx512Vl {
         self.block[self.filled..].fill(0);
         self.block[self.filled] = 0x06;
         self.block[RATE - 1] |= 0x80;
-        let block = self.block;
-        self.absorb(&block);
+        Self::absorb(&mut self.state, &self.block);
         let mut out = [0u8; 32];
         // SAFETY: as in `absorb`; `out` is the 32 bytes written.
         unsafe {
