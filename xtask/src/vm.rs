@@ -1536,12 +1536,13 @@ fn kernel_command_line(group: &Group) -> String {
     // IMA needs the "integrity" LSM on 6.1 (without it the first measurement panics:
     // "integrity_inode_get: lsm=integrity required"); from 6.9 IMA and EVM are LSMs of their
     // own that are always on, and an unknown name in lsm= is skipped.
-    let lsm = match (group.tpm, group.bpf_lsm) {
-        (true, true) => "lockdown,capability,yama,bpf,integrity",
-        (true, false) => "lockdown,capability,yama,integrity",
-        (false, true) => "lockdown,capability,yama,bpf",
-        (false, false) => "lockdown,capability,yama",
-    };
+    let mut lsm = String::from("lockdown,capability,yama");
+    if group.bpf_lsm {
+        lsm.push_str(",bpf");
+    }
+    if group.tpm {
+        lsm.push_str(",integrity");
+    }
     let mut append = format!(
         "console=ttyS0 panic=-1 quiet loglevel=3 lsm={lsm} rw.group={}",
         group.target
