@@ -253,7 +253,7 @@ fn verify_parts<'s>(
             last_err = EnvelopeError::SignatureEncoding;
             continue;
         };
-        let good = key.verify_strict(&pae, &sig).is_ok();
+        let good = crate::ed25519::verify_strict(key, &pae, &sig);
         last_err = match (good, keyid == ours) {
             (true, true) => {
                 return Ok(Verified {

@@ -18,6 +18,7 @@ pub mod api;
 pub mod budget;
 pub mod config_error;
 pub mod dsse;
+pub mod ed25519;
 pub mod evidence;
 pub mod keccak;
 pub mod keys;
