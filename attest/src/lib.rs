@@ -20,6 +20,7 @@ pub mod config_error;
 pub mod dsse;
 pub mod ed25519;
 pub mod evidence;
+pub mod json;
 pub mod keccak;
 pub mod keys;
 pub mod log;

@@ -136,11 +136,7 @@ impl Statement {
 
     pub fn to_json(&self) -> Vec<u8> {
         // Sized for a typical statement (1-2 KiB), so it is written without regrowing.
-        let mut out = Vec::with_capacity(2048);
-        match serde_json::to_writer(&mut out, self) {
-            Ok(()) => out,
-            Err(_) => Vec::new(),
-        }
+        crate::json::to_vec(self, 2048).unwrap_or_default()
     }
 
     /// Parses verified payload bytes and checks the fixed type fields.
