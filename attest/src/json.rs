@@ -49,9 +49,10 @@ struct Writer {
 }
 
 impl Writer {
-    fn int(&mut self, v: impl itoa::Integer) {
+    fn int(&mut self, v: impl itoa::Integer) -> Result<(), Unsupported> {
         self.out
             .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        Ok(())
     }
 
     fn str(&mut self, s: &str) {
@@ -106,6 +107,20 @@ fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
         }
     }
     out.extend_from_slice(&bytes[start..]);
+}
+
+/// `serialize_i8` to `serialize_u128`, each a call of `$write` with the value.
+macro_rules! integers {
+    ($write:ident) => {
+        integers!($write; serialize_i8: i8, serialize_i16: i16, serialize_i32: i32,
+            serialize_i64: i64, serialize_i128: i128, serialize_u8: u8, serialize_u16: u16,
+            serialize_u32: u32, serialize_u64: u64, serialize_u128: u128);
+    };
+    ($write:ident; $($name:ident: $t:ty),*) => {$(
+        fn $name(self, v: $t) -> Result<(), Unsupported> {
+            self.$write(v)
+        }
+    )*};
 }
 
 /// An array or object being written: whether a comma comes before the next element, and
@@ -169,49 +184,11 @@ impl<'a> ser::Serializer for &'a mut Writer {
     type SerializeStruct = Compound<'a>;
     type SerializeStructVariant = Compound<'a>;
 
+    integers!(int);
+
     fn serialize_bool(self, v: bool) -> Result<(), Unsupported> {
         self.out
             .extend_from_slice(if v { b"true" } else { b"false" });
-        Ok(())
-    }
-    fn serialize_i8(self, v: i8) -> Result<(), Unsupported> {
-        self.int(v);
-        Ok(())
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Unsupported> {
-        self.int(v);
-        Ok(())
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Unsupported> {
-        self.int(v);
-        Ok(())
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Unsupported> {
-        self.int(v);
-        Ok(())
-    }
-    fn serialize_i128(self, v: i128) -> Result<(), Unsupported> {
-        self.int(v);
-        Ok(())
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Unsupported> {
-        self.int(v);
-        Ok(())
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Unsupported> {
-        self.int(v);
-        Ok(())
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Unsupported> {
-        self.int(v);
-        Ok(())
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Unsupported> {
-        self.int(v);
-        Ok(())
-    }
-    fn serialize_u128(self, v: u128) -> Result<(), Unsupported> {
-        self.int(v);
         Ok(())
     }
     // Floats: serde_json's formatting (ryu, null for non-finite) is left to it.
@@ -317,53 +294,29 @@ impl<'a> ser::Serializer for &'a mut Writer {
     }
 }
 
-impl ser::SerializeSeq for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close(b']');
-        Ok(())
-    }
+/// The four array-like traits differ only in their method's name.
+macro_rules! array_like {
+    ($($tr:ident :: $method:ident),*) => {$(
+        impl ser::$tr for Compound<'_> {
+            type Ok = ();
+            type Error = Unsupported;
+            fn $method<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
+                self.element(v)
+            }
+            fn end(self) -> Result<(), Unsupported> {
+                self.close(b']');
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTuple for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close(b']');
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleStruct for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close(b']');
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close(b']');
-        Ok(())
-    }
-}
+array_like!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 impl ser::SerializeMap for Compound<'_> {
     type Ok = ();
@@ -383,37 +336,28 @@ impl ser::SerializeMap for Compound<'_> {
     }
 }
 
-impl ser::SerializeStruct for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        v: &T,
-    ) -> Result<(), Unsupported> {
-        self.field(key, v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close(b'}');
-        Ok(())
-    }
+/// A struct and a struct variant's fields are written alike.
+macro_rules! object_like {
+    ($($tr:ident),*) => {$(
+        impl ser::$tr for Compound<'_> {
+            type Ok = ();
+            type Error = Unsupported;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                v: &T,
+            ) -> Result<(), Unsupported> {
+                self.field(key, v)
+            }
+            fn end(self) -> Result<(), Unsupported> {
+                self.close(b'}');
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeStructVariant for Compound<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        v: &T,
-    ) -> Result<(), Unsupported> {
-        self.field(key, v)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close(b'}');
-        Ok(())
-    }
-}
+object_like!(SerializeStruct, SerializeStructVariant);
 
 /// A map key: strings (and what serde writes as one, a unit variant or a newtype around a
 /// string) as they are, integers quoted, as serde_json writes them; anything else is left to
@@ -423,7 +367,7 @@ struct KeyWriter<'a>(&'a mut Writer);
 impl KeyWriter<'_> {
     fn quoted_int(self, v: impl itoa::Integer) -> Result<(), Unsupported> {
         self.0.out.push(b'"');
-        self.0.int(v);
+        self.0.int(v)?;
         self.0.out.push(b'"');
         Ok(())
     }
@@ -439,6 +383,8 @@ impl ser::Serializer for KeyWriter<'_> {
     type SerializeMap = ser::Impossible<(), Unsupported>;
     type SerializeStruct = ser::Impossible<(), Unsupported>;
     type SerializeStructVariant = ser::Impossible<(), Unsupported>;
+
+    integers!(quoted_int);
 
     fn serialize_str(self, v: &str) -> Result<(), Unsupported> {
         self.0.str(v);
@@ -463,36 +409,6 @@ impl ser::Serializer for KeyWriter<'_> {
         value: &T,
     ) -> Result<(), Unsupported> {
         value.serialize(self)
-    }
-    fn serialize_i8(self, v: i8) -> Result<(), Unsupported> {
-        self.quoted_int(v)
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Unsupported> {
-        self.quoted_int(v)
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Unsupported> {
-        self.quoted_int(v)
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Unsupported> {
-        self.quoted_int(v)
-    }
-    fn serialize_i128(self, v: i128) -> Result<(), Unsupported> {
-        self.quoted_int(v)
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Unsupported> {
-        self.quoted_int(v)
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Unsupported> {
-        self.quoted_int(v)
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Unsupported> {
-        self.quoted_int(v)
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Unsupported> {
-        self.quoted_int(v)
-    }
-    fn serialize_u128(self, v: u128) -> Result<(), Unsupported> {
-        self.quoted_int(v)
     }
     fn serialize_bool(self, _: bool) -> Result<(), Unsupported> {
         Err(Unsupported)
