@@ -5,9 +5,9 @@
 //! about 90 strings, nearly all plain ASCII, and that loop was half of writing one. Here a
 //! string is checked for anything to escape sixteen bytes at a time and, when there is none
 //! (every key, digest, name and id we write), copied whole. Anything this writer does not take
-//! (a map key that is not a string or an integer, a float) is an error, and
-//! [`to_vec`] then leaves the whole value to serde_json, so the output never depends on which
-//! path wrote it. The tests hold the two equal on statements and on every kind of string.
+//! (a map key that is not a string or an integer, a float, serde_json's own raw values) is an
+//! error, and [`to_vec`] then leaves the whole value to serde_json, so the output never depends
+//! on which path wrote it. The tests hold the two equal on statements and on every kind of string.
 
 use serde::ser::{self, Serialize};
 
@@ -280,7 +280,12 @@ impl<'a> ser::Serializer for &'a mut Writer {
     fn serialize_map(self, _: Option<usize>) -> Result<Compound<'a>, Unsupported> {
         Ok(Compound::open(self, b'{', None))
     }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Compound<'a>, Unsupported> {
+    fn serialize_struct(self, name: &'static str, _: usize) -> Result<Compound<'a>, Unsupported> {
+        // serde_json's own RawValue and arbitrary-precision Number pass through here under a
+        // private name and must be written raw: that is serde_json's to do.
+        if name.starts_with("$serde_json::private::") {
+            return Err(Unsupported);
+        }
         Ok(Compound::open(self, b'{', None))
     }
     fn serialize_struct_variant(
@@ -578,6 +583,8 @@ mod tests {
 
     #[test]
     fn what_it_does_not_take_is_left_to_serde_json() {
+        let raw = serde_json::value::RawValue::from_string("[1, {\"a\": 2}]".into()).unwrap();
+        same(&vec![raw.clone(), raw]);
         same(&[1.5f64, f64::NAN]);
         same(&BTreeMap::from([(true, 1)]));
         assert_eq!(to_vec(&0.1f32, 0).unwrap(), b"0.1");
