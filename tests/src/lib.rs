@@ -770,10 +770,24 @@ pub fn udp_send(
 /// A TCP sink in `ns`: accepts one connection and counts bytes; returns (bytes, secs from
 /// first byte to EOF).
 pub fn tcp_sink(ns: &str, addr: &str) -> (u16, thread::JoinHandle<(u64, f64)>) {
+    tcp_sink_counted(ns, addr, Arc::new(AtomicU64::new(0)), None)
+}
+
+/// [`tcp_sink`] that also adds every read to `received` as it arrives, so another thread can
+/// take the bytes of a time window while the transfer runs; on `cpu` alone where one is given.
+pub fn tcp_sink_counted(
+    ns: &str,
+    addr: &str,
+    received: Arc<AtomicU64>,
+    cpu: Option<usize>,
+) -> (u16, thread::JoinHandle<(u64, f64)>) {
     let addr = addr.to_string();
     let l = in_netns(ns, move || TcpListener::bind(format!("{addr}:0")).unwrap());
     let port = l.local_addr().unwrap().port();
     let h = thread::spawn(move || {
+        if let Some(cpu) = cpu {
+            pin_to_cpu(cpu);
+        }
         let (mut c, _) = l.accept().unwrap();
         let mut buf = vec![0u8; 1 << 16];
         let mut total = 0u64;
@@ -784,6 +798,7 @@ pub fn tcp_sink(ns: &str, addr: &str) -> (u16, thread::JoinHandle<(u64, f64)>) {
                 Ok(n) => {
                     t0.get_or_insert_with(Instant::now);
                     total += n as u64;
+                    received.fetch_add(n as u64, Ordering::Relaxed);
                 }
             }
         }
@@ -794,6 +809,18 @@ pub fn tcp_sink(ns: &str, addr: &str) -> (u16, thread::JoinHandle<(u64, f64)>) {
 
 /// Sends as fast as TCP allows from `ns` to `dst` for `secs`.
 pub fn tcp_send(ns: &str, dst: SocketAddr, secs: f64) -> thread::JoinHandle<u64> {
+    let t0 = Instant::now();
+    tcp_send_while(ns, dst, None, move || t0.elapsed().as_secs_f64() < secs)
+}
+
+/// Sends as fast as TCP allows from `ns` to `dst` while `go_on` says so, then closes; on `cpu`
+/// alone where one is given.
+pub fn tcp_send_while(
+    ns: &str,
+    dst: SocketAddr,
+    cpu: Option<usize>,
+    go_on: impl Fn() -> bool + Send + 'static,
+) -> thread::JoinHandle<u64> {
     let ns = ns.to_string();
     thread::spawn(move || {
         rackwarden::netns::enter(&ns).expect("enter netns");
@@ -801,9 +828,11 @@ pub fn tcp_send(ns: &str, dst: SocketAddr, secs: f64) -> thread::JoinHandle<u64>
         c.set_write_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         let buf = vec![0x77u8; 1 << 16];
+        if let Some(cpu) = cpu {
+            pin_to_cpu(cpu);
+        }
         let mut sent = 0u64;
-        let t0 = Instant::now();
-        while t0.elapsed().as_secs_f64() < secs {
+        while go_on() {
             match c.write(&buf) {
                 Ok(n) => sent += n as u64,
                 Err(e)
