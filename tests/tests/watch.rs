@@ -267,9 +267,13 @@ fn the_fexit_watch_cost_is_measured_in_the_guests() {
         return;
     }
     match rackwarden_tests::watchbench::bench_hook(WatchHook::BpfExit) {
-        Some((a, o)) => println!(
-            "RW_REPORT tamper watch on fexit __x64_sys_bpf: {a:.1} -> {o:.1} ns per 1-byte syscall, ratio {:.3}x (goal <= 1.02x)",
-            o / a
+        Some(cost) => println!(
+            "RW_REPORT tamper watch on fexit __x64_sys_bpf: {:.1} -> {:.1} ns per 1-byte syscall, ratio {} (goal <= 1.02x); the watch ran {} times in a round of those syscalls",
+            cost.anchor_ns,
+            cost.watched_ns,
+            cost.ratios.describe(),
+            cost.runs_in_a_round
+                .map_or("an uncounted number of".to_string(), |n| n.to_string())
         ),
         None => println!("RW_REPORT tamper watch on fexit: this kernel refuses it (see above)"),
     }

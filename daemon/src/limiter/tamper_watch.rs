@@ -60,6 +60,8 @@ pub enum WatchError {
     },
     #[error("kernel BTF for the fexit hook: {0}")]
     Btf(#[source] aya::BtfError),
+    #[error("the tamper watch program's run statistics: {0}")]
+    RunStats(#[source] std::io::Error),
     #[error("tamper watch map {name}: {source}")]
     Map {
         name: &'static str,
@@ -438,5 +440,24 @@ impl UnpinnedWatch {
     /// watch's cost holds it attached for its measured rounds).
     pub fn attach(&mut self) -> Result<FdLink, WatchError> {
         attach_hook(&mut self.ebpf, self.hook)
+    }
+
+    /// The kernel's count of the program's runs and their total ns, kept only while
+    /// `kernel.bpf_stats_enabled` is 1: how often the hook ran on a load, not only what the
+    /// load took.
+    pub fn run_stats(&mut self) -> Result<(u64, u64), WatchError> {
+        use std::os::fd::AsFd as _;
+        let hook = self.hook;
+        let err = |source| WatchError::Program {
+            program: hook.program(),
+            source,
+        };
+        let fd = match hook {
+            WatchHook::BpfExit => fexit(&mut self.ebpf)?.fd().map_err(err)?.as_fd(),
+            WatchHook::SysExit => raw_tracepoint(&mut self.ebpf)?.fd().map_err(err)?.as_fd(),
+        }
+        .try_clone_to_owned()
+        .map_err(WatchError::RunStats)?;
+        super::raw::prog_run_stats(&fd).map_err(WatchError::RunStats)
     }
 }

@@ -13,7 +13,10 @@ use rackwarden::{
     limiter::{Direction, HookDirection, Limiter, maps::CapSlot},
     pins::PinPaths,
 };
-use rackwarden_tests::*;
+use rackwarden_tests::{
+    benchstats::{BpfStatsOn, Bracketed, median},
+    *,
+};
 
 fn main() {
     let what: Vec<String> = std::env::args().skip(1).collect();
@@ -62,11 +65,6 @@ fn main() {
 }
 
 // ---- epoch: the daemon's own epoch, phase by phase, vs the same steps as CLI commands ----
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 fn bench_epoch() {
     use rackwarden_tests::epoch::*;
@@ -1879,40 +1877,28 @@ impl VethHooks {
     }
 }
 
-/// The ranks (0-based, inclusive) of the sorted values that bound a median's 95% confidence
-/// interval without assuming a distribution: the normal approximation of Binomial(n, 1/2).
-fn median_ci95(n: usize) -> (usize, usize) {
-    let half = 0.98 * (n as f64).sqrt();
-    let lo = ((n as f64 / 2.0 - half).floor().max(0.0)) as usize;
-    let hi = ((n as f64 / 2.0 + half).ceil() as usize).min(n - 1);
-    (lo, hi)
-}
-
-/// Each window of `arm` against the mean of the bare windows on both sides of it (a drift of
-/// the machine that is linear over the three windows cancels), sorted.
-fn arm_ratios(windows: &[VethWindow], arm: VethArm) -> Vec<f64> {
-    let mut r: Vec<f64> = (1..windows.len() - 1)
-        .filter(|&i| windows[i].arm == arm)
-        .map(|i| windows[i].rate() / ((windows[i - 1].rate() + windows[i + 1].rate()) / 2.0))
-        .collect();
-    r.sort_by(|a, b| a.total_cmp(b));
-    r
+/// Each window of `arm` against the bare windows on both sides of it.
+fn arm_ratios(windows: &[VethWindow], arm: VethArm) -> Bracketed {
+    let rates: Vec<f64> = windows.iter().map(VethWindow::rate).collect();
+    Bracketed::new(
+        &rates,
+        |i| windows[i].arm == arm,
+        |i| windows[i].arm == VethArm::Bare,
+    )
 }
 
 /// Prints an arm's ratios; returns their median.
-fn print_arm(what: &str, ratios: &[f64]) -> f64 {
-    let (lo, hi) = median_ci95(ratios.len());
-    let ratio = ratios[ratios.len() / 2];
+fn print_arm(what: &str, ratios: &Bracketed) -> f64 {
+    let ratio = ratios.median();
+    let (lo, hi) = ratios.ci95();
     println!(
-        "{what}: median of {} windows' ratios {ratio:.3}x ({:.1}% lower), 95% CI {:.3}x to {:.3}x ({:.1}% to {:.1}% lower); middle half {:.3}x to {:.3}x",
-        ratios.len(),
+        "{what}: {} windows' ratios, median {ratio:.3}x ({:.1}% lower), 95% CI {lo:.3}x to {hi:.3}x ({:.1}% to {:.1}% lower); middle half {:.3}x to {:.3}x",
+        ratios.ratios.len(),
         100.0 * (1.0 - ratio),
-        ratios[lo],
-        ratios[hi],
-        100.0 * (1.0 - ratios[hi]),
-        100.0 * (1.0 - ratios[lo]),
-        ratios[ratios.len() / 4],
-        ratios[3 * ratios.len() / 4],
+        100.0 * (1.0 - hi),
+        100.0 * (1.0 - lo),
+        ratios.ratios[ratios.ratios.len() / 4],
+        ratios.ratios[3 * ratios.ratios.len() / 4],
     );
     ratio
 }
@@ -1944,11 +1930,6 @@ fn veth_throughput_overhead() {
         small_max_len: 1024,
     });
     let pins = net.attach_bare_limiter([far, far]);
-    // The programs' own CPU time, counted by the kernel while they are attached: what the
-    // policer adds, seen from inside.
-    let stats_before = std::fs::read_to_string(BPF_STATS).unwrap_or_default();
-    let stats_on = std::fs::write(BPF_STATS, "1").is_ok();
-    let ours = our_programs_run_stats(&pins);
     let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     // Sender, receiver and the softirq work between them (a veth delivers on the sending CPU)
     // share CPU 0, so every cycle a program takes is a cycle the transfer loses: the harshest
@@ -1963,60 +1944,59 @@ fn veth_throughput_overhead() {
     });
     let (p2, iface) = (pins.clone(), net.rack_if.clone());
     let arms = arms.to_vec();
-    let windows: Vec<VethWindow> = in_netns(&net.rack_ns, move || {
-        pin_to_cpu(1);
-        let mut limiter = Limiter::load_or_adopt(&p2, &[far, far]).expect("adopt the policer");
-        limiter.choose_kind(rackwarden::config::AttachMode::Auto, &iface);
-        let empty_prog = load_return_ok();
-        let mut hooks = VethHooks {
-            limiter,
-            iface,
-            // SAFETY: a program fd this closure owns from here on.
-            empty_prog: unsafe { std::os::fd::FromRawFd::from_raw_fd(empty_prog) },
-            empty_links: Vec::new(),
-        };
-        let mut on = VethArm::Ours;
-        std::thread::sleep(warmup);
-        (0..count)
-            .map(|i| {
-                let arm = if i % 2 == 0 {
-                    VethArm::Bare
-                } else {
-                    arms[(i / 2) % arms.len()]
-                };
-                hooks.set(on, arm);
-                on = arm;
-                std::thread::sleep(VETH_SETTLE);
-                let (b0, c0, t0) = (
-                    received.load(std::sync::atomic::Ordering::Relaxed),
-                    CpuTicks::now(),
-                    std::time::Instant::now(),
-                );
-                std::thread::sleep(VETH_WINDOW);
-                let (b1, c1, t1) = (
-                    received.load(std::sync::atomic::Ordering::Relaxed),
-                    CpuTicks::now(),
-                    std::time::Instant::now(),
-                );
-                VethWindow {
-                    arm,
-                    bytes: b1 - b0,
-                    secs: (t1 - t0).as_secs_f64(),
-                    cpu: c1.since(&c0),
-                }
-            })
-            .collect()
-    });
+    let (windows, counted): (Vec<VethWindow>, Option<CountedRuns>) =
+        in_netns(&net.rack_ns, move || {
+            pin_to_cpu(1);
+            let mut limiter = Limiter::load_or_adopt(&p2, &[far, far]).expect("adopt the policer");
+            limiter.choose_kind(rackwarden::config::AttachMode::Auto, &iface);
+            let empty_prog = load_return_ok();
+            let mut hooks = VethHooks {
+                limiter,
+                iface,
+                // SAFETY: a program fd this closure owns from here on.
+                empty_prog: unsafe { std::os::fd::FromRawFd::from_raw_fd(empty_prog) },
+                empty_links: Vec::new(),
+            };
+            let mut on = VethArm::Ours;
+            std::thread::sleep(warmup);
+            let windows = (0..count)
+                .map(|i| {
+                    let arm = if i % 2 == 0 {
+                        VethArm::Bare
+                    } else {
+                        arms[(i / 2) % arms.len()]
+                    };
+                    hooks.set(on, arm);
+                    on = arm;
+                    std::thread::sleep(VETH_SETTLE);
+                    let (b0, c0, t0) = (
+                        received.load(std::sync::atomic::Ordering::Relaxed),
+                        CpuTicks::now(),
+                        std::time::Instant::now(),
+                    );
+                    std::thread::sleep(VETH_WINDOW);
+                    let (b1, c1, t1) = (
+                        received.load(std::sync::atomic::Ordering::Relaxed),
+                        CpuTicks::now(),
+                        std::time::Instant::now(),
+                    );
+                    VethWindow {
+                        arm,
+                        bytes: b1 - b0,
+                        secs: (t1 - t0).as_secs_f64(),
+                        cpu: c1.since(&c0),
+                    }
+                })
+                .collect();
+            // Then ours alone, with the kernel counting their runs: a phase of its own, because
+            // the statistics' clock reads would weigh on the timed windows.
+            hooks.set(on, VethArm::Ours);
+            std::thread::sleep(VETH_SETTLE);
+            (windows, count_our_runs(&p2))
+        });
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     send.join().unwrap();
     sink.join().unwrap();
-    let ours_after = our_programs_run_stats(&pins);
-    // What the statistics themselves add to each counted run (two clock reads around it),
-    // taken on the empty program while they are still on.
-    let stats_cost = stats_on.then(stats_cost_per_run);
-    if stats_on {
-        let _ = std::fs::write(BPF_STATS, stats_before.trim());
-    }
     if let Some(path) = std::env::var_os("RW_BENCH_VETH_WINDOWS") {
         let rows: Vec<String> = windows
             .iter()
@@ -2065,12 +2045,9 @@ fn veth_throughput_overhead() {
         println!("throughput, the empty program: not measured (no tcx on this kernel)");
     }
     // Where the windows' noise does not come from: the hypervisor's steal is counted apart.
-    let (mut cpu_all, mut cpu_ours) = (CpuTicks::default(), CpuTicks::default());
+    let mut cpu_all = CpuTicks::default();
     for w in &windows {
         cpu_all.add(&w.cpu);
-        if w.arm == VethArm::Ours {
-            cpu_ours.add(&w.cpu);
-        }
     }
     println!(
         "  CPU over all windows: {:.1} s busy, {:.1} s stolen by the hypervisor, in {:.1} s on {} CPUs",
@@ -2079,35 +2056,67 @@ fn veth_throughput_overhead() {
         windows.iter().map(|w| w.secs).sum::<f64>(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let (runs, ns) = (ours_after.0 - ours.0, ours_after.1 - ours.1);
-    let Some(stats_cost) = stats_cost else {
+    let Some(c) = counted else {
         println!("our programs' CPU time: not measured (kernel.bpf_stats_enabled not writable)");
         return;
     };
-    if runs == 0 {
+    if c.runs == 0 {
         println!("our programs' CPU time: not measured (the kernel counted no runs)");
         return;
     }
-    // The counters also run in the settle gaps, so the share is taken over every second ours
-    // were attached, windows and gaps, at the windows' CPU work per second.
-    let on: Vec<&VethWindow> = windows.iter().filter(|w| w.arm == VethArm::Ours).collect();
-    let on_secs: f64 = on.iter().map(|w| w.secs).sum();
-    let busy_per_sec = cpu_ours.busy_secs() / on_secs;
-    let attached_secs = on_secs + VETH_SETTLE.as_secs_f64() * on.len() as f64;
-    let per_run = ns as f64 / runs as f64;
-    let net_ns = (per_run - stats_cost).max(0.0);
+    let per_run = c.ns as f64 / c.runs as f64;
+    let net_ns = (per_run - c.stats_cost).max(0.0);
     println!(
-        "our programs while attached (kernel.bpf_stats_enabled): {runs} runs, {per_run:.1} ns per run counted",
+        "our programs, {:.0} s attached with kernel.bpf_stats_enabled on: {} runs, {per_run:.1} ns per run counted",
+        c.secs, c.runs
     );
     println!(
-        "  the statistics' own cost, counted on the empty program: {stats_cost:.1} ns per run; ours without it: {net_ns:.1} ns per run"
+        "  the statistics' own cost, counted on the empty program: {:.1} ns per run; ours without it: {net_ns:.1} ns per run",
+        c.stats_cost
     );
     println!(
-        "  = {:.2}% of the CPU work done while attached ({:.2}% as counted), {:.2}% of one core (goal <= 2%)",
-        100.0 * net_ns * runs as f64 / (busy_per_sec * attached_secs * 1e9),
-        100.0 * ns as f64 / (busy_per_sec * attached_secs * 1e9),
-        100.0 * net_ns * runs as f64 / (attached_secs * 1e9),
+        "  = {:.2}% of the CPU work done meanwhile ({:.2}% as counted), {:.2}% of one core (goal <= 2%)",
+        100.0 * net_ns * c.runs as f64 / (c.cpu.busy_secs() * 1e9),
+        100.0 * c.ns as f64 / (c.cpu.busy_secs() * 1e9),
+        100.0 * net_ns * c.runs as f64 / (c.secs * 1e9),
     );
+}
+
+/// How long ours stay attached with their runs counted, after the windows.
+const VETH_COUNTED: Duration = Duration::from_secs(3);
+
+/// The kernel's count of our programs' runs over [`VETH_COUNTED`] of the transfer.
+struct CountedRuns {
+    runs: u64,
+    ns: u64,
+    secs: f64,
+    cpu: CpuTicks,
+    /// What the statistics add to each counted run, taken while they are on.
+    stats_cost: f64,
+}
+
+/// Counts our programs' runs (attached under `pins`) for [`VETH_COUNTED`] with
+/// `kernel.bpf_stats_enabled` on, then sets it back; `None` where it cannot be turned on.
+fn count_our_runs(pins: &rackwarden::pins::PinPaths) -> Option<CountedRuns> {
+    let _on = BpfStatsOn::enable()?;
+    let (r0, c0, t0) = (
+        our_programs_run_stats(pins),
+        CpuTicks::now(),
+        std::time::Instant::now(),
+    );
+    std::thread::sleep(VETH_COUNTED);
+    let (r1, c1, t1) = (
+        our_programs_run_stats(pins),
+        CpuTicks::now(),
+        std::time::Instant::now(),
+    );
+    Some(CountedRuns {
+        runs: r1.0 - r0.0,
+        ns: r1.1 - r0.1,
+        secs: (t1 - t0).as_secs_f64(),
+        cpu: c1.since(&c0),
+        stats_cost: stats_cost_per_run(),
+    })
 }
 
 /// ns per run that `kernel.bpf_stats_enabled` counts for the empty program (`r0 = 0; exit`)
@@ -2127,8 +2136,6 @@ fn stats_cost_per_run() -> f64 {
     assert!(runs > 0, "the kernel counted the empty program's test runs");
     (after.1 - before.1) as f64 / runs as f64
 }
-
-const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 /// Run count and run time summed over the programs pinned under `pins`.
 fn our_programs_run_stats(pins: &rackwarden::pins::PinPaths) -> (u64, u64) {
