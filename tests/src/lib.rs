@@ -810,8 +810,11 @@ pub fn tcp_sink_counted(
 
 /// Sends as fast as TCP allows from `ns` to `dst` for `secs`.
 pub fn tcp_send(ns: &str, dst: SocketAddr, secs: f64) -> thread::JoinHandle<u64> {
-    let t0 = Instant::now();
-    tcp_send_while(ns, dst, None, move || t0.elapsed().as_secs_f64() < secs)
+    // The clock starts at the first check, once connected, not when the thread is asked for.
+    let t0 = std::sync::OnceLock::new();
+    tcp_send_while(ns, dst, None, move || {
+        t0.get_or_init(Instant::now).elapsed().as_secs_f64() < secs
+    })
 }
 
 /// Sends as fast as TCP allows from `ns` to `dst` while `go_on` says so, then closes; on `cpu`

@@ -39,12 +39,25 @@ impl Hook {
 /// `bpf(BPF_LINK_DETACH)` on our pinned tcx link, or a netlink delete of our clsact filter.
 /// An error carries the errno of the refusal (EPERM under the guard).
 pub fn detach(net: &Net, hook: Hook, dir: Direction) -> std::io::Result<()> {
+    detach_from(&net.pins(), &net.rack_ns, &net.rack_if, hook, dir)
+}
+
+/// [`detach`] for a thread that holds the fixture's parts rather than the fixture: our
+/// policer pinned under `pins`, on `iface` in the namespace `ns`. Returns once the hook is
+/// empty (tcx takes the program off before the call returns).
+pub fn detach_from(
+    pins: &rackwarden::pins::PinPaths,
+    ns: &str,
+    iface: &str,
+    hook: Hook,
+    dir: Direction,
+) -> std::io::Result<()> {
     match hook {
-        Hook::Tcx => link_detach(&raw::obj_get(&net.pins().link(&net.rack_if, dir))?),
+        Hook::Tcx => link_detach(&raw::obj_get(&pins.link(iface, dir))?),
         Hook::Clsact => {
             let out = Command::new("ip")
-                .args(["netns", "exec", &net.rack_ns, "tc", "filter", "del", "dev"])
-                .arg(&net.rack_if)
+                .args(["netns", "exec", ns, "tc", "filter", "del", "dev"])
+                .arg(iface)
                 .arg(dir.name())
                 .args(["pref", &CLSACT_PRIORITY.to_string()])
                 .args(["handle", &format!("0x{CLSACT_HANDLE_MINOR:x}"), "bpf"])

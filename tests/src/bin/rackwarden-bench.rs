@@ -1795,51 +1795,39 @@ impl VethWindow {
 }
 
 const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_LINK_DETACH: libc::c_long = 34;
 const BPF_TCX_INGRESS: u32 = 46;
 const BPF_TCX_EGRESS: u32 = 47;
 
-/// Puts `arm` on both hooks of `iface`, in the calling thread's namespace, taking off what
-/// `from` put there. Ours is taken off as an operator would remove it (tcx: its link's last
-/// reference is the pin; clsact: our filter); the empty program's links close with their fds.
+/// The rack interface's hooks as the veth row switches them, from a thread in the rack
+/// namespace. Ours come off as another process would take them off ([`tamper::detach_from`]:
+/// the hook is empty when it returns) and go back on as the daemon attaches them; the empty
+/// program's links close with their fds.
 struct VethHooks {
     limiter: Limiter,
+    ns: String,
     iface: String,
+    /// How ours are attached on this kernel.
+    hook: tamper::Hook,
     empty_prog: std::os::fd::OwnedFd,
     empty_links: Vec<std::os::fd::OwnedFd>,
 }
 
 impl VethHooks {
+    /// Puts `to` on both hooks, taking off what `from` put there.
     fn set(&mut self, from: VethArm, to: VethArm) {
         match from {
             VethArm::Bare => {}
             VethArm::Empty => self.empty_links.clear(),
             VethArm::Ours => {
                 for dir in [Direction::Egress, Direction::Ingress] {
-                    let link = self.limiter.pins().link(&self.iface, dir);
-                    if link.exists() {
-                        // Detached at once: the pin's removal alone would release the link
-                        // from a workqueue, after a grace period, into the next window.
-                        let fd = rackwarden::limiter::raw::obj_get(&link).expect("our link");
-                        let mut a = [0u8; 128];
-                        put_u32(&mut a, 0, fd.as_raw_fd() as u32);
-                        assert!(
-                            sys_bpf(BPF_LINK_DETACH, &mut a) == 0,
-                            "BPF_LINK_DETACH of our link: {}",
-                            std::io::Error::last_os_error()
-                        );
-                        std::fs::remove_file(&link).expect("unpin our tcx link");
-                        continue;
+                    let pins = self.limiter.pins();
+                    tamper::detach_from(pins, &self.ns, &self.iface, self.hook, dir)
+                        .expect("take our policer off");
+                    if self.hook == tamper::Hook::Tcx {
+                        // The detached link's pin holds nothing now; the next attach pins anew.
+                        std::fs::remove_file(pins.link(&self.iface, dir))
+                            .expect("unpin our detached tcx link");
                     }
-                    let out = Command::new("tc")
-                        .args(["filter", "del", "dev", &self.iface, dir.name()])
-                        .output()
-                        .expect("run tc");
-                    assert!(
-                        out.status.success(),
-                        "tc filter del: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
                 }
             }
         }
@@ -1887,18 +1875,16 @@ fn arm_ratios(windows: &[VethWindow], arm: VethArm) -> Bracketed {
     )
 }
 
-/// Prints an arm's ratios; returns their median.
+/// Prints an arm's ratios, and what they lose in percent; returns their median.
 fn print_arm(what: &str, ratios: &Bracketed) -> f64 {
     let ratio = ratios.median();
     let (lo, hi) = ratios.ci95();
     println!(
-        "{what}: {} windows' ratios, median {ratio:.3}x ({:.1}% lower), 95% CI {lo:.3}x to {hi:.3}x ({:.1}% to {:.1}% lower); middle half {:.3}x to {:.3}x",
-        ratios.ratios.len(),
+        "{what}: {}: {:.1}% lower (95% CI {:.1}% to {:.1}% lower)",
+        ratios.describe(),
         100.0 * (1.0 - ratio),
         100.0 * (1.0 - hi),
         100.0 * (1.0 - lo),
-        ratios.ratios[ratios.ratios.len() / 4],
-        ratios.ratios[3 * ratios.ratios.len() / 4],
     );
     ratio
 }
@@ -1908,11 +1894,16 @@ fn veth_throughput_overhead() {
     // the programs: separate pairs or connections differ by more than 2% on their own (socket
     // buffers, CPU placement), which is what rounds on new connections could not resolve.
     let net = Net::new("bthw");
-    let ifc = net.rack_if.clone();
-    // The empty program goes on by a tcx link; a kernel without tcx refuses the query.
-    let tcx = in_netns(&net.rack_ns, move || {
-        aya::programs::SchedClassifier::query_tcx(&ifc, aya::programs::TcAttachType::Egress).is_ok()
+    let far = CapSlot::Cap(CapSpec {
+        rate_bytes_per_s: 100_000_000_000,
+        burst_bytes: 1 << 24,
+        small_reserve_bytes: 16_384,
+        small_max_len: 1024,
     });
+    let pins = net.attach_bare_limiter([far, far]);
+    // The limiter chose tcx where the kernel has it, and then pinned its link; the empty
+    // program goes on by a tcx link too, so it is measured only there.
+    let tcx = pins.link(&net.rack_if, Direction::Egress).exists();
     let arms: &[VethArm] = if tcx {
         &[VethArm::Ours, VethArm::Empty]
     } else {
@@ -1923,13 +1914,6 @@ fn veth_throughput_overhead() {
         "\n-- TCP throughput over veth, cap 100 GB/s (never reached), one core: one transfer, {count} windows of {} ms, bare and armed in turn --",
         VETH_WINDOW.as_millis()
     );
-    let far = CapSlot::Cap(CapSpec {
-        rate_bytes_per_s: 100_000_000_000,
-        burst_bytes: 1 << 24,
-        small_reserve_bytes: 16_384,
-        small_max_len: 1024,
-    });
-    let pins = net.attach_bare_limiter([far, far]);
     let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     // Sender, receiver and the softirq work between them (a veth delivers on the sending CPU)
     // share CPU 0, so every cycle a program takes is a cycle the transfer loses: the harshest
@@ -1942,7 +1926,7 @@ fn veth_throughput_overhead() {
     let send = tcp_send_while(&net.rack_ns, dst, Some(0), move || {
         !sending.load(std::sync::atomic::Ordering::Relaxed)
     });
-    let (p2, iface) = (pins.clone(), net.rack_if.clone());
+    let (p2, ns, iface) = (pins.clone(), net.rack_ns.clone(), net.rack_if.clone());
     let arms = arms.to_vec();
     let (windows, counted): (Vec<VethWindow>, Option<CountedRuns>) =
         in_netns(&net.rack_ns, move || {
@@ -1952,7 +1936,13 @@ fn veth_throughput_overhead() {
             let empty_prog = load_return_ok();
             let mut hooks = VethHooks {
                 limiter,
+                ns,
                 iface,
+                hook: if tcx {
+                    tamper::Hook::Tcx
+                } else {
+                    tamper::Hook::Clsact
+                },
                 // SAFETY: a program fd this closure owns from here on.
                 empty_prog: unsafe { std::os::fd::FromRawFd::from_raw_fd(empty_prog) },
                 empty_links: Vec::new(),
