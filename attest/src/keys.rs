@@ -36,25 +36,8 @@ pub enum KeyError {
 }
 
 /// Lowercase hex SHA3-256 of the 32-byte raw public key.
-///
-/// Every signature made and checked needs the keyid of one and the same key, so the last
-/// key's keyid is kept per thread (keyed by the full 32 bytes, so never another key's).
 pub fn keyid(key: &VerifyingKey) -> String {
-    use std::cell::RefCell;
-    thread_local! {
-        static LAST: RefCell<Option<([u8; 32], String)>> = const { RefCell::new(None) };
-    }
-    LAST.with(|last| {
-        let mut last = last.borrow_mut();
-        match &*last {
-            Some((k, id)) if k == key.as_bytes() => id.clone(),
-            _ => {
-                let id = hex::encode(crate::sha3(key.as_bytes()));
-                *last = Some((*key.as_bytes(), id.clone()));
-                id
-            }
-        }
-    })
+    hex::encode(crate::sha3(key.as_bytes()))
 }
 
 /// The verifying key type, re-exported for callers that do not depend on ed25519-dalek.

@@ -18,10 +18,7 @@ pub mod api;
 pub mod budget;
 pub mod config_error;
 pub mod dsse;
-pub mod ed25519;
 pub mod evidence;
-pub mod json;
-pub mod keccak;
 pub mod keys;
 pub mod log;
 pub mod manifest;
@@ -37,9 +34,9 @@ pub mod tpm;
 pub mod units;
 pub mod verify;
 
-/// The SHA3-256 every part of rackwarden uses (chain links, keyids, image digests):
-/// CRYPTOGAMS' Keccak assembly (AVX-512VL where the CPU has it), through the `digest` traits.
-pub use keccak::{Digest, Sha3_256};
+/// The SHA3-256 every part of rackwarden uses (chain links, keyids, image digests, wipe
+/// streams): RustCrypto's `sha3`, through the `digest` traits.
+pub use sha3::{Digest, Sha3_256};
 
 /// SHA3-256 of `data`.
 pub fn sha3(data: &[u8]) -> [u8; 32] {

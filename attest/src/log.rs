@@ -26,6 +26,19 @@ pub struct LogError {
     pub source: std::io::Error,
 }
 
+impl LogError {
+    /// A statement or envelope that could not be written as JSON: nothing was appended.
+    pub fn unserialisable(path: &Path, what: &str, e: serde_json::Error) -> LogError {
+        LogError {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("cannot write the {what} as JSON, nothing appended: {e}"),
+            ),
+        }
+    }
+}
+
 /// The last good statement: where the chain continues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChainTip {
@@ -167,8 +180,16 @@ impl EvidenceLog {
     /// Appends one signed statement and fsyncs. Only after this returns Ok is the statement
     /// acknowledged; on error the log may end in a torn line, which the next open reports.
     pub fn append(&mut self, env: &Envelope, statement: &Statement) -> Result<(), LogError> {
-        let link = crate::sha3(&dsse::pae(&env.payload_type, &statement.to_json()));
+        let body = statement
+            .to_json()
+            .map_err(|e| LogError::unserialisable(&self.path, "statement", e))?;
+        let link = crate::sha3(&dsse::pae(&env.payload_type, &body));
         self.append_linked(env, statement, link)
+    }
+
+    /// Where the log lives.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// [`append`](Self::append) for a statement whose link (SHA3-256 of the PAE its envelope
@@ -184,7 +205,9 @@ impl EvidenceLog {
             path: self.path.clone(),
             source,
         };
-        let mut line = env.to_json();
+        let mut line = env
+            .to_json()
+            .map_err(|e| LogError::unserialisable(&self.path, "envelope", e))?;
         line.push(b'\n');
         self.file.write_all(&line).map_err(e)?;
         self.file.sync_data().map_err(e)?;

@@ -115,9 +115,11 @@ impl Manifest {
         Ok(())
     }
 
-    pub fn sign(&self, verifier_key: &SigningKey) -> Envelope {
-        let body = serde_json::to_vec(self).unwrap_or_default();
-        dsse::sign(verifier_key, MANIFEST_PAYLOAD_TYPE, &body)
+    /// Signs the manifest as written by `serde_json`; a serialisation failure is returned,
+    /// never signed as an empty body.
+    pub fn sign(&self, verifier_key: &SigningKey) -> Result<Envelope, serde_json::Error> {
+        let body = serde_json::to_vec(self)?;
+        Ok(dsse::sign(verifier_key, MANIFEST_PAYLOAD_TYPE, &body))
     }
 }
 
@@ -164,13 +166,13 @@ mod tests {
     #[test]
     fn sign_verify_and_tamper() {
         let k = crate::keys::generate();
-        let env = sample().sign(&k);
-        let v = verify_manifest(&env.to_json(), &k.verifying_key()).unwrap();
+        let env = sample().sign(&k).unwrap();
+        let v = verify_manifest(&env.to_json().unwrap(), &k.verifying_key()).unwrap();
         assert_eq!(v.manifest, sample());
         // Another key.
         let other = crate::keys::generate();
         assert!(matches!(
-            verify_manifest(&env.to_json(), &other.verifying_key()),
+            verify_manifest(&env.to_json().unwrap(), &other.verifying_key()),
             Err(ManifestError::Envelope(EnvelopeError::WrongKey { .. }))
         ));
         // One byte of the payload.
@@ -178,7 +180,7 @@ mod tests {
         let mut p = bad.payload.into_bytes();
         p[10] = if p[10] == b'A' { b'B' } else { b'A' };
         bad.payload = String::from_utf8(p).unwrap();
-        assert!(verify_manifest(&bad.to_json(), &k.verifying_key()).is_err());
+        assert!(verify_manifest(&bad.to_json().unwrap(), &k.verifying_key()).is_err());
         // An attestation envelope is not a manifest, even signed by the same key.
         let att = dsse::sign(
             &k,
@@ -186,7 +188,7 @@ mod tests {
             &serde_json::to_vec(&sample()).unwrap(),
         );
         assert!(matches!(
-            verify_manifest(&att.to_json(), &k.verifying_key()),
+            verify_manifest(&att.to_json().unwrap(), &k.verifying_key()),
             Err(ManifestError::Envelope(
                 EnvelopeError::WrongPayloadType { .. }
             ))

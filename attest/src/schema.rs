@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn the_example_is_a_valid_statement() {
         let st = super::example_statement();
-        let back = crate::statement::Statement::from_verified(&st.to_json()).unwrap();
+        let back = crate::statement::Statement::from_verified(&st.to_json().unwrap()).unwrap();
         assert_eq!(back, st);
     }
 }

@@ -13,6 +13,9 @@ pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 pub const PREDICATE_TYPE: &str = "https://rackwarden.dev/attestation/epoch/v1";
 /// Digest name of image subjects (the file digest defined in the images part).
 pub const IMAGE_DIGEST: &str = "merkle_sha3_256";
+/// Digest name of the host subject: the SHA3-256 of the host's raw ed25519 public key (its
+/// keyid).
+pub const HOST_KEY_DIGEST: &str = "sha3_256_ed25519_public_key";
 /// `prev` of the first statement.
 pub const GENESIS_PREV: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -124,6 +127,19 @@ pub struct NextKey {
     pub public_key_pem: String,
 }
 
+impl Subject {
+    /// The host itself, the subject of a statement that loaded no image: in-toto requires at
+    /// least one subject with a digest (`in_toto_attestation` refuses an empty list), and an
+    /// epoch's statement is evidence about its host. Named `host:<rack>/<host>`, digest the
+    /// host key's keyid.
+    pub fn host(rack_id: &str, host_id: &str, key: &ed25519_dalek::VerifyingKey) -> Subject {
+        Subject {
+            name: format!("host:{rack_id}/{host_id}"),
+            digest: BTreeMap::from([(HOST_KEY_DIGEST.to_string(), crate::keys::keyid(key))]),
+        }
+    }
+}
+
 impl Statement {
     pub fn new(subject: Vec<Subject>, predicate: EpochPredicate) -> Statement {
         Statement {
@@ -134,9 +150,10 @@ impl Statement {
         }
     }
 
-    pub fn to_json(&self) -> Vec<u8> {
-        // Sized for a typical statement (1-2 KiB), so it is written without regrowing.
-        crate::json::to_vec(self, 2048).unwrap_or_default()
+    /// The payload bytes that are signed, written by `serde_json`. A failure is returned,
+    /// never signed as an empty or partial payload.
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
     }
 
     /// Parses verified payload bytes and checks the fixed type fields.

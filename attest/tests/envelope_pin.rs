@@ -55,9 +55,9 @@ fn chain() -> Vec<(Vec<u8>, String)> {
     let mut prev = GENESIS_PREV.to_string();
     let mut out = Vec::new();
     for seq in 0..2 {
-        let body = statement(seq, prev.clone()).to_json();
+        let body = statement(seq, prev.clone()).to_json().unwrap();
         let env = dsse::sign(&key, INTOTO_PAYLOAD_TYPE, &body);
-        let line = env.to_json();
+        let line = env.to_json().unwrap();
         let v = dsse::verify(&line, &key.verifying_key(), INTOTO_PAYLOAD_TYPE).unwrap();
         assert_eq!(v.payload, body);
         prev = hex::encode(v.pae_sha3);

@@ -51,13 +51,13 @@ fn make_log(key: &SigningKey, n: u64) -> Vec<Vec<u8>> {
             vec![],
             predicate(seq, prev.clone(), 1000 * seq, 1000 * seq + 999),
         );
-        let body = st.to_json();
+        let body = st.to_json().unwrap();
         let env = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &body);
         prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
             INTOTO_PAYLOAD_TYPE,
             &body,
         )));
-        let mut l = env.to_json();
+        let mut l = env.to_json().unwrap();
         l.push(b'\n');
         lines.push(l);
     }
@@ -67,7 +67,7 @@ fn make_log(key: &SigningKey, n: u64) -> Vec<Vec<u8>> {
 /// One signed log line (with its newline) for `p`.
 fn signed_line(key: &SigningKey, p: EpochPredicate) -> Vec<u8> {
     let st = Statement::new(vec![], p);
-    let mut l = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json()).to_json();
+    let mut l = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap()).to_json().unwrap();
     l.push(b'\n');
     l
 }
@@ -301,7 +301,7 @@ fn torn_tail_is_kept_disclosed_and_the_chain_continues() {
     let mut p = predicate(seq, prev, 3000, 3999);
     p.incidents = log.pending_incidents.clone();
     let st = Statement::new(vec![], p);
-    let env = dsse::sign(&k, INTOTO_PAYLOAD_TYPE, &st.to_json());
+    let env = dsse::sign(&k, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap());
     log.append(&env, &st).unwrap();
     drop(log);
 
@@ -355,12 +355,12 @@ fn rotated_log(a: &SigningKey, b: &SigningKey, third: &SigningKey) -> Vec<u8> {
                 public_key_pem: keys::public_pem(&b.verifying_key()),
             });
         }
-        let body = Statement::new(vec![], p).to_json();
+        let body = Statement::new(vec![], p).to_json().unwrap();
         prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
             INTOTO_PAYLOAD_TYPE,
             &body,
         )));
-        let mut l = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &body).to_json();
+        let mut l = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &body).to_json().unwrap();
         l.push(b'\n');
         lines.push(l);
     }

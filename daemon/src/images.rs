@@ -176,7 +176,13 @@ pub fn create_manifest(
         path: out.to_path_buf(),
         source,
     })?;
-    let mut line = m.sign(verifier_key).to_json();
+    let mut line = m
+        .sign(verifier_key)
+        .and_then(|env| env.to_json())
+        .map_err(|e| ImageError::Invalid {
+            path: out.to_path_buf(),
+            detail: format!("cannot write the signed manifest as JSON: {e}"),
+        })?;
     line.push(b'\n');
     crate::atomic_file::replace(out, &line).map_err(io(out))?;
     Ok(m)

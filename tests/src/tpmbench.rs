@@ -86,7 +86,7 @@ fn make_statements(tpm: &mut Tpm, key: &ed25519_dalek::SigningKey) -> Made {
         st.predicate.challenge = Challenge::Unchallenged;
         st.predicate.next_key = None;
         let t = Instant::now();
-        let body = st.to_json();
+        let body = st.to_json().unwrap();
         let mut env = dsse::sign(key, dsse::INTOTO_PAYLOAD_TYPE, &body);
         let digest = rackwarden_attest::sha3(&dsse::pae(&env.payload_type, &body));
         sign_only += t.elapsed();
@@ -165,14 +165,14 @@ pub fn bench_tpm() {
         made.sign_and_quote.as_secs_f64() / made.sign_only.as_secs_f64()
     );
 
-    let with: Vec<Vec<u8>> = made.envelopes.iter().map(|e| e.to_json()).collect();
+    let with: Vec<Vec<u8>> = made.envelopes.iter().map(|e| e.to_json().unwrap()).collect();
     let without: Vec<Vec<u8>> = made
         .envelopes
         .iter()
         .map(|e| {
             let mut e = e.clone();
             e.tpm = None;
-            e.to_json()
+            e.to_json().unwrap()
         })
         .collect();
     let enrollment = TpmEnrollment {

@@ -388,7 +388,7 @@ impl Matrix {
         st.predicate.epoch_start_unix_ms = st.predicate.epoch_end_unix_ms;
         st.predicate.epoch_end_unix_ms = rackwarden_attest::now_ms();
         let key = keys::load_signing_key(&self.fx.host_key).unwrap();
-        let body = st.to_json();
+        let body = st.to_json().unwrap();
         let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body);
         let digest = rackwarden_attest::sha3(&dsse::pae(&env.payload_type, &body));
         (st, env, digest)
@@ -399,7 +399,7 @@ impl Matrix {
     pub fn post(&self, env: &Envelope) -> serde_json::Value {
         let r = self
             .verifier
-            .post_statements(env.to_json())
+            .post_statements(env.to_json().unwrap())
             .expect("the verifier answers");
         let item = &r["results"][0];
         assert_eq!(item["status"], "accepted", "{r}");

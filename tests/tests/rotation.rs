@@ -87,7 +87,7 @@ fn next_statement(
     p.wipe = None;
     p.images = None;
     p.incidents.clear();
-    dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json()).to_json()
+    dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap()).to_json().unwrap()
 }
 
 #[test]

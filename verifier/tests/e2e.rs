@@ -327,14 +327,14 @@ impl Host {
         let wipe = wipe_report(&e);
         let subject = image_subjects(&e);
         let st = Statement::new(subject, self.predicate(e, start, end, limiter, wipe));
-        let body = st.to_json();
+        let body = st.to_json().unwrap();
         self.prev = hex::encode(rackwarden_attest::sha3(&dsse::pae(
             INTOTO_PAYLOAD_TYPE,
             &body,
         )));
         self.seq += 1;
         self.last_end = end;
-        dsse::sign(&self.key, INTOTO_PAYLOAD_TYPE, &body).to_json()
+        dsse::sign(&self.key, INTOTO_PAYLOAD_TYPE, &body).to_json().unwrap()
     }
 
     /// The limiter's evidence for `e`: both directions attached and capped, counting what
@@ -601,7 +601,7 @@ fn signed_manifest(tmp: &Path) -> String {
             leaves: None,
         }],
     };
-    std::fs::write(tmp.join("m.json"), manifest.sign(&vkey).to_json()).unwrap();
+    std::fs::write(tmp.join("m.json"), manifest.sign(&vkey).unwrap().to_json().unwrap()).unwrap();
     allowed
 }
 

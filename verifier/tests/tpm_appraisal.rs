@@ -159,7 +159,7 @@ impl Host {
     fn next(&mut self, edit: impl FnOnce(&mut Statement)) -> (Statement, dsse::Envelope) {
         let mut st = self.statement();
         edit(&mut st);
-        let body = st.to_json();
+        let body = st.to_json().unwrap();
         let mut env = dsse::sign(&self.key, dsse::INTOTO_PAYLOAD_TYPE, &body);
         let digest = rackwarden_attest::sha3(&dsse::pae(&env.payload_type, &body));
         let (attest, sig) = self.quote(&digest);
@@ -178,7 +178,7 @@ impl Host {
 }
 
 fn ingest(v: &mut Verifier, env: &dsse::Envelope) -> AttestationResult {
-    let out = v.ingest(&env.to_json(), 2).unwrap();
+    let out = v.ingest(&env.to_json().unwrap(), 2).unwrap();
     assert_eq!(out.status, IngestStatus::Accepted, "{:?}", out.reason);
     out.result.unwrap()
 }

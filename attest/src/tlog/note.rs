@@ -11,7 +11,7 @@
 //! public key)>`.
 
 use base64::{Engine as _, engine::general_purpose::STANDARD};
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use super::Hash;
@@ -315,7 +315,7 @@ impl NoteVerifier {
             })?;
             return match self
                 .key
-                .verify(text.as_bytes(), &Signature::from_bytes(&sig))
+                .verify_strict(text.as_bytes(), &Signature::from_bytes(&sig))
             {
                 Ok(()) => Ok(text),
                 Err(_) => Err(NoteError::BadSignature {

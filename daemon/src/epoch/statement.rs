@@ -119,7 +119,15 @@ pub fn sign_and_append<L: StatementLog>(
     incidents.extend(ev.incidents);
     let (subject, images) = match ev.images {
         Some((s, r)) => (s, Some(r)),
-        None => (vec![], None),
+        // No image loaded: the host itself is the subject (in-toto wants at least one).
+        None => (
+            vec![Subject::host(
+                &cfg.rack_id,
+                &cfg.host_id,
+                &key.verifying_key(),
+            )],
+            None,
+        ),
     };
     let predicate = EpochPredicate {
         rack_id: cfg.rack_id.clone(),
@@ -141,7 +149,9 @@ pub fn sign_and_append<L: StatementLog>(
         storage: Some(crate::storage::take(ev.storage)),
     };
     let st = Statement::new(subject, predicate);
-    let payload = st.to_json();
+    let payload = st
+        .to_json()
+        .map_err(|e| LogError::unserialisable(elog.path(), "statement", e))?;
     let (mut env, link) = dsse::sign_chained(key, dsse::INTOTO_PAYLOAD_TYPE, &payload);
     // Beside the envelope, not in it: the quote is over the signed bytes.
     env.tpm = log.quote(&link);

@@ -106,7 +106,12 @@ pub fn signed_request(key: &SigningKey, request: &TpmEnrollRequest) -> Result<Ve
         what: "enrolment request",
         source,
     })?;
-    Ok(dsse::sign(key, TPM_ENROLL_PAYLOAD_TYPE, &payload).to_json())
+    dsse::sign(key, TPM_ENROLL_PAYLOAD_TYPE, &payload)
+        .to_json()
+        .map_err(|source| EnrolError::Serialize {
+            what: "enrolment envelope",
+            source,
+        })
 }
 
 /// The whole exchange, once. The TPM is locked only for its own commands, never across a

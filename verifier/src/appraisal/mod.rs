@@ -177,7 +177,7 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
     let elapsed_ms = clock::elapsed_ms(&j, st, ctx, now_ms);
     budget::check(&mut j, st, ctx.baseline.as_ref(), elapsed_ms);
     let wipe_counts = wipe::check(&mut j, st, ctx, clock::anchored_end_ms(st, now_ms));
-    images::check(&mut j, st);
+    images::check(&mut j, st, ctx);
     chain::check_incidents(&mut j, st);
     // Last, so verdicts made before the TPM existed keep their finding order.
     let (root_of_trust, tpm_position) = if ctx.tpm.in_play(st, policy.min_root_of_trust) {
