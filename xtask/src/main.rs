@@ -22,6 +22,8 @@ const APT_PACKAGES: &[&str] = &[
     "openssl",
     "bpftool",
     "python3",
+    // The in-toto interop test's virtual environment (see `intoto_python`).
+    "python3-venv",
     // systemd-analyze verifies the installed units (the install test).
     "systemd",
     // Headless browser: the verifier page test and the demo's screenshot.
@@ -304,7 +306,42 @@ fn setup() -> Result<BTreeMap<String, String>> {
             )?;
         }
     }
+    env.insert(INTOTO_PYTHON_VAR.into(), intoto_python()?);
     Ok(env)
+}
+
+/// Where the in-toto interop test finds its interpreter.
+const INTOTO_PYTHON_VAR: &str = "RACKWARDEN_INTOTO_PYTHON";
+/// The in-toto libraries our statements are tested against, pinned.
+const INTOTO_PIP: &[&str] = &[
+    "in-toto-attestation==0.9.3",
+    "securesystemslib==1.6.0",
+    "cryptography==46.0.3",
+];
+
+/// A virtual environment under target/ with [`INTOTO_PIP`] installed (Debian's python3, from
+/// PyPI); returns its interpreter. Made again when the pins change.
+fn intoto_python() -> Result<String> {
+    let venv = workspace_root().join("target/py-intoto");
+    let python = venv.join("bin/python");
+    let stamp = venv.join("rackwarden-pins");
+    let want = INTOTO_PIP.join("\n");
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
+        step(&format!("python venv {} with {}", venv.display(), INTOTO_PIP.join(" ")));
+        let _ = std::fs::remove_dir_all(&venv);
+        run_checked(
+            Command::new("/usr/bin/python3").arg("-m").arg("venv").arg(&venv),
+            "python3 -m venv",
+        )?;
+        run_checked(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args(INTOTO_PIP),
+            "pip install (in-toto libraries)",
+        )?;
+        std::fs::write(&stamp, &want)?;
+    }
+    Ok(python.display().to_string())
 }
 
 fn comp_cmd(c: &str) -> &str {
