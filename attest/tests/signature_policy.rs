@@ -110,7 +110,11 @@ fn a_small_order_r_is_refused_even_when_the_equation_holds() {
             .expect("a body whose challenge puts -[k]T8 on R");
         let pae = dsse::pae(INTOTO_PAYLOAD_TYPE, &body);
         assert!(vk.verify(&pae, &sig).is_ok(), "the equation holds");
-        assert!(refused(&vk, &body, &sig), "small-order R {}", hex::encode(r));
+        assert!(
+            refused(&vk, &body, &sig),
+            "small-order R {}",
+            hex::encode(r)
+        );
     }
 }
 
@@ -133,7 +137,14 @@ fn a_small_order_key_is_refused() {
         {
             weak_accepted_by_verify += 1;
         }
-        assert!(refused(&weak, body, &sig), "weak key {}", hex::encode(weak.as_bytes()));
+        assert!(
+            refused(&weak, body, &sig),
+            "weak key {}",
+            hex::encode(weak.as_bytes())
+        );
     }
-    assert!(weak_accepted_by_verify > 0, "no weak-key forgery that verify accepts");
+    assert!(
+        weak_accepted_by_verify > 0,
+        "no weak-key forgery that verify accepts"
+    );
 }

@@ -40,17 +40,22 @@ const CA_INTERMEDIATE: &str = "/rw/tpm-ca/intermediate.pem";
 /// The firmware's PCRs and IMA's.
 const PCRS: [u8; 9] = [0, 1, 2, 3, 4, 5, 6, 7, 10];
 
-/// True in the `tpm` VM group; elsewhere prints why the test does nothing.
-fn in_tpm_guest(test: &str) -> bool {
-    if std::env::var_os("RACKWARDEN_VM").is_none() {
-        println!("{test}: not in a vm-test guest (RACKWARDEN_VM unset): nothing to check here");
-        return false;
-    }
-    if !Path::new(DEVICE).exists() {
-        println!("{test}: this guest has no {DEVICE} (not the `tpm` group): nothing to check");
-        return false;
-    }
-    true
+/// Why each test here is ignored on the host: the `tpm` VM group runs them with
+/// `--include-ignored`.
+const GUEST_ONLY: &str =
+    "needs the `tpm` vm-test guest (a TPM and IMA); `cargo xtask vm-test --group tpm` runs it";
+
+/// Fails, saying why, unless this is the `tpm` VM group's guest: an ignored test run by
+/// hand elsewhere must not pass without checking anything.
+fn require_tpm_guest(test: &str) {
+    assert!(
+        std::env::var_os("RACKWARDEN_VM").is_some(),
+        "{test}: not in a vm-test guest (RACKWARDEN_VM unset): {GUEST_ONLY}"
+    );
+    assert!(
+        Path::new(DEVICE).exists(),
+        "{test}: this guest has no {DEVICE} (not the `tpm` group): {GUEST_ONLY}"
+    );
 }
 
 fn open() -> Tpm {
@@ -70,10 +75,9 @@ fn now_unix() -> u64 {
 }
 
 #[test]
+#[ignore = "needs the `tpm` vm-test guest (a TPM and IMA); `cargo xtask vm-test --group tpm` runs it"]
 fn the_quoted_pcr10_is_the_replay_of_the_kernels_ima_list() {
-    if !in_tpm_guest("the_quoted_pcr10_is_the_replay_of_the_kernels_ima_list") {
-        return;
-    }
+    require_tpm_guest("the_quoted_pcr10_is_the_replay_of_the_kernels_ima_list");
     let dir = std::env::temp_dir().join(format!("tpm-guest-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut tpm = open();
@@ -165,10 +169,9 @@ fn the_quoted_pcr10_is_the_replay_of_the_kernels_ima_list() {
 /// The basis of the "unknown executable" appraisal: running a file never run before adds an
 /// entry naming its path with its SHA-256, and the quote still replays.
 #[test]
+#[ignore = "needs the `tpm` vm-test guest (a TPM and IMA); `cargo xtask vm-test --group tpm` runs it"]
 fn a_new_executable_is_measured_with_its_sha256() {
-    if !in_tpm_guest("a_new_executable_is_measured_with_its_sha256") {
-        return;
-    }
+    require_tpm_guest("a_new_executable_is_measured_with_its_sha256");
     // On the root (ramfs): the tcb policy does not measure tmpfs, which /tmp is.
     let path = format!("/var/tmp/newexe-{}", std::process::id());
     let mut bytes = std::fs::read("/bin/busybox").unwrap();
@@ -251,10 +254,9 @@ fn image_length(e: &LogEvent) -> Option<u64> {
 /// handed qemu and, on kernels whose EFI stub measures it, the command line this kernel runs
 /// with. The values printed are what an operator records as `[policy.boot] pcrs`.
 #[test]
+#[ignore = "needs the `tpm` vm-test guest (a TPM and IMA); `cargo xtask vm-test --group tpm` runs it"]
 fn the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log() {
-    if !in_tpm_guest("the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log") {
-        return;
-    }
+    require_tpm_guest("the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log");
     assert!(
         Path::new("/sys/firmware/efi").exists(),
         "the guest booted without UEFI: the harness boots the tpm group through OVMF"
@@ -392,10 +394,9 @@ fn the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log() {
 /// forging program, the unknown executable and the modified daemon are measured by the
 /// kernel because they run from the ramfs root, not from tmpfs, which the tcb policy skips).
 #[test]
+#[ignore = "needs the `tpm` vm-test guest (a TPM and IMA); `cargo xtask vm-test --group tpm` runs it"]
 fn the_tpm_attack_matrix_in_the_guest() {
-    if !in_tpm_guest("the_tpm_attack_matrix_in_the_guest") {
-        return;
-    }
+    require_tpm_guest("the_tpm_attack_matrix_in_the_guest");
     rackwarden_tests::tpmmatrix::run(rackwarden_tests::tpmmatrix::Matrix::new("gmx", |_| {
         rackwarden_tests::tpmmatrix::Platform::device(
             Path::new(CA_ROOT),

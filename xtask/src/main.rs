@@ -327,15 +327,28 @@ fn intoto_python() -> Result<String> {
     let stamp = venv.join("rackwarden-pins");
     let want = INTOTO_PIP.join("\n");
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
-        step(&format!("python venv {} with {}", venv.display(), INTOTO_PIP.join(" ")));
+        step(&format!(
+            "python venv {} with {}",
+            venv.display(),
+            INTOTO_PIP.join(" ")
+        ));
         let _ = std::fs::remove_dir_all(&venv);
         run_checked(
-            Command::new("/usr/bin/python3").arg("-m").arg("venv").arg(&venv),
+            Command::new("/usr/bin/python3")
+                .arg("-m")
+                .arg("venv")
+                .arg(&venv),
             "python3 -m venv",
         )?;
         run_checked(
             Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
                 .args(INTOTO_PIP),
             "pip install (in-toto libraries)",
         )?;
@@ -464,6 +477,20 @@ fn test(env: &BTreeMap<String, String>) -> Result<()> {
     // The same kernel-facing tests on the kernels rack hosts run (6.1: clsact; newest: tcx).
     step("VM tests (Debian 6.1 and the newest cloud kernel, under qemu)");
     vm::vm_test(env, &[])?;
+    // Downloads a guest kernel (vm-test has by now): ignored in the unit-test step, run here.
+    step("the harness's kernel digest against OVMF's measurement");
+    cargo(
+        env,
+        &[
+            "test",
+            "-p",
+            "xtask",
+            "--",
+            "--ignored",
+            "--exact",
+            "vm::tests::the_kernel_digest_is_what_ovmf_measured_for_qemus_image",
+        ],
+    )?;
     println!("==> all tests passed");
     Ok(())
 }

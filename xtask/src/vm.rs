@@ -84,7 +84,8 @@ struct Group {
     target: &'static str,
     /// libtest filters (exact names); empty runs the whole target.
     tests: &'static [&'static str],
-    /// Runs the target's ignored tests (`--ignored`) instead of the others.
+    /// Runs the target's ignored tests too (`--include-ignored`): tests that only make sense
+    /// in a guest are ignored on the host with a reason and run here.
     ignored: bool,
     /// The guest gets a TPM (swtpm behind qemu's `tpm-tis`, manufactured with an EK
     /// certificate from a private CA whose PEMs are in the guest under `/rw/tpm-ca/`) and IMA
@@ -189,8 +190,12 @@ const GROUPS: &[Group] = &[
     Group {
         name: "watch",
         target: "watch",
-        tests: &[],
-        ignored: false,
+        tests: &[
+            "hundreds_of_daemon_starts_beside_busy_cpus_attach_the_watch_at_most_once",
+            "a_bpf_call_that_touches_none_of_our_hooks_is_not_a_warning",
+            "the_fexit_watch_cost_is_measured_in_the_guests",
+        ],
+        ignored: true,
         tpm: false,
         bpf_lsm: true,
         firmware: Firmware::SeaBios,
@@ -218,7 +223,7 @@ const GROUPS: &[Group] = &[
         name: "tpm",
         target: "tpm_guest",
         tests: &[],
-        ignored: false,
+        ignored: true,
         tpm: true,
         bpf_lsm: true,
         firmware: Firmware::Ovmf,
@@ -231,7 +236,7 @@ const GROUPS: &[Group] = &[
         name: "storage",
         target: "erase_guest",
         tests: &[],
-        ignored: false,
+        ignored: true,
         tpm: false,
         bpf_lsm: true,
         firmware: Firmware::SeaBios,
@@ -809,7 +814,7 @@ tests=$(sed -n 's/.*rw\.tests=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' ')
 filters=""
 for t in $tests; do filters="$filters $t"; done
 [ -n "$filters" ] && filters="$filters --exact"
-grep -q 'rw\.ignored=1' /proc/cmdline && filters="$filters --ignored"
+grep -q 'rw\.ignored=1' /proc/cmdline && filters="$filters --include-ignored"
 export RACKWARDEN_VM=1
 "#,
     );
@@ -1690,10 +1695,20 @@ fn summary(runs: &[Run<'_>], total: Duration) -> (String, bool) {
                 .filter(|t| t.1.starts_with("FAILED"))
                 .map(|t| t.0.as_str())
                 .collect();
+            // Every test the group names ran and passed, and none was left ignored: a guest
+            // test that did not run is a failure, not a pass.
+            let all_named_passed = r
+                .group
+                .tests
+                .iter()
+                .all(|t| o.tests.iter().any(|(n, res)| n == t && res == "ok"));
+            let none_ignored = o.tests.iter().all(|t| t.1 != "ignored");
             let good = o.exit == Some(0)
                 && o.harness_error.is_none()
                 && o.kernel_faults.is_empty()
-                && passed > 0;
+                && passed > 0
+                && all_named_passed
+                && none_ignored;
             ok &= good;
             let _ = writeln!(
                 s,
@@ -1783,18 +1798,17 @@ mod tests {
     /// The PCR 4 digest OVMF logged when it started Debian's 6.1 kernel under qemu 10.0.2
     /// (2 GiB, a 1,984,000-byte initrd): the harness's reconstruction of qemu's patched
     /// setup header gives the same Authenticode hash. Only where `vm-test` has unpacked that
-    /// kernel.
+    /// kernel, which the test downloads and unpacks (as vm-test does) where it is not yet:
+    /// ignored in the unit-test step for its download, `cargo xtask test` runs it after
+    /// vm-test with `--ignored`.
     #[test]
+    #[ignore = "downloads Debian's 6.1 cloud kernel; cargo xtask test runs it after vm-test"]
     fn the_kernel_digest_is_what_ovmf_measured_for_qemus_image() {
-        let vmlinuz = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/vm/kernels/linux-image-6.1.0-57-cloud-amd64/boot/vmlinuz-6.1.0-57-cloud-amd64");
-        if !vmlinuz.exists() {
-            println!(
-                "{} is not unpacked here: nothing to compare",
-                vmlinuz.display()
-            );
-            return;
-        }
+        // unpack_kernel works in the workspace root, as vm-test does.
+        std::env::set_current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).unwrap();
+        let vmlinuz = unpack_kernel("linux-image-6.1.0-57-cloud-amd64")
+            .unwrap()
+            .vmlinuz;
         assert_eq!(
             qemu_kernel_image_sha256(&vmlinuz, 1_984_000).unwrap(),
             "93b311f7899579ff3e4108f49e5edbcc0a5d2356e286ee5b3b0c2c5842205cad"

@@ -554,7 +554,9 @@ fn bench_page_on(backend: Backend) {
                     dsse::INTOTO_PAYLOAD_TYPE,
                     &body,
                 )));
-                let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body).to_json().unwrap();
+                let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body)
+                    .to_json()
+                    .unwrap();
                 v.ingest(&env, 1_796_000_000_000 + (seq + 1) * 900_000)?;
             }
             Ok(())
@@ -1167,14 +1169,20 @@ fn bench_attest() {
     let _ = std::fs::remove_dir_all(&dir);
     let [sign, fsync, ours, strict, verify] = rows.map(|mut r| median(&mut r));
     println!("statement envelope: {} bytes of JSON", lines[0].len());
-    println!("{:<66} {:>10.1} us", "anchor: raw ed25519 sign of the PAE", sign / 1e3);
     println!(
         "{:<66} {:>10.1} us",
-        "anchor: append + fsync of a line of that size", fsync / 1e3
+        "anchor: raw ed25519 sign of the PAE",
+        sign / 1e3
     );
     println!(
         "{:<66} {:>10.1} us",
-        "daemon per statement: build+JSON+sign+chain+append+fsync", ours / 1e3
+        "anchor: append + fsync of a line of that size",
+        fsync / 1e3
+    );
+    println!(
+        "{:<66} {:>10.1} us",
+        "daemon per statement: build+JSON+sign+chain+append+fsync",
+        ours / 1e3
     );
     println!(
         "  ours / (sign + fsync anchors): {:.3}x; goal < 1 ms per statement: {}",
@@ -1183,7 +1191,8 @@ fn bench_attest() {
     );
     println!(
         "{:<66} {:>10.1} us",
-        "verifier check: parse+base64+PAE+verify_strict+statement", verify / 1e3
+        "verifier check: parse+base64+PAE+verify_strict+statement",
+        verify / 1e3
     );
     println!(
         "{:<66} {:>10.1} us  ({:.3}x)",
