@@ -84,6 +84,7 @@ database = "{db}"
 request_timeout = "5 s"
 
 [policy]
+min_root_of_trust = "none"
 id = "epoch-test"
 nonce_ttl = "10 min"
 max_wipe_interval = "10 min"
@@ -248,7 +249,11 @@ ingress = "1 MB/s"
     /// Adds `policy_lines` to the `[policy]` table and `tables` at the end of the config (a
     /// verifier started after this reads them).
     pub fn extend_config(&self, policy_lines: &str, tables: &str) {
-        let text = std::fs::read_to_string(&self.config).unwrap();
+        let mut text = std::fs::read_to_string(&self.config).unwrap();
+        if policy_lines.contains("min_root_of_trust") {
+            // The base config names `none`; a key may appear once.
+            text = text.replacen("min_root_of_trust = \"none\"\n", "", 1);
+        }
         let text = text.replacen("[policy]\n", &format!("[policy]\n{policy_lines}\n"), 1);
         std::fs::write(&self.config, format!("{text}\n{tables}\n")).unwrap();
     }

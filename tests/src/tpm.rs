@@ -354,6 +354,7 @@ tls_key = "{tls}/server.key"
 database = "{db}"
 
 [policy]
+min_root_of_trust = "none"
 id = "tpm-daemon-test"
 nonce_ttl = "10 min"
 max_wipe_interval = "15 min"

@@ -35,10 +35,18 @@ fn policy(dir: &std::path::Path, daemon: &[u8; 32]) -> rackwarden_verifier::conf
         .map(|i| format!("{}  /usr/bin/tool{i}\n", hex::encode(tool_digest(i))))
         .collect();
     std::fs::write(&allowlist, lines).unwrap_or_else(|e| panic!("{}: {e}", allowlist.display()));
+    // AKs are enrolled in the store directly; the policy needs EK roots all the same.
+    let roots = dir.join("ek-roots.pem");
+    std::fs::write(
+        &roots,
+        "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
     let text = format!(
-        "listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"/unused\"\n\n[policy]\nid = \"tpm-bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\nmax_residue_persistent = \"1024 TiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\nmin_root_of_trust = \"tpm_ima\"\n\n[policy.runtime]\ndaemon_digests = [\"{}\"]\nallowlist = \"{}\"\n\n[racks.{RACK}]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n",
+        "listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"/unused\"\n\n[policy]\nid = \"tpm-bench\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\nmax_residue_persistent = \"1024 TiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\nmin_root_of_trust = \"tpm_ima\"\n\n[policy.runtime]\ndaemon_digests = [\"{}\"]\nallowlist = \"{}\"\n\n[racks.{RACK}]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n\n[tpm]\nek_roots = \"{}\"\n",
         hex::encode(daemon),
-        allowlist.display()
+        allowlist.display(),
+        roots.display()
     );
     VerifierConfig::parse(&dir.join("v.toml"), &text)
         .unwrap_or_else(|e| panic!("bench policy: {e}"))
@@ -165,7 +173,11 @@ pub fn bench_tpm() {
         made.sign_and_quote.as_secs_f64() / made.sign_only.as_secs_f64()
     );
 
-    let with: Vec<Vec<u8>> = made.envelopes.iter().map(|e| e.to_json().unwrap()).collect();
+    let with: Vec<Vec<u8>> = made
+        .envelopes
+        .iter()
+        .map(|e| e.to_json().unwrap())
+        .collect();
     let without: Vec<Vec<u8>> = made
         .envelopes
         .iter()

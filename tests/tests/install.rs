@@ -81,10 +81,38 @@ fn install_into_a_temporary_root_gives_the_tree_and_units_verify() {
     );
     let cfg = rackwarden::config::Config::parse(&ex, &text).unwrap_or_else(|e| panic!("{e}"));
     assert!(cfg.epoch.is_some(), "the example shows the epoch loop");
-    rackwarden_verifier::config::VerifierConfig::load(
-        &root.join("etc/rackwarden-verifier/verifier.toml.example"),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    // The verifier's example requires tpm_ima: as shipped it refuses to start until the
+    // daemon's digest is filled in, and with the operator's files it loads.
+    let vex = root.join("etc/rackwarden-verifier/verifier.toml.example");
+    let e = rackwarden_verifier::config::VerifierConfig::load(&vex)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("verifier.toml.example:") && e.contains("policy.runtime.daemon_digests"),
+        "{e}"
+    );
+    let allowlist = root.join("ima-allowlist.txt");
+    std::fs::write(&allowlist, format!("{}  /usr/bin/true\n", "cd".repeat(32))).unwrap();
+    let text = std::fs::read_to_string(&vex)
+        .unwrap()
+        .replace(
+            "REPLACE with the sha256 of rackwardend that cargo xtask install prints",
+            &"ab".repeat(32),
+        )
+        .replace(
+            "/etc/rackwarden-verifier/ima-allowlist.txt",
+            allowlist.to_str().unwrap(),
+        )
+        .replace(
+            "/etc/rackwarden-verifier/ek-roots.pem",
+            tls.join("ca.pem").to_str().unwrap(),
+        );
+    let filled = rackwarden_verifier::config::VerifierConfig::parse(&vex, &text)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        filled.policy.min_root_of_trust,
+        rackwarden_attest::tpm::TrustLevel::TpmIma
+    );
 
     // `install --verify` checks the units as installed: systemd-analyze verify, and the
     // exposure of each against its goal (daemon <= 4.0, verifier <= 2.5).

@@ -104,6 +104,7 @@ tls_key = "{tls}/server.key"
 database = "{db}"
 
 [policy]
+min_root_of_trust = "none"
 id = "tpm-enroll-test"
 nonce_ttl = "10 min"
 max_wipe_interval = "15 min"
@@ -275,7 +276,8 @@ impl Host {
             TPM_ENROLL_PAYLOAD_TYPE,
             &serde_json::to_vec(&req).unwrap(),
         )
-        .to_json().unwrap()
+        .to_json()
+        .unwrap()
     }
 
     /// Its own EK and AK, signed with its own key: what the daemon sends.
@@ -586,7 +588,9 @@ fn a_request_not_signed_by_the_hosts_current_key_is_refused() {
     assert!(reason(&body).contains("signature"), "{body}");
 
     // A statement envelope (another payload type) signed by h1 is not an enrolment request.
-    let wrong_type = dsse::sign(&h1.key, dsse::INTOTO_PAYLOAD_TYPE, b"{}").to_json().unwrap();
+    let wrong_type = dsse::sign(&h1.key, dsse::INTOTO_PAYLOAD_TYPE, b"{}")
+        .to_json()
+        .unwrap();
     let (code, body) = v.post("/v1/tpm/enroll", wrong_type);
     assert_eq!(code, 403, "{body}");
     assert!(reason(&body).contains("payloadType"), "{body}");

@@ -32,6 +32,7 @@ tls_key = "{tls_key}"
 database = "{state}/v.sqlite"
 
 [policy]
+min_root_of_trust = "none"
 id = "credential-test"
 nonce_ttl = "10 min"
 max_wipe_interval = "15 min"

@@ -341,6 +341,19 @@ impl VerifierConfig {
             }
             None => default_log_origin(listen),
         };
+        let policy = policy(&src, &raw.policy, checked)?;
+        let tpm = tpm::tpm_enrol(&src, &raw.tpm)?;
+        // A policy that requires quotes from AKs no host can enrol (no EK roots to certify
+        // them) would hold every host: refuse it now, with the fix.
+        if policy.min_root_of_trust >= rackwarden_attest::tpm::TrustLevel::Tpm && tpm.is_none() {
+            return Err(src.err(
+                raw.policy.min_root_of_trust.as_ref().map(|s| s.span()),
+                format!(
+                    "`policy.min_root_of_trust = \"{}\"` needs a `[tpm]` table with `ek_roots` (the manufacturer root CAs that certify hosts' EKs): without it no host can enrol an AK and every host is held",
+                    policy.min_root_of_trust.name()
+                ),
+            ));
+        }
         Ok(VerifierConfig {
             path: path.into(),
             listen,
@@ -352,8 +365,8 @@ impl VerifierConfig {
             request_timeout,
             max_connections,
             header_timeout,
-            policy: policy(&src, &raw.policy, checked)?,
-            tpm: tpm::tpm_enrol(&src, &raw.tpm)?,
+            policy,
+            tpm,
         })
     }
 }
@@ -710,7 +723,7 @@ fn hex_list(
 mod tests {
     use super::*;
 
-    const GOOD: &str = "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/v.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n";
+    const GOOD: &str = "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/v.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\nmin_root_of_trust = \"none\"\n\n[racks.r1]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n";
 
     #[test]
     fn good_config() {
@@ -805,7 +818,7 @@ mod tests {
             (
                 "egress = \"10 MB/s\"",
                 "egress = \"0 MB/s\"",
-                "v.toml:15: `racks.r1.egress` must be above zero",
+                "v.toml:16: `racks.r1.egress` must be above zero",
             ),
             (
                 "id = \"p\"",
@@ -845,7 +858,7 @@ mod tests {
             (
                 "ingress = \"10 MB/s\"",
                 "ingress = \"10 MB/s\"\nburst = \"lots\"",
-                "v.toml:17: `racks.r1.burst`",
+                "v.toml:18: `racks.r1.burst`",
             ),
             (
                 "insecure_http = true",

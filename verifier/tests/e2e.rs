@@ -192,6 +192,7 @@ request_timeout = "1 s"
 header_timeout = "1 s"
 
 [policy]
+min_root_of_trust = "none"
 id = "test-policy"
 nonce_ttl = "10 min"
 max_wipe_interval = "{max_interval}"
@@ -334,7 +335,9 @@ impl Host {
         )));
         self.seq += 1;
         self.last_end = end;
-        dsse::sign(&self.key, INTOTO_PAYLOAD_TYPE, &body).to_json().unwrap()
+        dsse::sign(&self.key, INTOTO_PAYLOAD_TYPE, &body)
+            .to_json()
+            .unwrap()
     }
 
     /// The limiter's evidence for `e`: both directions attached and capped, counting what
@@ -601,7 +604,11 @@ fn signed_manifest(tmp: &Path) -> String {
             leaves: None,
         }],
     };
-    std::fs::write(tmp.join("m.json"), manifest.sign(&vkey).unwrap().to_json().unwrap()).unwrap();
+    std::fs::write(
+        tmp.join("m.json"),
+        manifest.sign(&vkey).unwrap().to_json().unwrap(),
+    )
+    .unwrap();
     allowed
 }
 
@@ -2224,6 +2231,13 @@ fn the_dom_answers_the_three_questions(dom: &str) {
     assert!(
         dom.contains(r#"id="verdict" data-status="contraindicated""#),
         "verdict: {dom}"
+    );
+    // Beside the verdict, in the first line: neither host is quoted by a TPM.
+    let h1 = &dom[dom.find("<h1>").unwrap()..dom.find("</h1>").unwrap()];
+    assert!(
+        h1.contains(r#"id="trust-basis" data-daemon-word="2""#)
+            && h1.contains("rests on the daemon's word alone"),
+        "trust basis: {h1}"
     );
     // 1. The fastest path: h1's 1 MB/s plus h2's measured 100 MB/s epoch, above the caps
     // (2 x 5 MB/s); 400 Gbit/s over 101 MB/s.

@@ -34,10 +34,18 @@ fn config(dir: &std::path::Path, min: &str, boot: &str) -> VerifierConfig {
         format!("{}  /usr/bin/python3\n", hex::encode(PYTHON)),
     )
     .unwrap();
+    // AKs are enrolled in the store directly; the policy needs EK roots all the same.
+    let roots = dir.join("ek-roots.pem");
+    std::fs::write(
+        &roots,
+        "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
     let text = format!(
-        "listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"/unused\"\n\n[policy]\nid = \"tpm-test\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\nmin_root_of_trust = \"{min}\"\n\n[policy.runtime]\ndaemon_digests = [\"{}\"]\nallowlist = \"{}\"\nexclude = [\"/etc/\"]\n{boot}\n[racks.{RACK}]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n",
+        "listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"/unused\"\n\n[policy]\nid = \"tpm-test\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\nmin_root_of_trust = \"{min}\"\n\n[policy.runtime]\ndaemon_digests = [\"{}\"]\nallowlist = \"{}\"\nexclude = [\"/etc/\"]\n{boot}\n[racks.{RACK}]\negress = \"10 MB/s\"\ningress = \"10 MB/s\"\n\n[tpm]\nek_roots = \"{}\"\n",
         hex::encode(DAEMON),
-        allowlist.display()
+        allowlist.display(),
+        roots.display()
     );
     VerifierConfig::parse(&dir.join("v.toml"), &text).unwrap()
 }

@@ -377,7 +377,7 @@ fn write_bench_verifier_config(
     port: u16,
     db: &(String, String),
 ) {
-    std::fs::write(config, format!("listen = \"127.0.0.1:{port}\"\ntls_cert = \"{tls}/server.pem\"\ntls_key = \"{tls}/server.key\"\ndatabase = \"{}\"\n{}max_body = \"16 MiB\"\n[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", db.0, db.1, tls = dir.join("tls").display())).unwrap();
+    std::fs::write(config, format!("listen = \"127.0.0.1:{port}\"\ntls_cert = \"{tls}/server.pem\"\ntls_key = \"{tls}/server.key\"\ndatabase = \"{}\"\n{}max_body = \"16 MiB\"\n[policy]\nmin_root_of_trust = \"none\"\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", db.0, db.1, tls = dir.join("tls").display())).unwrap();
 }
 
 /// Enrolls `hosts` hosts in the verifier's store (the server is not running yet) and signs
@@ -516,7 +516,7 @@ fn bench_page_on(backend: Backend) {
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("verifier.toml");
     let db = backend.fresh(&dir);
-    std::fs::write(&config, format!("listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"{}\"\n{}[policy]\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", db.0, db.1)).unwrap();
+    std::fs::write(&config, format!("listen = \"127.0.0.1:1\"\ninsecure_http = true\ndatabase = \"{}\"\n{}[policy]\nmin_root_of_trust = \"none\"\nid = \"bench\"\nnonce_ttl = \"10 min\"\nmax_clock_skew = \"8760 h\"\nmax_wipe_interval = \"1 h\"\nmax_residue_host = \"2 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[racks.rack-a17]\negress = \"1 GB/s\"\ningress = \"1 GB/s\"\n", db.0, db.1)).unwrap();
     let cfg = rackwarden_verifier::config::VerifierConfig::load(&config).unwrap();
     let store = rackwarden_verifier::store::Store::connect(&cfg.database).unwrap();
     let mut v = rackwarden_verifier::service::Verifier::new(store, cfg.policy).unwrap();

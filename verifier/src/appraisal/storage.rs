@@ -127,7 +127,7 @@ mod tests {
     /// The findings under a policy with `max_residue_persistent = max` and `extra` lines.
     fn judge_with(max: &str, extra: &str, inv: Option<StorageInventory>) -> Vec<(C, String)> {
         let text = format!(
-            "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\nmax_residue_persistent = \"{max}\"\n{extra}\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n"
+            "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nmin_root_of_trust = \"none\"\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\nmax_residue_persistent = \"{max}\"\n{extra}\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n"
         );
         let cfg = VerifierConfig::parse(std::path::Path::new("v.toml"), &text).unwrap();
         let mut st = example_statement();
@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn an_item_the_policy_excludes_is_not_counted_and_still_named() {
-        let text = "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[policy.storage_exclude]\n\"device:nvme0n1\" = \"the OS image\"\n";
+        let text = "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nmin_root_of_trust = \"none\"\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n\n[policy.storage_exclude]\n\"device:nvme0n1\" = \"the OS image\"\n";
         let cfg = VerifierConfig::parse(std::path::Path::new("v.toml"), text).unwrap();
         let mut st = example_statement();
         let mut inv = inventory(8 << 20, 8 << 20);

@@ -9,7 +9,7 @@
 //! # challenge_ttl = "1 min"      # how long a credential challenge may wait for its answer
 //!
 //! [policy]
-//! min_root_of_trust = "tpm_ima"  # none (default) | tpm | tpm_ima
+//! min_root_of_trust = "tpm_ima"  # required: none | tpm | tpm_ima
 //!
 //! [policy.runtime]               # appraises the IMA entries (needed for tpm_ima)
 //! daemon_digests = ["<sha256 of rackwardend>"]  # `cargo xtask install` prints it
@@ -113,8 +113,24 @@ pub(super) fn min_root_of_trust(
     src: &Source,
     v: &Option<Spanned<String>>,
 ) -> Result<TrustLevel, ConfigError> {
+    // No default: the level a fleet can reach depends on its hardware, and a silent `none`
+    // would trust the daemon's word without anyone having decided so.
     let Some(v) = v else {
-        return Ok(TrustLevel::None);
+        let table = src
+            .text
+            .find("[policy]")
+            .map(|at| at..at + "[policy]".len());
+        return Err(src.err(
+            table,
+            "`[policy]` does not name `min_root_of_trust`; choose one: \
+             \"tpm_ima\" (every statement quoted by a TPM whose enrolled AK is beside a \
+             certified EK, and IMA shows the reference rackwardend ran: needs \
+             `[policy.runtime]` and `[tpm] ek_roots`), \"tpm\" (quoted by the TPM, no IMA on \
+             the hosts: needs `[tpm] ek_roots`), or \"none\" (statements rest on the \
+             daemon's word: for tests and demos, never for two parties who do not trust \
+             each other)"
+                .into(),
+        ));
     };
     TrustLevel::parse(v.get_ref()).ok_or_else(|| {
         src.err(
@@ -271,19 +287,38 @@ mod parse_tests {
 
     #[test]
     fn tpm_policy_parses_and_leaves_old_digests_alone() {
-        let plain = VerifierConfig::parse(Path::new("v.toml"), BASE).unwrap();
-        assert_eq!(plain.policy.min_root_of_trust, TrustLevel::None);
+        // No default: a policy that does not choose is refused, with the choices.
+        let e = VerifierConfig::parse(Path::new("v.toml"), BASE)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("v.toml:5:")
+                && e.contains("does not name `min_root_of_trust`")
+                && ["\"tpm_ima\"", "\"tpm\"", "\"none\""]
+                    .iter()
+                    .all(|c| e.contains(c)),
+            "{e}"
+        );
         let explicit_none = format!("{BASE}min_root_of_trust = \"none\"\n");
-        let same = VerifierConfig::parse(Path::new("v.toml"), &explicit_none).unwrap();
-        assert_eq!(
-            plain.policy.digest(),
-            same.policy.digest(),
-            "the default is not in the digest"
+        let plain = VerifierConfig::parse(Path::new("v.toml"), &explicit_none).unwrap();
+        assert_eq!(plain.policy.min_root_of_trust, TrustLevel::None);
+        // `none` is not in the digest: verdicts stored before the key was required recheck.
+        assert!(
+            !String::from_utf8(serde_json::to_vec(&plain.policy).unwrap())
+                .unwrap()
+                .contains("min_root_of_trust"),
         );
 
         let d = "ab".repeat(32);
+        let roots = std::env::temp_dir().join(format!("rw-ek-roots-{}.pem", std::process::id()));
+        std::fs::write(
+            &roots,
+            "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let tpm_table = format!("[tpm]\nek_roots = \"{}\"\n", roots.display());
         let text = format!(
-            "{BASE}min_root_of_trust = \"tpm_ima\"\n[policy.runtime]\ndaemon_digests = [\"{d}\"]\nexclude = [\"/etc/\"]\n[policy.boot]\npcrs = {{ 4 = \"{d}\" }}\n"
+            "{BASE}min_root_of_trust = \"tpm_ima\"\n[policy.runtime]\ndaemon_digests = [\"{d}\"]\nexclude = [\"/etc/\"]\n[policy.boot]\npcrs = {{ 4 = \"{d}\" }}\n{tpm_table}"
         );
         let c = VerifierConfig::parse(Path::new("v.toml"), &text).unwrap();
         assert_eq!(c.policy.min_root_of_trust, TrustLevel::TpmIma);
@@ -303,6 +338,23 @@ mod parse_tests {
             e.contains("v.toml") && e.contains("[policy.runtime]"),
             "{e}"
         );
+        // Quotes required but no EK roots to enrol an AK with: refused at start, with the fix.
+        for level in ["tpm", "tpm_ima"] {
+            let runtime = format!("[policy.runtime]\ndaemon_digests = [\"{d}\"]\n");
+            let e = VerifierConfig::parse(
+                Path::new("v.toml"),
+                &format!("{BASE}min_root_of_trust = \"{level}\"\n{runtime}"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.starts_with("v.toml:13:") && e.contains("needs a `[tpm]` table with `ek_roots`"),
+                "{e}"
+            );
+            let ok = format!("{BASE}min_root_of_trust = \"{level}\"\n{runtime}{tpm_table}");
+            VerifierConfig::parse(Path::new("v.toml"), &ok).unwrap();
+        }
+        let _ = std::fs::remove_file(&roots);
         let e = VerifierConfig::parse(
             Path::new("v.toml"),
             &format!("{BASE}min_root_of_trust = \"hw\"\n"),
@@ -315,7 +367,7 @@ mod parse_tests {
         );
         let e = VerifierConfig::parse(
             Path::new("v.toml"),
-            &format!("{BASE}\n[tpm]\nek_roots = \"/nonexistent/roots.pem\"\n"),
+            &format!("{BASE}min_root_of_trust = \"none\"\n\n[tpm]\nek_roots = \"/nonexistent/roots.pem\"\n"),
         )
         .unwrap_err()
         .to_string();

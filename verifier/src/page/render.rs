@@ -372,6 +372,24 @@ fn root_of_trust_line(r: &RootOfTrustView, boot_judged: bool) -> Markup {
     }
 }
 
+/// Beside the verdict, in the page's first line: whether it rests on the daemon's word alone
+/// (no host's last statement was quoted by a TPM this verifier verified), for how many hosts.
+fn trust_basis(hosts: &[HostView]) -> Markup {
+    use rackwarden_attest::tpm::TrustLevel;
+    let on_word = hosts
+        .iter()
+        .filter(|h| h.root_of_trust.verified.unwrap_or(TrustLevel::None) == TrustLevel::None)
+        .count();
+    html! {
+        @if hosts.is_empty() {
+        } @else if on_word == hosts.len() {
+            span #trust-basis data-daemon-word=(on_word) { " · rests on the daemon's word alone: no host's statements are quoted by a TPM" }
+        } @else if on_word > 0 {
+            span #trust-basis data-daemon-word=(on_word) { " · " (on_word) " of " (hosts.len()) " hosts on their daemon's word alone" }
+        }
+    }
+}
+
 fn host_section(rack: &str, h: &HostView, boot_judged: bool) -> Markup {
     let s = &h.standing;
     let base = format!(
@@ -435,7 +453,8 @@ pub fn rack(v: &RackView) -> Markup {
         &format!("rack {} — {}", st.rack, st.status.name()),
         html! {
             p { a href="/" { "← all racks" } }
-            h1 { "Rack " (st.rack) " " span #verdict data-status=(st.status.name()) { (badge(st.status)) } }
+            h1 { "Rack " (st.rack) " " span #verdict data-status=(st.status.name()) { (badge(st.status)) }
+                (trust_basis(&v.hosts)) }
             p.meta { "policy " (st.policy_id) " · " (count(st.hosts.len(), "host", "hosts")) " · last " (v.window) " epochs each · "
                 (fmt_unix_ms(v.generated_ms)) " · reloads every 30 s" }
             @if let Some(a) = v.policy.racks.get(&st.rack) {
