@@ -132,7 +132,10 @@ pub fn verify_envelope(
     key: &VerifyingKey,
     expected_type: &str,
 ) -> Result<Verified, EnvelopeError> {
-    let sigs = env.signatures.iter().map(|s| (s.keyid.as_str(), s.sig.as_str()));
+    let sigs = env
+        .signatures
+        .iter()
+        .map(|s| (s.keyid.as_str(), s.sig.as_str()));
     verify_parts(&env.payload_type, &env.payload, sigs, key, expected_type)
 }
 
@@ -221,7 +224,12 @@ mod tests {
     fn round_trip_and_type_is_signed() {
         let k = crate::keys::generate();
         let env = sign(&k, INTOTO_PAYLOAD_TYPE, b"{\"x\":1}");
-        let v = verify(&env.to_json().unwrap(), &k.verifying_key(), INTOTO_PAYLOAD_TYPE).unwrap();
+        let v = verify(
+            &env.to_json().unwrap(),
+            &k.verifying_key(),
+            INTOTO_PAYLOAD_TYPE,
+        )
+        .unwrap();
         assert_eq!(v.payload, b"{\"x\":1}");
         // The same bytes presented as another type fail, whatever the caller expects.
         let mut other = env.clone();
@@ -239,8 +247,8 @@ mod tests {
     #[test]
     fn malformed_envelopes_are_refused_as_json() {
         let k = crate::keys::generate();
-        let line = String::from_utf8(sign(&k, INTOTO_PAYLOAD_TYPE, b"{}").to_json().unwrap())
-            .unwrap();
+        let line =
+            String::from_utf8(sign(&k, INTOTO_PAYLOAD_TYPE, b"{}").to_json().unwrap()).unwrap();
         for case in [
             line.replace("}]}", "}],\"x\":1}"),
             line.replace("\"}]", "\",\"x\":1}]"),

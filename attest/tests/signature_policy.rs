@@ -4,6 +4,8 @@
 //! a weak (small-order) key, a small-order R, a non-canonical s. The plain `verify` accepts
 //! some of them, which is what each test shows first, so a weaker policy fails here.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
 use curve25519_dalek::{
     constants::{ED25519_BASEPOINT_POINT as B, EIGHT_TORSION},

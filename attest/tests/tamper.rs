@@ -67,7 +67,9 @@ fn make_log(key: &SigningKey, n: u64) -> Vec<Vec<u8>> {
 /// One signed log line (with its newline) for `p`.
 fn signed_line(key: &SigningKey, p: EpochPredicate) -> Vec<u8> {
     let st = Statement::new(vec![], p);
-    let mut l = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap()).to_json().unwrap();
+    let mut l = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap())
+        .to_json()
+        .unwrap();
     l.push(b'\n');
     l
 }
@@ -360,7 +362,9 @@ fn rotated_log(a: &SigningKey, b: &SigningKey, third: &SigningKey) -> Vec<u8> {
             INTOTO_PAYLOAD_TYPE,
             &body,
         )));
-        let mut l = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &body).to_json().unwrap();
+        let mut l = dsse::sign(key, INTOTO_PAYLOAD_TYPE, &body)
+            .to_json()
+            .unwrap();
         l.push(b'\n');
         lines.push(l);
     }

@@ -42,7 +42,9 @@ fn continuation(prev_body: &[u8], key: &ed25519_dalek::SigningKey, variant: u64)
     p.wipe = None;
     p.images = None;
     p.incidents.clear();
-    dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap()).to_json().unwrap()
+    dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap())
+        .to_json()
+        .unwrap()
 }
 
 /// The first statement of another host, made from `template` (a stored statement's
@@ -57,7 +59,9 @@ fn genesis_of(template: &[u8], host: &str, key: &ed25519_dalek::SigningKey) -> V
     p.wipe = None;
     p.images = None;
     p.incidents.clear();
-    dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap()).to_json().unwrap()
+    dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap())
+        .to_json()
+        .unwrap()
 }
 
 /// One load host: its key, the envelope to send next and the seqs acknowledged so far

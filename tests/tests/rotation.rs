@@ -87,7 +87,9 @@ fn next_statement(
     p.wipe = None;
     p.images = None;
     p.incidents.clear();
-    dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap()).to_json().unwrap()
+    dsse::sign(key, INTOTO_PAYLOAD_TYPE, &st.to_json().unwrap())
+        .to_json()
+        .unwrap()
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use super::{
     Hash, HashReader, TlogError, consistency_proof, leaf_hash,
     note::{Checkpoint, NoteError, NoteVerifier},
-    tile::{TILE_WIDTH, TileReader},
+    tile::{FetchError, TILE_WIDTH, TileReader},
     tree_hash, verify_consistency, verify_inclusion,
 };
 use crate::api::{LogEntry, proof_hashes};
@@ -106,16 +106,20 @@ pub struct Audited {
 }
 
 /// Checks a signed checkpoint against the log's tiles (fetched by `fetch(path)`, a path
-/// like `tile/0/000.p/7`): the signature, the root the tiles hash to, every entry's data
+/// like `tile/0/000.p/7`, failing with any error that converts to [`FetchError`]): the signature, the root the tiles hash to, every entry's data
 /// against its leaf hash (when `entries`), and that each of `older` (checkpoints kept
 /// before) is a prefix of it.
-pub fn audit_tiles<F: Fn(&str) -> Result<Vec<u8>, String>>(
+pub fn audit_tiles<F, E>(
     log_key: &NoteVerifier,
     note: &str,
     fetch: F,
     entries: bool,
     older: &[Checkpoint],
-) -> Result<Audited, AuditError> {
+) -> Result<Audited, AuditError>
+where
+    F: Fn(&str) -> Result<Vec<u8>, E>,
+    E: Into<FetchError>,
+{
     let cp = log_key.open_checkpoint(note)?;
     let tiles = TileReader::new(cp.size, fetch);
     let root = tree_hash(&tiles, cp.size)?;

@@ -80,6 +80,8 @@ pub enum TlogError {
     SameSizeDifferentRoots { size: u64, a: String, b: String },
     #[error("reading the log: {0}")]
     Read(String),
+    #[error("reading the log: {0}")]
+    Fetch(#[from] tile::TileFetchError),
 }
 
 /// `SHA-256(0x00 || data)`: the hash of a leaf.

@@ -1,7 +1,9 @@
 //! The RFC 6962 test tree (certificate-transparency-go's merkle tests: eight leaves, their
 //! roots at every size, and proofs), and every proof of every pair of sizes up to 64.
 
-use super::tile::{TILE_WIDTH, TileKind, TilePath, TileReader, encode_bundle, tiles_of};
+use super::tile::{
+    FetchError, TILE_WIDTH, TileFetchError, TileKind, TilePath, TileReader, encode_bundle, tiles_of,
+};
 use super::*;
 
 fn h(s: &str) -> Hash {
@@ -272,18 +274,16 @@ fn completed_nodes_build_the_same_tree() {
 }
 
 /// Serves a tree's tiles as a static publisher would.
-fn serve(t: &MemoryTree, data: &[Vec<u8>], path: &str) -> Result<Vec<u8>, String> {
-    let tp = TilePath::parse(path).map_err(|e| e.to_string())?;
+fn serve(t: &MemoryTree, data: &[Vec<u8>], path: &str) -> Result<Vec<u8>, FetchError> {
+    let tp = TilePath::parse(path)?;
     let start = tp.index * TILE_WIDTH;
     let end = start + u64::from(tp.width);
     match tp.kind {
-        TileKind::Entries => {
-            encode_bundle(&data[start as usize..end as usize]).map_err(|e| e.to_string())
-        }
+        TileKind::Entries => Ok(encode_bundle(&data[start as usize..end as usize])?),
         TileKind::Hashes(l) => {
             let mut out = Vec::new();
             for i in start..end {
-                out.extend_from_slice(&t.node(8 * u32::from(l), i).map_err(|e| e.to_string())?);
+                out.extend_from_slice(&t.node(8 * u32::from(l), i)?);
             }
             Ok(out)
         }
@@ -319,4 +319,38 @@ fn a_tree_read_from_its_tiles_has_the_same_root_and_proofs() {
     }
     assert!(tiles_of(257).iter().any(|p| p.path() == "tile/0/001.p/1"));
     assert!(tiles_of(257).iter().any(|p| p.path() == "tile/1/000.p/1"));
+}
+
+#[test]
+fn a_tile_the_fetcher_cannot_supply_is_named_with_the_fetchers_own_error() {
+    let mut t = MemoryTree::new();
+    for i in 0..300u32 {
+        t.push(&i.to_be_bytes());
+    }
+    // A fetcher with its own error type: a missing file.
+    let tiles = TileReader::new(300, |p: &str| -> Result<Vec<u8>, std::io::Error> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no file for {p}"),
+        ))
+    });
+    let e = tree_hash(&tiles, 300).unwrap_err();
+    let TlogError::Fetch(TileFetchError { path, source }) = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(path, "tile/1/000.p/1");
+    let io = source.downcast_ref::<std::io::Error>().unwrap();
+    assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+    assert_eq!(
+        e.to_string(),
+        "reading the log: tile/1/000.p/1: no file for tile/1/000.p/1"
+    );
+    // A fetcher that answers with a message still works (the verifier's CLI does).
+    let tiles = TileReader::new(300, |_: &str| -> Result<Vec<u8>, String> {
+        Err("503".into())
+    });
+    assert_eq!(
+        tiles.entries(0).unwrap_err().to_string(),
+        "reading the log: tile/entries/000: 503"
+    );
 }

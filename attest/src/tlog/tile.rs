@@ -12,9 +12,42 @@
 //! [`TileReader`] reads a tree's nodes from tiles fetched by any means (files, HTTP), so that
 //! a third party can check a checkpoint from the tiles alone.
 
-use std::{cell::RefCell, collections::HashMap};
+use std::{cell::RefCell, collections::HashMap, sync::Arc};
 
 use super::{Hash, HashReader, TlogError, node_hash};
+
+/// What a tile fetcher fails with: any error (an I/O error, an HTTP status, a message), so
+/// that files, HTTP clients and tests can each fetch with their own error type.
+pub type FetchError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A tile the fetcher could not supply: the tile's path and the fetcher's error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{path}: {source}")]
+pub struct TileFetchError {
+    /// The tile's path under the log (`tile/0/005.p/7`).
+    pub path: String,
+    /// Shared so that the error stays `Clone`, as [`TlogError`] is.
+    pub source: Arc<dyn std::error::Error + Send + Sync>,
+}
+
+impl TileFetchError {
+    fn new(path: &str, source: impl Into<FetchError>) -> TileFetchError {
+        TileFetchError {
+            path: path.to_string(),
+            source: Arc::from(source.into()),
+        }
+    }
+}
+
+/// Two fetch errors are the same when they name the same tile and say the same thing (the
+/// fetcher's error type is erased).
+impl PartialEq for TileFetchError {
+    fn eq(&self, other: &TileFetchError) -> bool {
+        self.path == other.path && self.source.to_string() == other.source.to_string()
+    }
+}
+
+impl Eq for TileFetchError {}
 
 /// Tree levels per tile.
 pub const TILE_HEIGHT: u32 = 8;
@@ -201,7 +234,8 @@ pub fn decode_bundle(mut data: &[u8]) -> Result<Vec<Vec<u8>>, TlogError> {
 }
 
 /// A [`HashReader`] over the tiles of a tree of `size` leaves, fetched by `fetch(path)` (a
-/// path like `tile/0/005.p/7`) and kept once fetched. Nodes between tile levels are
+/// path like `tile/0/005.p/7`; any error type that converts to [`FetchError`]) and kept once
+/// fetched. Nodes between tile levels are
 /// computed from the level below.
 pub struct TileReader<F> {
     size: u64,
@@ -209,7 +243,11 @@ pub struct TileReader<F> {
     tiles: RefCell<HashMap<(u8, u64), Vec<u8>>>,
 }
 
-impl<F: Fn(&str) -> Result<Vec<u8>, String>> TileReader<F> {
+impl<F, E> TileReader<F>
+where
+    F: Fn(&str) -> Result<Vec<u8>, E>,
+    E: Into<FetchError>,
+{
     pub fn new(size: u64, fetch: F) -> TileReader<F> {
         TileReader {
             size,
@@ -230,7 +268,7 @@ impl<F: Fn(&str) -> Result<Vec<u8>, String>> TileReader<F> {
             width,
         }
         .path();
-        let data = (self.fetch)(&path).map_err(|e| TlogError::Read(format!("{path}: {e}")))?;
+        let data = (self.fetch)(&path).map_err(|e| TileFetchError::new(&path, e))?;
         let entries = decode_bundle(&data).map_err(|e| TlogError::Read(format!("{path}: {e}")))?;
         if entries.len() != usize::from(width) {
             return Err(TlogError::Read(format!(
@@ -260,7 +298,7 @@ impl<F: Fn(&str) -> Result<Vec<u8>, String>> TileReader<F> {
                 width,
             }
             .path();
-            let data = (self.fetch)(&path).map_err(|e| TlogError::Read(format!("{path}: {e}")))?;
+            let data = (self.fetch)(&path).map_err(|e| TileFetchError::new(&path, e))?;
             if data.len() != usize::from(width) * 32 {
                 return Err(TlogError::Read(format!(
                     "{path}: {} bytes, not {} ({width} hashes)",
@@ -277,7 +315,11 @@ impl<F: Fn(&str) -> Result<Vec<u8>, String>> TileReader<F> {
     }
 }
 
-impl<F: Fn(&str) -> Result<Vec<u8>, String>> HashReader for TileReader<F> {
+impl<F, E> HashReader for TileReader<F>
+where
+    F: Fn(&str) -> Result<Vec<u8>, E>,
+    E: Into<FetchError>,
+{
     fn node(&self, level: u32, index: u64) -> Result<Hash, TlogError> {
         let missing = TlogError::MissingNode { level, index };
         let end = index

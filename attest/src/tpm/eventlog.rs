@@ -53,6 +53,8 @@ pub const LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID: u32 = 0x8f3b_22ed;
 
 /// The PC Client TPM's PCRs.
 pub const PCR_COUNT: u32 = 24;
+/// The most banks a Spec ID event may list: the TCG registry has fewer hash algorithms.
+const MAX_BANKS: u32 = 16;
 
 /// The Spec ID event's signature for the crypto-agile format.
 const SPEC_ID_SIGNATURE: &[u8; 16] = b"Spec ID Event03\0";
@@ -242,8 +244,15 @@ impl EventLog {
             })
             .collect();
         for (index, e) in self.events.iter().enumerate() {
-            // Checked when parsed: below PCR_COUNT.
-            let pcr = e.pcr as u8;
+            // Checked when parsed; checked again for a log built by hand.
+            let pcr = u8::try_from(e.pcr)
+                .ok()
+                .filter(|p| u32::from(*p) < PCR_COUNT)
+                .ok_or(EventLogError::PcrIndex {
+                    index,
+                    offset: e.offset,
+                    pcr: e.pcr,
+                })?;
             if e.event_type == EV_NO_ACTION {
                 if let Some(locality) = startup_locality(e) {
                     let mut start = [0u8; 32];
@@ -360,10 +369,22 @@ fn read_spec_id(r: &mut Reader<'_>) -> Result<SpecId, TpmError> {
         let why = format!("{count}, and {} bytes follow", s.remaining());
         return Err(s.invalid("numberOfAlgorithms", count_offset, why));
     }
-    let mut banks = Vec::new();
+    // Every event's digests are looked up among the banks: thousands of banks would make a
+    // log of a few hundred KiB cost billions of comparisons to parse.
+    if count > MAX_BANKS {
+        let why = format!("{count}, want at most {MAX_BANKS} (a TPM has a handful of banks)");
+        return Err(s.invalid("numberOfAlgorithms", count_offset, why));
+    }
+    let mut banks: Vec<BankSize> = Vec::new();
     for _ in 0..count {
+        let alg_offset = s.offset();
         let alg = u16_le(&mut s, "digestSizes.algorithmId")?;
         let digest_size = u16_le(&mut s, "digestSizes.digestSize")?;
+        // Two sizes for one bank would leave an event's digests without one reading.
+        if banks.iter().any(|b| b.alg == alg) {
+            let why = format!("{alg:#06x} is listed twice");
+            return Err(s.invalid("digestSizes.algorithmId", alg_offset, why));
+        }
         banks.push(BankSize { alg, digest_size });
     }
     let vendor_size = s.u8("vendorInfoSize")?;
@@ -648,6 +669,30 @@ mod tests {
                 offset: log.events[0].offset,
                 pcr: 0
             }
+        );
+    }
+
+    #[test]
+    fn a_spec_id_event_with_too_many_or_repeated_banks_is_refused() {
+        let mut log = synthetic();
+        log.spec_id.banks = (1..=17)
+            .map(|alg| BankSize {
+                alg,
+                digest_size: 0,
+            })
+            .collect();
+        log.events.clear();
+        let e = EventLog::parse(&log.to_bytes()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "event log: Spec ID event: Spec ID event: numberOfAlgorithms at byte 56: 17, want at most 16 (a TPM has a handful of banks)"
+        );
+        let mut log = synthetic();
+        log.spec_id.banks[1].alg = TPM_ALG_SHA1;
+        let e = EventLog::parse(&log.to_bytes()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "event log: Spec ID event: Spec ID event: digestSizes.algorithmId at byte 64: 0x0004 is listed twice"
         );
     }
 

@@ -351,7 +351,7 @@ impl Delivery {
             if let Err(e) = kept
                 && let Ok(mut st) = self.status.lock()
             {
-                st.log_failure = Some(e);
+                st.log_failure = Some(e.to_string());
             }
         }
         match refusal {
@@ -377,24 +377,50 @@ impl PostFailed {
     }
 }
 
+/// Why the verifier gave no consistency proof (the check waits for the next batch).
+#[derive(Debug, thiserror::Error)]
+enum ConsistencyFetchError {
+    #[error("{url}: {cause}")]
+    Unreachable { url: String, cause: String },
+    #[error("{url}: {status}: {body}")]
+    Refused {
+        url: String,
+        status: reqwest::StatusCode,
+        body: String,
+    },
+    #[error("{url}: answer is not a consistency proof: {source}")]
+    NotAProof {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// `GET /v1/tlog/consistency?from=M&to=N`.
 fn fetch_consistency(
     client: &reqwest::blocking::Client,
     base: &str,
     from: u64,
     to: u64,
-) -> Result<ConsistencyProof, String> {
+) -> Result<ConsistencyProof, ConsistencyFetchError> {
     let url = format!("{base}/v1/tlog/consistency?from={from}&to={to}");
     let resp = client
         .get(&url)
         .send()
-        .map_err(|e| format!("{url}: {}", super::transport::describe(&e)))?;
+        .map_err(|e| ConsistencyFetchError::Unreachable {
+            url: url.clone(),
+            cause: super::transport::describe(&e),
+        })?;
     let status = resp.status();
     let text = resp.text().unwrap_or_default();
     if !status.is_success() {
-        return Err(format!("{url}: {status}: {}", text.trim()));
+        return Err(ConsistencyFetchError::Refused {
+            url,
+            status,
+            body: text.trim().to_string(),
+        });
     }
-    serde_json::from_str(&text).map_err(|e| format!("{url}: {e}"))
+    serde_json::from_str(&text).map_err(|source| ConsistencyFetchError::NotAProof { url, source })
 }
 
 /// POSTs the batch's envelopes, verbatim, as one JSON array (the verifier stores the

@@ -26,9 +26,10 @@ use std::{
 use rackwarden_attest::{
     api::{ConsistencyProof, LogEntry},
     tlog::{
-        self,
+        self, TlogError,
         audit::{self, AuditError},
         note::{Checkpoint, NoteVerifier},
+        tile::FetchError,
     },
 };
 use serde::{Deserialize, Serialize};
@@ -59,6 +60,82 @@ pub struct LogFailure {
     pub new_checkpoint: String,
     /// The consistency proof the verifier gave, if it gave one.
     pub proof: Vec<String>,
+}
+
+/// A file of the kept log that cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum TlogFileError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{line}: {source}", path.display())]
+    Line {
+        path: PathBuf,
+        /// 1-based.
+        line: usize,
+        source: serde_json::Error,
+    },
+    #[error("{}: a line cannot be serialized: {source}", path.display())]
+    Serialize {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+/// A check of the verifier's log that failed: what [`LogFailure::error`] records, and what
+/// the delivery status shows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogCheckFailure {
+    /// An acknowledged statement's entry does not prove it in its checkpoint.
+    #[error("seq {seq}: {source}")]
+    Entry { seq: u64, source: AuditError },
+    /// The new checkpoint does not extend the kept one.
+    #[error("{0}")]
+    Inconsistent(AuditError),
+    #[error(
+        "the verifier answered a consistency proof from {got_from} to {got_to}, not from {want_from} to {want_to}"
+    )]
+    ProofRange {
+        got_from: u64,
+        got_to: u64,
+        want_from: u64,
+        want_to: u64,
+    },
+}
+
+/// Why [`LogKeeper::keep`] did not end well.
+#[derive(Debug, thiserror::Error)]
+pub enum KeepError {
+    #[error(transparent)]
+    File(#[from] TlogFileError),
+    /// Already recorded in `tlog-failures.jsonl`.
+    #[error(transparent)]
+    Check(#[from] LogCheckFailure),
+}
+
+/// Why `rackwarden log verify` refuses what the host kept.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalAuditError {
+    #[error(transparent)]
+    File(#[from] TlogFileError),
+    #[error("seq {seq}: the kept envelope digest `{digest}` is not 64 hex digits")]
+    BadDigest { seq: u64, digest: String },
+    #[error("seq {seq}: the rack or host id is over 65535 bytes: no leaf has it")]
+    IdTooLong { seq: u64 },
+    #[error("seq {seq}: {source}")]
+    Entry { seq: u64, source: AuditError },
+    #[error("{0}")]
+    Tiles(#[from] AuditError),
+    #[error("seq {seq}: reading its leaf from the tiles: {source}")]
+    TileLeaf { seq: u64, source: TlogError },
+    #[error("seq {seq}: leaf {index} of the {checkpoint} is not this statement's")]
+    LeafMismatch {
+        seq: u64,
+        index: u64,
+        checkpoint: String,
+    },
 }
 
 /// What the host keeps of the log, under its state directory.
@@ -135,55 +212,43 @@ impl LogKeeper {
     }
 
     /// The newest checkpoint that checked out (its signed note), if any.
-    pub fn kept_checkpoint(&self) -> Result<Option<String>, String> {
+    pub fn kept_checkpoint(&self) -> Result<Option<String>, TlogFileError> {
         match std::fs::read_to_string(&self.checkpoint) {
             Ok(t) => Ok(Some(t)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: {e}", self.checkpoint.display())),
+            Err(source) => Err(TlogFileError::Io {
+                path: self.checkpoint.clone(),
+                source,
+            }),
         }
     }
 
     /// Every kept entry, in order.
-    pub fn entries(&self) -> Result<Vec<KeptEntry>, String> {
-        let text = match std::fs::read_to_string(&self.entries) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(format!("{}: {e}", self.entries.display())),
-        };
-        text.lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                serde_json::from_str(l)
-                    .map_err(|e| format!("{}:{}: {e}", self.entries.display(), i + 1))
-            })
-            .collect()
+    pub fn entries(&self) -> Result<Vec<KeptEntry>, TlogFileError> {
+        read_lines(&self.entries)
     }
 
     /// Every failure recorded.
-    pub fn failures(&self) -> Result<Vec<LogFailure>, String> {
-        let text = match std::fs::read_to_string(&self.failures) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(format!("{}: {e}", self.failures.display())),
-        };
-        text.lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).map_err(|e| e.to_string()))
-            .collect()
+    pub fn failures(&self) -> Result<Vec<LogFailure>, TlogFileError> {
+        read_lines(&self.failures)
     }
 
-    fn append_line<T: Serialize>(path: &Path, value: &T) -> Result<(), String> {
-        let mut line = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+    fn append_line<T: Serialize>(path: &Path, value: &T) -> Result<(), TlogFileError> {
+        let mut line = serde_json::to_vec(value).map_err(|source| TlogFileError::Serialize {
+            path: path.to_owned(),
+            source,
+        })?;
         line.push(b'\n');
+        let io = |source| TlogFileError::Io {
+            path: path.to_owned(),
+            source,
+        };
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        f.write_all(&line)
-            .and_then(|()| f.sync_data())
-            .map_err(|e| format!("{}: {e}", path.display()))
+            .map_err(io)?;
+        f.write_all(&line).and_then(|()| f.sync_data()).map_err(io)
     }
 
     fn record_failure(&self, failure: &LogFailure) {
@@ -199,19 +264,21 @@ impl LogKeeper {
 
     /// Keeps the entries of a batch the verifier acknowledged and, with `log_key`, checks
     /// them: each inclusion proof, then the newest checkpoint against the one kept, with a
-    /// consistency proof fetched by `consistency(from, to)`. `Err`: a check failed (already
-    /// recorded in `tlog-failures.jsonl`); the entries are kept all the same.
-    pub fn keep(
+    /// consistency proof fetched by `consistency(from, to)` (its error is logged, and the
+    /// check waits for the next batch). `Err`: a check failed ([`KeepError::Check`], already
+    /// recorded in `tlog-failures.jsonl`; the entries are kept all the same), or a file of the
+    /// log could not be read or written.
+    pub fn keep<E: std::fmt::Display>(
         &self,
         log_key: Option<&NoteVerifier>,
         rack: &str,
         host: &str,
         acked: Vec<Acked<'_>>,
-        consistency: impl Fn(u64, u64) -> Result<ConsistencyProof, String>,
+        consistency: impl Fn(u64, u64) -> Result<ConsistencyProof, E>,
         now_ms: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), KeepError> {
         let mut newest: Option<(Checkpoint, String)> = None;
-        let mut failed = None;
+        let mut failed: Option<KeepError> = None;
         for a in &acked {
             let kept = KeptEntry {
                 seq: a.seq,
@@ -229,16 +296,17 @@ impl LogKeeper {
                         newest = Some((cp, a.entry.checkpoint.clone()));
                     }
                 }
-                Err(e) => {
+                Err(source) => {
+                    let failure = LogCheckFailure::Entry { seq: a.seq, source };
                     let f = LogFailure {
                         detected_ms: now_ms,
-                        error: format!("seq {}: {e}", a.seq),
+                        error: failure.to_string(),
                         old_checkpoint: self.kept_checkpoint().ok().flatten(),
                         new_checkpoint: a.entry.checkpoint.clone(),
                         proof: a.entry.proof.clone(),
                     };
                     self.record_failure(&f);
-                    failed.get_or_insert(f.error);
+                    failed.get_or_insert(failure.into());
                 }
             }
         }
@@ -252,16 +320,16 @@ impl LogKeeper {
     }
 
     /// Checks that `new` extends the kept checkpoint and keeps it if so.
-    fn extend(
+    fn extend<E: std::fmt::Display>(
         &self,
         key: &NoteVerifier,
         new: &Checkpoint,
         new_note: &str,
-        consistency: impl Fn(u64, u64) -> Result<ConsistencyProof, String>,
+        consistency: impl Fn(u64, u64) -> Result<ConsistencyProof, E>,
         now_ms: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), KeepError> {
         let old_note = self.kept_checkpoint()?;
-        let checked: Result<Vec<String>, (String, Vec<String>)> = match &old_note {
+        let checked: Result<Vec<String>, (LogCheckFailure, Vec<String>)> = match &old_note {
             None => Ok(vec![]),
             Some(old_note) => match key.open_checkpoint(old_note) {
                 // A kept checkpoint that no longer verifies (the key changed in the config):
@@ -273,15 +341,14 @@ impl LogKeeper {
                     Ok(vec![])
                 }
                 Ok(old) if old.size > new.size => Err((
-                    AuditError::Inconsistent {
+                    LogCheckFailure::Inconsistent(AuditError::Inconsistent {
                         old: old.describe(),
                         new: new.describe(),
-                        source: Box::new(tlog::TlogError::SizesReversed {
+                        source: Box::new(TlogError::SizesReversed {
                             old: old.size,
                             new: new.size,
                         }),
-                    }
-                    .to_string(),
+                    }),
                     vec![],
                 )),
                 Ok(old) => match consistency(old.size, new.size) {
@@ -295,32 +362,41 @@ impl LogKeeper {
                         return Ok(());
                     }
                     Ok(p) if p.from != old.size || p.to != new.size => Err((
-                        format!(
-                            "the verifier answered a consistency proof from {} to {}, not from {} to {}",
-                            p.from, p.to, old.size, new.size
-                        ),
+                        LogCheckFailure::ProofRange {
+                            got_from: p.from,
+                            got_to: p.to,
+                            want_from: old.size,
+                            want_to: new.size,
+                        },
                         p.proof,
                     )),
                     Ok(p) => match audit::check_consistency(&old, new, &p.proof) {
                         Ok(()) => Ok(p.proof),
-                        Err(e) => Err((e.to_string(), p.proof)),
+                        Err(e) => Err((LogCheckFailure::Inconsistent(e), p.proof)),
                     },
                 },
             },
         };
         match checked {
-            Ok(_) => atomic_file::replace(&self.checkpoint, new_note.as_bytes())
-                .map_err(|e| format!("{}: {e}", self.checkpoint.display())),
-            Err((error, proof)) => {
+            Ok(_) => {
+                atomic_file::replace(&self.checkpoint, new_note.as_bytes()).map_err(|source| {
+                    TlogFileError::Io {
+                        path: self.checkpoint.clone(),
+                        source,
+                    }
+                    .into()
+                })
+            }
+            Err((failure, proof)) => {
                 let f = LogFailure {
                     detected_ms: now_ms,
-                    error,
+                    error: failure.to_string(),
                     old_checkpoint: old_note,
                     new_checkpoint: new_note.to_string(),
                     proof,
                 };
                 self.record_failure(&f);
-                Err(f.error)
+                Err(failure.into())
             }
         }
     }
@@ -341,45 +417,45 @@ pub struct LocalAudit {
 /// envelope's SHA-256 as kept), and, given a checkpoint note and a tile fetcher, that the
 /// tiles hash to that checkpoint, that every kept checkpoint is a prefix of it, and that each
 /// kept entry's leaf is in the tiles at its index.
-pub fn audit_local<F: Fn(&str) -> Result<Vec<u8>, String>>(
+pub fn audit_local<F, E>(
     keeper: &LogKeeper,
     key: &NoteVerifier,
     rack: &str,
     host: &str,
     tiles: Option<(&str, F)>,
-) -> Result<LocalAudit, String> {
+) -> Result<LocalAudit, LocalAuditError>
+where
+    F: Fn(&str) -> Result<Vec<u8>, E>,
+    E: Into<FetchError>,
+{
     let entries = keeper.entries()?;
     let mut checkpoints: Vec<Checkpoint> = Vec::new();
     for k in &entries {
-        let leaf = leaf_from_digest(rack, host, k.seq, &k.envelope_sha256)
-            .ok_or_else(|| format!("seq {}: a bad envelope digest", k.seq))?;
-        let cp =
-            audit::check_entry(key, &k.entry, &leaf).map_err(|e| format!("seq {}: {e}", k.seq))?;
+        let leaf = leaf_from_digest(rack, host, k)?;
+        let cp = audit::check_entry(key, &k.entry, &leaf)
+            .map_err(|source| LocalAuditError::Entry { seq: k.seq, source })?;
         if !checkpoints.contains(&cp) {
             checkpoints.push(cp);
         }
     }
     let mut tiles_checkpoint = None;
     if let Some((note, fetch)) = tiles {
-        let audited =
-            audit::audit_tiles(key, note, &fetch, true, &checkpoints).map_err(|e| e.to_string())?;
+        let audited = audit::audit_tiles(key, note, &fetch, true, &checkpoints)?;
         let cp = audited.checkpoint;
         let reader = tlog::tile::TileReader::new(cp.size, &fetch);
         for k in &entries {
             if k.entry.index >= cp.size {
                 continue;
             }
-            let leaf = leaf_from_digest(rack, host, k.seq, &k.envelope_sha256)
-                .ok_or_else(|| format!("seq {}: a bad envelope digest", k.seq))?;
-            let have =
-                tlog::HashReader::node(&reader, 0, k.entry.index).map_err(|e| e.to_string())?;
+            let leaf = leaf_from_digest(rack, host, k)?;
+            let have = tlog::HashReader::node(&reader, 0, k.entry.index)
+                .map_err(|source| LocalAuditError::TileLeaf { seq: k.seq, source })?;
             if have != tlog::leaf_hash(&leaf) {
-                return Err(format!(
-                    "seq {}: leaf {} of the {} is not this statement's",
-                    k.seq,
-                    k.entry.index,
-                    cp.describe()
-                ));
+                return Err(LocalAuditError::LeafMismatch {
+                    seq: k.seq,
+                    index: k.entry.index,
+                    checkpoint: cp.describe(),
+                });
             }
         }
         tiles_checkpoint = Some(cp.describe());
@@ -391,10 +467,40 @@ pub fn audit_local<F: Fn(&str) -> Result<Vec<u8>, String>>(
     })
 }
 
-/// The leaf of a statement from the SHA-256 of its envelope (as kept) rather than the bytes.
-fn leaf_from_digest(rack: &str, host: &str, seq: u64, sha256_hex: &str) -> Option<Vec<u8>> {
-    let digest = tlog::from_hex(sha256_hex)?;
-    tlog::statement_leaf_of_digest(rack, host, seq, &digest)
+/// The leaf of a kept statement from the SHA-256 of its envelope (as kept) rather than the
+/// bytes.
+fn leaf_from_digest(rack: &str, host: &str, k: &KeptEntry) -> Result<Vec<u8>, LocalAuditError> {
+    let digest = tlog::from_hex(&k.envelope_sha256).ok_or_else(|| LocalAuditError::BadDigest {
+        seq: k.seq,
+        digest: k.envelope_sha256.clone(),
+    })?;
+    tlog::statement_leaf_of_digest(rack, host, k.seq, &digest)
+        .ok_or(LocalAuditError::IdTooLong { seq: k.seq })
+}
+
+/// The lines of a JSON-lines file (none if it is not there), blank lines skipped.
+fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, TlogFileError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(source) => {
+            return Err(TlogFileError::Io {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|source| TlogFileError::Line {
+                path: path.to_owned(),
+                line: i + 1,
+                source,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -435,12 +541,11 @@ mod tests {
                 checkpoint: self.signer.sign_checkpoint(&cp).unwrap(),
             }
         }
-        fn consistency(&self, from: u64, to: u64) -> Result<ConsistencyProof, String> {
+        fn consistency(&self, from: u64, to: u64) -> Result<ConsistencyProof, TlogError> {
             Ok(ConsistencyProof {
                 from,
                 to,
-                proof: tlog::consistency_proof(&self.tree, from, to)
-                    .map_err(|e| e.to_string())?
+                proof: tlog::consistency_proof(&self.tree, from, to)?
                     .iter()
                     .map(tlog::hex)
                     .collect(),
@@ -480,9 +585,10 @@ mod tests {
             .open_checkpoint(&keeper.kept_checkpoint().unwrap().unwrap())
             .unwrap();
         assert_eq!(kept.size, 3);
-        let audited =
-            audit_local::<fn(&str) -> Result<Vec<u8>, String>>(&keeper, &key, "r", "h", None)
-                .unwrap();
+        let audited = audit_local::<fn(&str) -> Result<Vec<u8>, FetchError>, _>(
+            &keeper, &key, "r", "h", None,
+        )
+        .unwrap();
         assert_eq!(audited.entries, 3);
 
         // The verifier drops seq 1 and re-logs the rest: a new tree of the same statements
@@ -503,7 +609,8 @@ mod tests {
         // Same size as kept (3): the roots differ.
         let err = keeper
             .keep(Some(&key), "r", "h", acked, |a, b| log.consistency(a, b), 2)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("size 3 root"), "{err}");
         assert!(err.contains("not a prefix"), "{err}");
         // One more statement: size 4 does not extend the kept size 3.
@@ -518,6 +625,11 @@ mod tests {
         let err = keeper
             .keep(Some(&key), "r", "h", acked, |a, b| log.consistency(a, b), 3)
             .unwrap_err();
+        assert!(
+            matches!(err, KeepError::Check(LogCheckFailure::Inconsistent(_))),
+            "{err}"
+        );
+        let err = err.to_string();
         assert!(
             err.contains(&format!("size 3 root {}", tlog::hex(&kept.root))),
             "{err}"
@@ -538,6 +650,17 @@ mod tests {
             key.open_checkpoint(&keeper.kept_checkpoint().unwrap().unwrap())
                 .unwrap(),
             kept
+        );
+        // A kept line that is not an entry is named by file and line.
+        let mut text = std::fs::read_to_string(keeper.entries_path()).unwrap();
+        text.push_str("{\"seq\": \"x\"}\n");
+        std::fs::write(keeper.entries_path(), text).unwrap();
+        let e = keeper.entries().unwrap_err();
+        assert!(matches!(&e, TlogFileError::Line { line: 6, .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}:6: ", keeper.entries_path().display())),
+            "{e}"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

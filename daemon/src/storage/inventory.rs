@@ -433,12 +433,32 @@ fn mounted_fs(m: MountLine, unreadable: &mut Vec<String>) -> MountedFs {
     }
 }
 
+/// Why a mounted filesystem's size could not be read.
+#[derive(Debug, thiserror::Error)]
+enum FsSizeError {
+    #[error("{}: {source}", path.display())]
+    Statfs {
+        path: std::path::PathBuf,
+        source: nix::errno::Errno,
+    },
+    #[error(
+        "neither {} nor {mount_point} is the mounted filesystem {major}:{minor} (another mount hides it, or PID 1's root cannot be entered)",
+        through_root.display()
+    )]
+    NotThere {
+        through_root: std::path::PathBuf,
+        mount_point: String,
+        major: u32,
+        minor: u32,
+    },
+}
+
 /// Total and used bytes of the filesystem a mountinfo line names, at its mount point in the
 /// host's namespace (through PID 1's root) or, where that cannot be entered, in the daemon's
 /// own. Either path counts only if it is that filesystem (its `st_dev` is the line's
 /// `major:minor`): a mount stacked over it, or a different mount in the daemon's namespace,
 /// would report another filesystem's size.
-fn fs_size(root: &Path, m: &MountLine) -> Result<(u64, u64), String> {
+fn fs_size(root: &Path, m: &MountLine) -> Result<(u64, u64), FsSizeError> {
     let want = libc::makedev(m.major, m.minor);
     let through_root = root.join(m.mount_point.trim_start_matches('/'));
     for path in [through_root.as_path(), Path::new(&m.mount_point)] {
@@ -448,19 +468,21 @@ fn fs_size(root: &Path, m: &MountLine) -> Result<(u64, u64), String> {
         if st.st_dev != want {
             continue;
         }
-        let fs = nix::sys::statfs::statfs(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let fs = nix::sys::statfs::statfs(path).map_err(|source| FsSizeError::Statfs {
+            path: path.to_owned(),
+            source,
+        })?;
         let bs = fs.block_size() as u64;
         let total = (fs.blocks() as u64).saturating_mul(bs);
         let free = (fs.blocks_free() as u64).saturating_mul(bs);
         return Ok((total, total.saturating_sub(free)));
     }
-    Err(format!(
-        "neither {} nor {} is the mounted filesystem {}:{} (another mount hides it, or PID 1's root cannot be entered)",
-        through_root.display(),
-        m.mount_point,
-        m.major,
-        m.minor
-    ))
+    Err(FsSizeError::NotThere {
+        through_root,
+        mount_point: m.mount_point.clone(),
+        major: m.major,
+        minor: m.minor,
+    })
 }
 
 /// The swap areas of a `/proc/swaps` file, and what could not be read of it.

@@ -82,17 +82,33 @@ fn tpm2b(body: &[u8]) -> String {
     hex::encode(out)
 }
 
-fn untpm2b(text: &str) -> Result<Vec<u8>, String> {
-    let bytes = hex::decode(text).map_err(|e| format!("not hex: {e}"))?;
+/// Why a stored blob is not a TPM2B.
+#[derive(Debug, thiserror::Error)]
+enum Tpm2bError {
+    #[error("not hex: {0}")]
+    NotHex(#[from] hex::FromHexError),
+    #[error("{len} bytes, shorter than its 2-byte size")]
+    NoSize { len: usize },
+    #[error("size field says {size} bytes, {body} follow")]
+    SizeMismatch { size: usize, body: usize },
+    #[error("size field says 0 bytes: an empty blob is no key")]
+    Empty,
+}
+
+fn untpm2b(text: &str) -> Result<Vec<u8>, Tpm2bError> {
+    let bytes = hex::decode(text)?;
     let (size, body) = bytes
         .split_first_chunk::<2>()
-        .ok_or_else(|| "shorter than its 2-byte size".to_string())?;
+        .ok_or(Tpm2bError::NoSize { len: bytes.len() })?;
     let size = usize::from(u16::from_be_bytes(*size));
-    if size != body.len() || size == 0 {
-        return Err(format!(
-            "size field says {size} bytes, {} follow",
-            body.len()
-        ));
+    if size != body.len() {
+        return Err(Tpm2bError::SizeMismatch {
+            size,
+            body: body.len(),
+        });
+    }
+    if size == 0 {
+        return Err(Tpm2bError::Empty);
     }
     Ok(body.to_vec())
 }
@@ -142,12 +158,22 @@ mod tests {
             r#"{"format":"other/9","public":"0001aa","private":"0001bb"}"#,
             r#"{"format":"rackwarden-tpm-ak/1","public":"0005aa","private":"0001bb"}"#,
             r#"{"format":"rackwarden-tpm-ak/1","public":"zz","private":"0001bb"}"#,
+            r#"{"format":"rackwarden-tpm-ak/1","public":"00","private":"0001bb"}"#,
+            r#"{"format":"rackwarden-tpm-ak/1","public":"0000","private":"0001bb"}"#,
         ] {
             std::fs::write(&path, text).unwrap();
             let e = read(&path).unwrap_err();
             assert!(matches!(e, TpmError::AkFileFormat { .. }), "{text}: {e}");
             assert!(e.to_string().contains("ak.json"), "{e}");
         }
+        assert_eq!(
+            untpm2b("0005aa").unwrap_err().to_string(),
+            "size field says 5 bytes, 1 follow"
+        );
+        assert_eq!(
+            untpm2b("00").unwrap_err().to_string(),
+            "1 bytes, shorter than its 2-byte size"
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

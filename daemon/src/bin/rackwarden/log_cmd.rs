@@ -29,7 +29,7 @@ pub fn verify(
     let read_checkpoint =
         |p: &Path| std::fs::read_to_string(p).with_context(|| format!("{}", p.display()));
     let audited = match tiles {
-        None => tlog::audit_local::<fn(&str) -> Result<Vec<u8>, String>>(
+        None => tlog::audit_local::<fn(&str) -> anyhow::Result<Vec<u8>>, _>(
             &keeper,
             &log_key,
             &cfg.rack_id,
@@ -40,22 +40,20 @@ pub fn verify(
             let ep = ep.context("--tiles URL: the config has no [verifier] to trust it by")?;
             let client = transport::client(ep, ep.request_timeout)?;
             let base = url.trim_end_matches('/').to_string();
-            let fetch = move |p: &str| -> Result<Vec<u8>, String> {
+            let fetch = move |p: &str| -> anyhow::Result<Vec<u8>> {
                 let u = format!("{base}/{p}");
                 let r = client
                     .get(&u)
                     .send()
-                    .map_err(|e| format!("{u}: {}", transport::describe(&e)))?;
+                    .map_err(|e| anyhow::anyhow!("{u}: {}", transport::describe(&e)))?;
                 if !r.status().is_success() {
-                    return Err(format!("{u}: {}", r.status()));
+                    anyhow::bail!("{u}: {}", r.status());
                 }
-                r.bytes()
-                    .map(|b| b.to_vec())
-                    .map_err(|e| format!("{u}: {e}"))
+                Ok(r.bytes().with_context(|| u.clone())?.to_vec())
             };
             let note = match checkpoint {
                 Some(p) => read_checkpoint(p)?,
-                None => String::from_utf8(fetch("checkpoint").map_err(anyhow::Error::msg)?)
+                None => String::from_utf8(fetch("checkpoint")?)
                     .context("the checkpoint is not UTF-8")?,
             };
             tlog::audit_local(
@@ -71,7 +69,10 @@ pub fn verify(
             let note = read_checkpoint(
                 &checkpoint.map_or_else(|| dir.join("checkpoint"), Path::to_path_buf),
             )?;
-            let fetch = move |p: &str| std::fs::read(dir.join(p)).map_err(|e| format!("{p}: {e}"));
+            let fetch = move |p: &str| {
+                let path = dir.join(p);
+                std::fs::read(&path).with_context(|| path.display().to_string())
+            };
             tlog::audit_local(
                 &keeper,
                 &log_key,
