@@ -1,7 +1,8 @@
 //! Delivery: sends every statement the log holds and the verifier has not acknowledged,
 //! strictly in order, and moves the `delivered` cursor only past what the verifier answered
 //! `accepted` or `duplicate` for. A verifier that is down, slow, or refuses (an unenrolled
-//! key, a full disk of its own) is retried with exponential backoff up to `retry_max`,
+//! key, a full disk of its own) is retried with exponential backoff up to `retry_max`, each
+//! pause jittered over the upper half of its ceiling so a fleet does not retry in lockstep,
 //! honouring `Retry-After`; the backlog survives restarts because it is the log itself.
 //!
 //! ```mermaid
@@ -210,9 +211,11 @@ impl Delivery {
                         tried = 0;
                         current = (current + 1) % urls.len();
                         attempt = attempt.saturating_add(1);
-                        let backoff = backoff(attempt, ep.retry_max);
-                        let wait =
-                            retry_after.map_or(backoff, |ra| ra.min(Duration::from_secs(3600)));
+                        // The verifier's Retry-After as given; our own backoff jittered.
+                        let wait = retry_after.map_or_else(
+                            || jittered(backoff(attempt, ep.retry_max)),
+                            |ra| ra.min(Duration::from_secs(3600)),
+                        );
                         retry_at_ms = now_ms() + wait.as_millis() as u64;
                         self.set_state(DeliveryState::DeliveryFailed {
                             seq,
@@ -514,10 +517,32 @@ fn verdict_of(item: Option<&IngestItem<ReceivedVerdict>>, seq: u64) -> Result<Ve
     }
 }
 
-/// 1 s, 2 s, 4 s, ... up to `max`.
+/// The ceiling of the pause after `attempt` failed tries: 1 s, 2 s, 4 s, ... up to `max`.
+/// The pause itself is [`jittered`] below it.
 pub fn backoff(attempt: u32, max: Duration) -> Duration {
     let exp = attempt.saturating_sub(1).min(20);
     Duration::from_secs(1u64 << exp).min(max)
+}
+
+/// A pause drawn uniformly from [ceiling / 2, ceiling]: hosts that lost the verifier together
+/// (an outage, a restart) come back spread over half the ceiling instead of in lockstep,
+/// and none waits longer than the ceiling (the bound `retry_max` promises).
+pub fn jittered(ceiling: Duration) -> Duration {
+    use rand_core::RngCore as _;
+    let mut b = [0u8; 8];
+    // The OS's randomness; where it cannot be read, the clock's nanoseconds still spread
+    // hosts apart (this is spacing, not a secret).
+    let r = match rand_core::OsRng.try_fill_bytes(&mut b) {
+        Ok(()) => u64::from_le_bytes(b),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::from(d.subsec_nanos())),
+    };
+    let half = ceiling / 2;
+    let spread = ceiling - half;
+    // r / 2^64 of the spread, exactly in integers.
+    let extra_ns = (spread.as_nanos() * u128::from(r)) >> 64;
+    half + Duration::from_nanos(u64::try_from(extra_ns).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -580,6 +605,21 @@ mod tests {
                 vec!["time_backwards".to_string(), "sbom_missing".to_string()]
             )
         );
+    }
+
+    #[test]
+    fn jitter_spreads_over_the_upper_half_of_the_ceiling() {
+        let ceiling = Duration::from_secs(16);
+        let waits: Vec<Duration> = (0..2000).map(|_| jittered(ceiling)).collect();
+        assert!(waits.iter().all(|w| *w >= ceiling / 2 && *w <= ceiling));
+        // Spread, not a constant: each quarter of [8 s, 16 s] gets some of 2,000 draws.
+        for q in 0..4u32 {
+            let lo = ceiling / 2 + ceiling / 8 * q;
+            let hi = lo + ceiling / 8;
+            let n = waits.iter().filter(|w| **w >= lo && **w < hi).count();
+            assert!(n > 300, "quarter {q}: {n} of 2000 draws");
+        }
+        assert_eq!(jittered(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]
