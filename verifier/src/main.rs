@@ -557,7 +557,7 @@ fn log_export(cfg: &VerifierConfig, out: &Path) -> anyhow::Result<()> {
 fn tile_fetcher(
     url: &str,
     ca: Option<&Path>,
-) -> anyhow::Result<impl Fn(&str) -> Result<Vec<u8>, String>> {
+) -> anyhow::Result<impl Fn(&str) -> anyhow::Result<Vec<u8>>> {
     let mut b = reqwest::blocking::Client::builder()
         .timeout(std::time::Duration::from_secs(30))
         .tls_built_in_root_certs(false);
@@ -569,15 +569,13 @@ fn tile_fetcher(
     }
     let client = b.build()?;
     let base = url.trim_end_matches('/').to_string();
-    Ok(move |p: &str| -> Result<Vec<u8>, String> {
+    Ok(move |p: &str| -> anyhow::Result<Vec<u8>> {
         let u = format!("{base}/{p}");
-        let r = client.get(&u).send().map_err(|e| format!("{u}: {e}"))?;
+        let r = client.get(&u).send().with_context(|| u.clone())?;
         if !r.status().is_success() {
-            return Err(format!("{u}: {}", r.status()));
+            anyhow::bail!("{u}: {}", r.status());
         }
-        r.bytes()
-            .map(|b| b.to_vec())
-            .map_err(|e| format!("{u}: {e}"))
+        Ok(r.bytes().with_context(|| u.clone())?.to_vec())
     })
 }
 
@@ -614,7 +612,7 @@ fn log_verify(
         audit::audit_tiles(&log_key, &note, tile_fetcher(tiles, ca)?, true, &older)
     } else {
         let dir = Path::new(tiles);
-        let fetch = |p: &str| std::fs::read(dir.join(p)).map_err(|e| format!("{p}: {e}"));
+        let fetch = |p: &str| std::fs::read(dir.join(p)).with_context(|| p.to_string());
         audit::audit_tiles(&log_key, &note, fetch, true, &older)
     }
     .with_context(|| format!("{}", checkpoint.display()))?;

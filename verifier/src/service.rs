@@ -52,6 +52,9 @@ pub enum VerifierError {
     Nonce(#[from] rackwarden_attest::nonce::NonceError),
     #[error("transparency log: {0}")]
     Log(String),
+    /// A verdict that could not be written as JSON: nothing is stored for the statement.
+    #[error("cannot write the verdict as JSON: {0}")]
+    VerdictJson(#[from] serde_json::Error),
     #[error(
         "key {keyid} is already enrolled for {enrolled_rack}/{enrolled_host}: one key belongs to one host (make a key for {rack}/{host})"
     )]
@@ -434,7 +437,7 @@ impl Verifier {
             received_ms: now_ms,
             epoch_end_ms: p.epoch_end_unix_ms,
             status: result.status.name().into(),
-            result: serde_json::to_string(&result).unwrap_or_default(),
+            result: serde_json::to_string(&result)?,
             wipe_ms: effects.wipe_counts.then_some(p.epoch_end_unix_ms),
         })?;
         // Its leaf in the transparency log, in the same savepoint.

@@ -743,8 +743,8 @@ staging = "/var/lib/rackwarden/images"
 units = ["vllm.service", "router.service"]
 "#;
 
-    fn parse(text: &str) -> Result<Config, String> {
-        Config::parse(Path::new("/etc/rackwarden/rackwarden.toml"), text).map_err(|e| e.to_string())
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("/etc/rackwarden/rackwarden.toml"), text)
     }
 
     #[test]
@@ -922,7 +922,7 @@ units = ["vllm.service", "router.service"]
         ];
         for (from, to, want) in cases {
             assert!(full.contains(from), "{from}");
-            let e = parse(&full.replace(from, to)).unwrap_err();
+            let e = parse(&full.replace(from, to)).unwrap_err().to_string();
             assert!(
                 e.starts_with("/etc/rackwarden/rackwarden.toml:") && e.contains(want),
                 "case {to:?}: got `{e}`, want {want:?}"
@@ -942,6 +942,7 @@ units = ["vllm.service", "router.service"]
         assert!(
             parse(&no_verifier)
                 .unwrap_err()
+                .to_string()
                 .contains("needs a `[verifier]`")
         );
         let no_epoch = full.replace(
@@ -951,10 +952,16 @@ units = ["vllm.service", "router.service"]
         assert!(
             parse(&no_epoch)
                 .unwrap_err()
+                .to_string()
                 .contains("add an `[epoch]` section")
         );
         // A top-level key written below a table gets told why it is unknown there.
         let misplaced = format!("{BASE}pin_root = \"/sys/fs/bpf/x\"\n");
-        assert!(parse(&misplaced).unwrap_err().contains("top-level key"));
+        assert!(
+            parse(&misplaced)
+                .unwrap_err()
+                .to_string()
+                .contains("top-level key")
+        );
     }
 }

@@ -185,12 +185,11 @@ ingress = "10 MB/s"
 burst = "256 KiB"
 "#;
 
-    fn parse(tpm: &str) -> Result<Config, String> {
+    fn parse(tpm: &str) -> Result<Config, ConfigError> {
         Config::parse(
             Path::new("/etc/rackwarden/rackwarden.toml"),
             &format!("{BASE}\n[tpm]\n{tpm}"),
         )
-        .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -247,7 +246,7 @@ burst = "256 KiB"
             ),
             ("colour = \"red\"\n", 12, "colour"),
         ] {
-            let e = parse(text).unwrap_err();
+            let e = parse(text).unwrap_err().to_string();
             let prefix = format!("/etc/rackwarden/rackwarden.toml:{line}: ");
             assert!(e.starts_with(&prefix), "{text:?}: {e}");
             assert!(e.contains(want), "{text:?}: {e}");

@@ -105,7 +105,18 @@ impl GapLog {
             buf.push(b'\n');
         }
         for g in &self.gaps[self.gaps.len() - self.unpersisted..] {
-            buf.extend(serde_json::to_vec(g).unwrap_or_default());
+            match serde_json::to_vec(g) {
+                Ok(line) => buf.extend(line),
+                // Kept pending (and so in memory and in the next statement), never written
+                // as an empty line.
+                Err(e) => {
+                    log::error!(
+                        "gap journal {}: cannot write a gap as JSON: {e}",
+                        self.path.display()
+                    );
+                    return false;
+                }
+            }
             buf.push(b'\n');
         }
         // Reopen after a failure: the file may have been replaced while the disk was full.
