@@ -462,6 +462,22 @@ fn recheck(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
         for d in &r.log_differences {
             println!("  {d}");
         }
+        for b in &r.state_bounds {
+            println!(
+                "rack {}: state bound {} (policy {}){}{}",
+                b.rack,
+                b.bound
+                    .total_bytes
+                    .map_or("unbounded".into(), rackwarden_attest::units::fmt_size),
+                rackwarden_attest::units::fmt_size(b.bound.limit_bytes),
+                if b.bound.exceeded() { ": EXCEEDED" } else { "" },
+                if b.rederived_equal {
+                    ""
+                } else {
+                    "; the re-derived store gives another bound"
+                }
+            );
+        }
         for d in &r.standing_differences {
             println!(
                 "  {}/{}: stored {:?}, re-derived {:?}",

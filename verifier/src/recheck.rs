@@ -13,10 +13,12 @@
 //! The transparency log is checked against the statements: each leaf against the statement
 //! it logged, each stored node against the leaves below it (`Store::tlog_audit`).
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::{
-    appraisal::AttestationResult,
+    appraisal::{AttestationResult, state_bound::StateBound},
     config::Policy,
     service::{IngestStatus, Verifier, VerifierError},
     store::{StandingRow, Store},
@@ -54,6 +56,16 @@ pub struct StandingDifference {
     pub rederived: StandingRow,
 }
 
+/// A rack's state bound, derived from the stored statements and again from the re-derived
+/// store: the value its verdict and page show.
+#[derive(Debug, Serialize)]
+pub struct RackBoundCheck {
+    pub rack: String,
+    pub bound: StateBound,
+    /// Whether the re-derived store gives the same bound.
+    pub rederived_equal: bool,
+}
+
 #[derive(Debug, Serialize)]
 pub struct RecheckReport {
     pub statements: usize,
@@ -66,6 +78,8 @@ pub struct RecheckReport {
     /// Where the transparency log and the stored statements disagree (a statement removed
     /// or rewritten after it was logged, a leaf or node edited), each in a sentence.
     pub log_differences: Vec<String>,
+    /// Each rack's state bound under the current policy.
+    pub state_bounds: Vec<RackBoundCheck>,
 }
 
 impl RecheckReport {
@@ -81,6 +95,7 @@ impl RecheckReport {
         self.count(|c| !matches!(c, DifferenceCause::PolicyChanged { .. })) > 0
             || !self.standing_differences.is_empty()
             || !self.log_differences.is_empty()
+            || self.state_bounds.iter().any(|b| !b.rederived_equal)
     }
 }
 
@@ -147,6 +162,21 @@ pub fn recheck(store: &Store, policy: &Policy) -> Result<RecheckReport, Verifier
         }
     }
     let (standings, standing_differences) = recheck_standings(store)?;
+    let mut by_rack: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (rack, host) in store.hosts_with_statements()? {
+        by_rack.entry(rack).or_default().push(host);
+    }
+    let mut state_bounds = Vec::new();
+    for (rack, hosts) in &by_rack {
+        let names = || hosts.iter().map(String::as_str);
+        let bound = crate::standing::state_bound_of(store, policy, rack, names())?;
+        let again = crate::standing::state_bound_of(&v.store, policy, rack, names())?;
+        state_bounds.push(RackBoundCheck {
+            rack: rack.clone(),
+            rederived_equal: bound == again,
+            bound,
+        });
+    }
     Ok(RecheckReport {
         statements: all.len(),
         policy_digest: digest,
@@ -154,6 +184,7 @@ pub fn recheck(store: &Store, policy: &Policy) -> Result<RecheckReport, Verifier
         standings,
         standing_differences,
         log_differences: store.tlog_audit()?,
+        state_bounds,
     })
 }
 

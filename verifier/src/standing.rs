@@ -7,7 +7,7 @@ use rackwarden_attest::evidence::LimiterReport;
 use serde::Serialize;
 
 use crate::{
-    appraisal::{AttestationResult, Status},
+    appraisal::{AttestationResult, Status, state_bound},
     config::{Policy, RackAgreement},
     store::{Clearance, DbError, StandingRow, Store, StoredStatement},
 };
@@ -48,6 +48,9 @@ pub struct RackStanding {
     pub policy_id: String,
     pub hosts: Vec<HostStanding>,
     pub findings: Vec<String>,
+    /// The most state the rack can hold from one wipe to the next, from its hosts' last
+    /// statements: the verdict and the page read this one value.
+    pub state_bound: state_bound::StateBound,
 }
 
 impl RackStanding {
@@ -190,13 +193,37 @@ pub fn rack(
             }
         }
     }
+    let state_bound = state_bound_of(store, policy, rack, hosts.iter().map(|h| h.host.as_str()))?;
+    if let Some(f) = state_bound.finding() {
+        status = Status::Contraindicated;
+        findings.push(f);
+    }
     Ok(RackStanding {
         rack: rack.into(),
         status,
         policy_id: policy.id.clone(),
         hosts,
         findings,
+        state_bound,
     })
+}
+
+/// The rack's state bound from the last stored statement of each of `hosts` (a host with no
+/// statement adds nothing: its silence is judged by its standing).
+pub fn state_bound_of<'a>(
+    store: &Store,
+    policy: &Policy,
+    rack: &str,
+    hosts: impl Iterator<Item = &'a str>,
+) -> Result<state_bound::StateBound, DbError> {
+    let mut terms = Vec::new();
+    for host in hosts {
+        let last = store.history(rack, host, 1)?;
+        if let Some(st) = last.first().and_then(StoredStatement::statement) {
+            terms.push(state_bound::host_terms(policy, host, &st));
+        }
+    }
+    Ok(state_bound::rack(policy, terms))
 }
 
 /// Both directions: the rack's agreement bounds what all its hosts enforce together.

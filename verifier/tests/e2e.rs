@@ -198,7 +198,9 @@ nonce_ttl = "10 min"
 max_wipe_interval = "{max_interval}"
 max_residue_host = "2 GiB"
 max_residue_gpu = "1 GiB"
-trainable_state = "10 GB"
+# Each host: 1 GiB of residue, a 5 MB/s ingress cap over the wipe interval; 100 TB keeps
+# the state bound's limit (1 TB) above any rack these tests build but the one that tests it.
+trainable_state = "100 TB"
 max_epoch_fraction = 0.01
 # These tests build chains whose epochs start 10 s back and end 1 s apart, whatever the
 # wall clock: only the clock test below holds them to the verifier's clock.
@@ -567,6 +569,17 @@ fn end_to_end_findings_restart_and_recheck() {
         "1 h",
         Some((&tmp.join("m.json"), &tmp.join("verifier.pub"))),
     );
+    // A trainable state small enough that one statement's 200 MB of ingress is above the
+    // policy's share of it (policy_findings): the rack's state bound is then exceeded too.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace(
+            "trainable_state = \"100 TB\"",
+            "trainable_state = \"10 GB\"",
+        ),
+    )
+    .unwrap();
     let k1 = enroll(&config, &dir, "rack-a", "h1");
     let k2 = enroll(&config, &dir, "rack-a", "h2");
     let mut s = Server::start(&dir, &config, port);
@@ -921,6 +934,97 @@ fn restart_and_recheck(
         "{text}"
     );
     s
+}
+
+/// Issue 43: the residue each host's wipe leaves, within `max_residue_host`, still adds up
+/// with the caps to more state than the policy lets the rack keep between wipes. Each
+/// statement is affirming; the rack is contraindicated with a finding that names the largest
+/// terms; the page shows the same number in its state card and in the reason, first; recheck
+/// re-derives the bound.
+#[test]
+fn residue_within_each_hosts_limit_can_exceed_the_racks_state_bound() {
+    let (dir, config, port) = setup("statebound", "15 min", None);
+    // Each host may keep 8 GiB of RAM unwiped; the rack may keep 1% of 1 TB = 10 GB.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            "max_residue_host = \"2 GiB\"",
+            "max_residue_host = \"8 GiB\"",
+        )
+        .replace("trainable_state = \"100 TB\"", "trainable_state = \"1 TB\"");
+    std::fs::write(&config, text).unwrap();
+    let k1 = enroll(&config, &dir, "rack-a", "h1");
+    let k2 = enroll(&config, &dir, "rack-a", "h2");
+    let s = Server::start(&dir, &config, port);
+    let mut hosts = [Host::new(k1, "rack-a", "h1"), Host::new(k2, "rack-a", "h2")];
+    let residue: u64 = 6 << 30;
+    for h in &mut hosts {
+        let r = post_challenged(
+            &s,
+            h,
+            Epoch {
+                wipe_residue: Some(residue),
+                ..Default::default()
+            },
+        );
+        assert_eq!(r["result"]["status"], "affirming", "{r}");
+    }
+    // Per host: 6 GiB of RAM + 5 MB/s x 15 min + a 256 KiB burst.
+    let per_host = residue + 5_000_000 * 900 + 262_144;
+    let total = 2 * per_host;
+    let rack = get(&s, "/v1/racks/rack-a");
+    assert_eq!(rack["status"], "contraindicated", "{rack}");
+    assert_eq!(rack["state_bound"]["total_bytes"], total, "{rack}");
+    assert_eq!(
+        rack["state_bound"]["limit_bytes"], 10_000_000_000u64,
+        "{rack}"
+    );
+    let size = rackwarden_attest::units::fmt_size(total);
+    let finding = rack["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .find(|f| f.starts_with("state bound:"))
+        .unwrap_or_else(|| panic!("no state-bound finding: {rack}"))
+        .to_string();
+    assert!(
+        finding.contains(&size)
+            && finding.contains("host RAM not verified 6 GiB")
+            && finding.contains("ingress cap x epoch"),
+        "{finding}"
+    );
+    // The page: the reason first (above the scorecard), the same number in the state card.
+    let profile = dir.join("chromium-profile");
+    let dom = dump_dom(&profile, &s.url("/racks/rack-a"));
+    assert_eq!(dom_value(&dom, "score-state"), total.to_string());
+    let reasons = dom
+        .find("id=\"rack-findings\"")
+        .expect("the reasons are listed");
+    let card = dom.find("id=\"score-state\"").unwrap();
+    assert!(reasons < card, "the reason comes before the scorecard");
+    assert!(
+        dom[reasons..card].contains(&size),
+        "the reason names {size}"
+    );
+    assert!(dom.contains("EXCEEDED: the rack is contraindicated"));
+    // recheck re-derives the bound from the stored statements.
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["recheck"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && text.contains(&format!(
+                "rack rack-a: state bound {size} (policy 10 GB): EXCEEDED"
+            )),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -27,6 +27,7 @@ mod freshness;
 mod identity;
 mod images;
 mod limiter;
+pub mod state_bound;
 mod storage;
 pub mod tpm;
 mod wipe;

@@ -59,26 +59,17 @@ fn check_inventory(j: &mut Judge, inv: &StorageInventory) {
         );
     }
     let max = j.policy.max_residue_persistent;
-    let items = inv.residue_items();
-    let excluded = &j.policy.storage_exclude;
-    // Erase by key is credited only where the policy says raw devices are out of reach.
-    let credit = j.policy.credit_erase_by_key;
+    // Counted as the state bound counts it (one definition: `state_bound`).
+    let (counted, items, excluded) = super::state_bound::counted_persistent(j.policy, inv);
     let bytes_of = |i: &rackwarden_attest::storage::ResidueItem| {
-        if credit {
-            i.bytes
-        } else {
-            i.bytes.saturating_add(i.erased_bytes)
-        }
+        super::state_bound::persistent_bytes(j.policy, i)
     };
-    let counted: u64 = items
-        .iter()
-        .filter(|i| !excluded.contains_key(&i.key))
-        .map(bytes_of)
-        .fold(0u64, u64::saturating_add);
+    let is_excluded =
+        |i: &rackwarden_attest::storage::ResidueItem| j.policy.storage_exclude.contains_key(&i.key);
     if counted > max {
         let mut parts: Vec<String> = items
             .iter()
-            .filter(|i| !excluded.contains_key(&i.key) && bytes_of(i) > 0)
+            .filter(|i| !is_excluded(i) && bytes_of(i) > 0)
             .map(|i| {
                 format!(
                     "{}: {}{}",
@@ -92,14 +83,8 @@ fn check_inventory(j: &mut Judge, inv: &StorageInventory) {
                 )
             })
             .collect();
-        parts.extend(items.iter().filter_map(|i| {
-            excluded.get(&i.key).map(|why| {
-                format!(
-                    "{}: {} excluded by policy ({why})",
-                    i.label,
-                    fmt_size(bytes_of(i))
-                )
-            })
+        parts.extend(excluded.iter().map(|(label, bytes, why)| {
+            format!("{label}: {} excluded by policy ({why})", fmt_size(*bytes))
         }));
         j.add(
             C::StorageResidue,

@@ -16,9 +16,6 @@ pub struct HostCaps {
     pub ingress_bytes_per_s: u64,
     pub egress_burst_bytes: u64,
     pub ingress_burst_bytes: u64,
-    /// Writable persistent bytes (residue) in the same statement's storage inventory;
-    /// `None` where it carries none.
-    pub persistent_residue_bytes: Option<u64>,
 }
 
 /// One stored epoch on the timeline.

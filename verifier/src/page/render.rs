@@ -3,14 +3,14 @@
 //! itself every 30 s. Timelines are inline SVG.
 
 use maud::{DOCTYPE, Markup, PreEscaped, html};
-use rackwarden_attest::units::{fmt_bytes, fmt_duration, fmt_rate, fmt_unix_ms};
+use rackwarden_attest::units::{fmt_bytes, fmt_duration, fmt_rate, fmt_size, fmt_unix_ms};
 
 use super::{
     inventory::{Disclosure, VERIFIER_HOLDS},
     scorecard::{InferenceOverhead, SLOWDOWN_TARGET, TrainingBound},
     view::{EpochPoint, HostView, RackView, RootOfTrustView},
 };
-use crate::appraisal::Status;
+use crate::appraisal::{Status, state_bound::StateBound};
 
 const STYLE: &str = r#"
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1b1f24;max-width:1100px}
@@ -88,6 +88,60 @@ fn factor(x: f64) -> String {
     }
 }
 
+/// The state bound the rack's verdict is judged by (`appraisal::state_bound`), term by term:
+/// the card and the verdict read the same value, so they cannot disagree.
+fn state_card(b: &StateBound, policy: &crate::config::Policy) -> Markup {
+    use crate::appraisal::state_bound::PersistentTerm;
+    let total = b.total_bytes;
+    let mut math = String::new();
+    for h in &b.hosts {
+        math.push_str(&format!("{}:\n", h.host));
+        if h.memory.is_none() {
+            math.push_str("  no wipe reported in its last statement: its memory is NOT bounded\n");
+        }
+        for (name, bytes) in h.terms() {
+            math.push_str(&format!("  {name:<34} {}\n", fmt_size(bytes)));
+        }
+        match &h.persistent {
+            PersistentTerm::NotReported => math.push_str(
+                "  no storage inventory (the policy does not require one): its disks are not in this bound\n",
+            ),
+            PersistentTerm::Counted { excluded, .. } => {
+                for (label, bytes, why) in excluded {
+                    math.push_str(&format!(
+                        "  of which excluded from max_residue_persistent by the operator, counted here all the same: {label} {} ({why})\n",
+                        fmt_size(*bytes)
+                    ));
+                }
+            }
+        }
+        if let Some(t) = h.total_bytes() {
+            math.push_str(&format!("  = {}\n", fmt_size(t)));
+        }
+    }
+    math.push_str(&format!(
+        "rack: {}; policy allows max_epoch_fraction x trainable_state = {} x {} = {}",
+        total.map_or("unbounded".to_string(), fmt_size),
+        policy.max_epoch_fraction,
+        fmt_size(policy.trainable_state_bytes),
+        fmt_size(b.limit_bytes)
+    ));
+    html! {
+        div.card #score-state {
+            h3 { "State that can survive from one wipe to the next" }
+            p.number data-value=(total.map_or("unbounded".to_string(), |t| t.to_string())) {
+                (total.map_or("unbounded".to_string(), fmt_size))
+            }
+            p { @match b.fraction_of(policy.trainable_state_bytes) {
+                    Some(f) => { (format!("{f:.6}")) " of the trainable state; the policy allows " (policy.max_epoch_fraction) ": " }
+                    None => { "the policy allows " (policy.max_epoch_fraction) " of the trainable state: " }
+                }
+                strong #state-verdict { @if b.exceeded() { "EXCEEDED: the rack is contraindicated" } @else { "within the policy" } } }
+            div.math { (math) }
+        }
+    }
+}
+
 fn training_card(t: &Option<TrainingBound>) -> Markup {
     html! {
         div.card #score-training {
@@ -105,8 +159,6 @@ rate r = max(caps, measured)                  = {}
 reference interconnect R (policy)             = {}
 slowdown = R / r = {} / {}                     = {}
 time to move the trainable state S = {} through r: S / r = {}
-state that can be held per epoch: ingress caps × max wipe interval + bursts + persistent residue
-  = {} × {} + {} + {} = {}  ({:.6} of S; policy allows {}{}){}
 largest ingress one host measured in one epoch = {}",
                         fmt_rate(t.egress_caps_bytes_per_s as f64), fmt_rate(t.ingress_caps_bytes_per_s as f64),
                         fmt_rate(t.measured_peak_bytes_per_s.round()),
@@ -114,14 +166,6 @@ largest ingress one host measured in one epoch = {}",
                         fmt_rate(t.reference_bytes_per_s as f64),
                         fmt_rate(t.reference_bytes_per_s as f64), fmt_rate(t.rate_bytes_per_s.round()), factor(t.slowdown_factor),
                         fmt_bytes(t.state_bytes as f64), fmt_duration(std::time::Duration::from_secs_f64(t.time_to_move_state_s.min(1e12))),
-                        fmt_rate(t.ingress_caps_bytes_per_s as f64), fmt_duration(std::time::Duration::from_secs_f64(t.epoch_s)),
-                        fmt_bytes(t.ingress_bursts_bytes as f64), fmt_bytes(t.persistent_residue_bytes as f64),
-                        fmt_bytes(t.state_per_epoch_bytes.round()),
-                        t.fraction_per_epoch, t.max_epoch_fraction,
-                        if t.fraction_per_epoch > t.max_epoch_fraction { ": the caps and disks allow MORE than the policy" } else { "" },
-                        if t.hosts_without_inventory > 0 {
-                            format!("\n  ({} host(s) report no storage inventory: their disks are not in this bound)", t.hosts_without_inventory)
-                        } else { String::new() },
                         fmt_bytes(t.measured_max_epoch_ingress_bytes as f64),
                     )) }
                 }
@@ -467,6 +511,7 @@ pub fn rack(v: &RackView) -> Markup {
             }
             h2 { "Scorecard" }
             div.cards {
+                (state_card(&v.standing.state_bound, &v.policy))
                 (training_card(&v.score.training))
                 (inference_card(&v.score.inference, &v.score.forced))
                 (secrets_card(v))

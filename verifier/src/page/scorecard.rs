@@ -26,19 +26,8 @@ pub struct TrainingBound {
     pub time_to_move_state_s: f64,
     /// Longest an epoch may run before its wipe is overdue (policy `max_wipe_interval`).
     pub epoch_s: f64,
-    /// Writable persistent storage the hosts' last statements count as residue: state kept
-    /// there survives the wipe, so it adds to what an epoch can carry.
-    pub persistent_residue_bytes: u64,
-    /// Hosts whose last statement carries no storage inventory (their disks are unknown and
-    /// not in the bound).
-    pub hosts_without_inventory: usize,
-    /// ingress caps x epoch + bursts + persistent residue: the most state that can be held
-    /// from one wipe to the next.
-    pub state_per_epoch_bytes: f64,
     /// The largest ingress any host measured in one epoch of the window.
     pub measured_max_epoch_ingress_bytes: u64,
-    pub fraction_per_epoch: f64,
-    pub max_epoch_fraction: f64,
     pub reference_bytes_per_s: u64,
     /// reference interconnect / rate.
     pub slowdown_factor: f64,
@@ -96,15 +85,6 @@ fn training(policy: &Policy, hosts: &[HostView]) -> Option<TrainingBound> {
     let egress = sum(|c| c.egress_bytes_per_s);
     let ingress = sum(|c| c.ingress_bytes_per_s);
     let bursts = sum(|c| c.ingress_burst_bytes);
-    let residue = sum(|c| c.persistent_residue_bytes.unwrap_or(0));
-    let without_inventory = reporting
-        .iter()
-        .filter(|h| {
-            h.caps
-                .as_ref()
-                .is_some_and(|c| c.persistent_residue_bytes.is_none())
-        })
-        .count();
     let peak: f64 = hosts
         .iter()
         .map(|h| {
@@ -117,7 +97,6 @@ fn training(policy: &Policy, hosts: &[HostView]) -> Option<TrainingBound> {
     let rate = (egress.max(ingress) as f64).max(peak);
     let state = policy.trainable_state_bytes;
     let epoch_s = policy.max_wipe_interval.as_secs_f64();
-    let per_epoch = ingress as f64 * epoch_s + bursts as f64 + residue as f64;
     let slowdown = policy.reference_bandwidth_bytes_per_s as f64 / rate;
     Some(TrainingBound {
         state_bytes: state,
@@ -128,16 +107,11 @@ fn training(policy: &Policy, hosts: &[HostView]) -> Option<TrainingBound> {
         rate_bytes_per_s: rate,
         time_to_move_state_s: state as f64 / rate,
         epoch_s,
-        persistent_residue_bytes: residue,
-        hosts_without_inventory: without_inventory,
-        state_per_epoch_bytes: per_epoch,
         measured_max_epoch_ingress_bytes: hosts
             .iter()
             .flat_map(|h| h.epochs.iter().filter_map(|e| e.ingress_bytes))
             .max()
             .unwrap_or(0),
-        fraction_per_epoch: per_epoch / state as f64,
-        max_epoch_fraction: policy.max_epoch_fraction,
         reference_bytes_per_s: policy.reference_bandwidth_bytes_per_s,
         slowdown_factor: slowdown,
         meets_target: slowdown >= SLOWDOWN_TARGET,

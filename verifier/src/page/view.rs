@@ -49,11 +49,6 @@ fn caps_of(st: &Statement) -> Option<HostCaps> {
         ingress_bytes_per_s: ing.map_or(0, |c| c.rate_bytes_per_s),
         egress_burst_bytes: eg.map_or(0, |c| c.burst_bytes),
         ingress_burst_bytes: ing.map_or(0, |c| c.burst_bytes),
-        persistent_residue_bytes: st
-            .predicate
-            .storage
-            .as_ref()
-            .map(|s| s.recomputed_residue()),
     })
 }
 
