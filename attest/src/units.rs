@@ -188,10 +188,12 @@ fn size_multiplier(unit: &str) -> Option<(u64, usize)> {
         "MB" => (1_000_000, 0),
         "GB" => (1_000_000_000, 0),
         "TB" => (1_000_000_000_000, 0),
+        "PB" => (1_000_000_000_000_000, 0),
         "KiB" => (1 << 10, 0),
         "MiB" => (1 << 20, 0),
         "GiB" => (1 << 30, 0),
         "TiB" => (1 << 40, 0),
+        "PiB" => (1 << 50, 0),
         // 1/8 byte = 0.125.
         "bit" | "bits" => (125, 3),
         "kbit" | "Kbit" => (125, 0),
@@ -227,7 +229,7 @@ pub fn parse_size(s: &str) -> Result<u64, UnitError> {
     let (value, unit) = split_number(s)?;
     let (mult, shift) = size_multiplier(unit).ok_or_else(|| {
         UnitError(format!(
-            "unknown size unit `{unit}` in `{s}` (use B, KB, MB, GB, KiB, MiB, GiB, kbit, Mbit, Gbit)"
+            "unknown size unit `{unit}` in `{s}` (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB, bit, kbit, Mbit, Gbit)"
         ))
     })?;
     to_whole(&value.times(mult, shift), "size", "bytes", s)

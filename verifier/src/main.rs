@@ -113,7 +113,11 @@ enum Cmd {
     /// The transparency log of stored statements: its key, a static copy, offline checks.
     #[command(subcommand)]
     Log(LogCmd),
-    /// Re-derive every stored verdict from the stored statements; exits 1 on any difference.
+    /// Re-derive every stored verdict, host standing and rack state bound from the stored
+    /// statements. Exits 1 when a verdict does not re-derive under the policy it names (or
+    /// names none and differs), a standing row, the transparency log or a state bound
+    /// differs; exits 0 otherwise, also when verdicts differ only because the policy was
+    /// edited since (those are listed).
     Recheck {
         /// Print JSON.
         #[arg(long)]
@@ -510,8 +514,14 @@ fn recheck(cfg: &VerifierConfig, json: bool) -> anyhow::Result<()> {
                 Cause::NoPolicyDigest => "names no policy".into(),
             };
             println!(
-                "  {}/{} seq {}: stored {} re-derived {}: {why}",
-                d.rack, d.host, d.seq, d.stored_status, d.rederived_status
+                "  {}/{} seq {}: stored {} [{}] re-derived {} [{}]: {why}",
+                d.rack,
+                d.host,
+                d.seq,
+                d.stored_status,
+                d.stored_findings.join(", "),
+                d.rederived_status,
+                d.rederived_findings.join(", ")
             );
         }
     }

@@ -44,6 +44,9 @@ pub struct RecheckDifference {
     pub seq: u64,
     pub stored_status: String,
     pub rederived_status: String,
+    /// The finding codes of each verdict, so a difference shows what differs.
+    pub stored_findings: Vec<String>,
+    pub rederived_findings: Vec<String>,
     pub cause: DifferenceCause,
 }
 
@@ -137,8 +140,14 @@ pub fn recheck(store: &Store, policy: &Policy) -> Result<RecheckReport, Verifier
     let digest = policy.digest();
     let mut v = Verifier::new(fresh, policy.clone())?;
     let all = store.all_statements()?;
+    // AK enrolments are replayed at the times they were made: a statement is judged against
+    // the AK that was enrolled when it arrived, as it was the first time.
+    let mut enrolments = store.tpm_enrollment_history()?.into_iter().peekable();
     let mut differences = Vec::new();
     for s in &all {
+        while let Some(e) = enrolments.next_if(|e| e.enrolled_ms <= s.received_ms) {
+            v.store.enroll_tpm(&e)?;
+        }
         let out = v.ingest(s.envelope.as_bytes(), s.received_ms)?;
         let re = match (out.status, &out.result) {
             (IngestStatus::Accepted, Some(r)) => r.status.name().to_string(),
@@ -151,12 +160,23 @@ pub fn recheck(store: &Store, policy: &Policy) -> Result<RecheckReport, Verifier
             c => c,
         };
         if let Some(cause) = cause {
+            let codes = |r: Option<&AttestationResult>| -> Vec<String> {
+                r.map(|r| {
+                    r.findings
+                        .iter()
+                        .map(|f| f.code.name().to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+            };
             differences.push(RecheckDifference {
                 rack: s.rack.clone(),
                 host: s.host.clone(),
                 seq: s.seq,
                 stored_status: s.status.clone(),
                 rederived_status: re,
+                stored_findings: codes(stored.as_ref()),
+                rederived_findings: codes(out.result.as_ref()),
                 cause,
             });
         }

@@ -107,6 +107,12 @@ CREATE TABLE IF NOT EXISTS tpm_enrollments (
   rack TEXT NOT NULL, host TEXT NOT NULL, ak_public TEXT NOT NULL, ak_name TEXT NOT NULL,
   ek_public TEXT NOT NULL, ek_certificate TEXT, ek_issuer TEXT NOT NULL,
   enrolled_ms INTEGER NOT NULL, PRIMARY KEY (rack, host));
+-- Every enrolment, in order (tpm_enrollments keeps only the current AK): recheck replays
+-- them at the times they happened, so a verdict made under an earlier AK re-derives.
+CREATE TABLE IF NOT EXISTS tpm_enrollment_history (
+  rack TEXT NOT NULL, host TEXT NOT NULL, ak_public TEXT NOT NULL, ak_name TEXT NOT NULL,
+  ek_public TEXT NOT NULL, ek_certificate TEXT, ek_issuer TEXT NOT NULL,
+  enrolled_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS tpm_challenges (
   id TEXT PRIMARY KEY, rack TEXT NOT NULL, host TEXT NOT NULL, secret_sha3 TEXT NOT NULL,
   ak_public TEXT NOT NULL, ak_name TEXT NOT NULL, ek_public TEXT NOT NULL,

@@ -450,3 +450,69 @@ fn verdicts_without_a_tpm_in_play_are_unchanged() {
     let json = serde_json::to_string(&r).unwrap();
     assert!(!json.contains("root_of_trust"), "{json}");
 }
+
+/// Issue 42: `recheck` re-derives TPM verdicts exactly. The fresh store it re-derives into
+/// gets each AK enrolment at the time it was made, so the statements quoted by a host's first
+/// AK and those quoted by the AK it enrolled after a reboot re-derive alike (it had copied
+/// only host keys and nonces, and cried tampering on every TPM host).
+#[test]
+fn recheck_re_derives_tpm_verdicts_across_a_new_ak() {
+    let (mut v, d) = verifier("tpm_ima", "");
+    let mut h = Host::new(&mut v, "h1", true);
+    let mut judge_at = |v: &mut Verifier, env: &dsse::Envelope, t: u64| {
+        let out = v.ingest(&env.to_json().unwrap(), t).unwrap();
+        assert_eq!(out.status, IngestStatus::Accepted, "{:?}", out.reason);
+        out.result.unwrap()
+    };
+    for t in 10..13 {
+        let r = judge_at(&mut v, &h.next(|_| {}).1, t);
+        assert_eq!(
+            r.root_of_trust,
+            Some(TrustLevel::TpmIma),
+            "{:?}",
+            tpm_codes(&r)
+        );
+    }
+    // A reboot with a fresh AK, enrolled at 20.
+    h.ak = AkKey::from_slice(&[9u8; 32]).unwrap();
+    h.reset_count += 1;
+    h.boot();
+    let public = AkPublic::from_verifying_key(h.ak.verifying_key());
+    v.store
+        .enroll_tpm(&TpmEnrollment {
+            rack: RACK.into(),
+            host: "h1".into(),
+            ak_public: hex::encode(public.bytes()),
+            ak_name: hex::encode(public.name()),
+            ek_public: String::new(),
+            ek_certificate: None,
+            ek_issuer: "CN=test".into(),
+            enrolled_ms: 20,
+        })
+        .unwrap();
+    for t in 21..23 {
+        let r = judge_at(&mut v, &h.next(|_| {}).1, t);
+        assert_eq!(
+            r.root_of_trust,
+            Some(TrustLevel::TpmIma),
+            "{:?}",
+            tpm_codes(&r)
+        );
+    }
+    let policy = config(d.path(), "tpm_ima", "").policy;
+    let report = rackwarden_verifier::recheck::recheck(&v.store, &policy).unwrap();
+    assert_eq!(report.statements, 5);
+    assert!(
+        report.differences.is_empty() && !report.untrusted(),
+        "{:#?}",
+        report.differences
+    );
+    // And a verdict rewritten in the store is still caught.
+    v.store
+        .tamper_batch(
+            "UPDATE statements SET result = replace(result, '\"root_of_trust\":\"tpm_ima\"', '\"root_of_trust\":\"tpm\"') WHERE seq = 3",
+        )
+        .unwrap();
+    let report = rackwarden_verifier::recheck::recheck(&v.store, &policy).unwrap();
+    assert!(report.untrusted(), "a rewritten verdict is reported");
+}

@@ -94,6 +94,21 @@ impl Store {
         self.under_write_lock(|| {
             self.db.execute(
                 &format!(
+                    "INSERT INTO tpm_enrollment_history ({ENROLL_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                ),
+                vals![
+                    &e.rack,
+                    &e.host,
+                    &e.ak_public,
+                    &e.ak_name,
+                    &e.ek_public,
+                    &e.ek_certificate,
+                    &e.ek_issuer,
+                    e.enrolled_ms
+                ],
+            )?;
+            self.db.execute(
+                &format!(
                 "INSERT INTO tpm_enrollments ({ENROLL_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT(rack, host) DO UPDATE SET ak_public = excluded.ak_public,
                    ak_name = excluded.ak_name, ek_public = excluded.ek_public,
@@ -130,6 +145,27 @@ impl Store {
             )?,
             |r| row_enrollment(r, 0),
         )
+    }
+
+    /// Every enrolment in the order made (oldest first). A database from before the history
+    /// was kept has only the current enrolments: those stand in for it.
+    pub fn tpm_enrollment_history(&self) -> Result<Vec<TpmEnrollment>, DbError> {
+        let history = each(
+            self.db.query(
+                &format!(
+                    "SELECT {ENROLL_COLS} FROM tpm_enrollment_history ORDER BY enrolled_ms, rack, host"
+                ),
+                &[],
+            )?,
+            |r| row_enrollment(r, 0),
+        )?;
+        let current = self.tpm_enrollments()?;
+        // A current enrolment missing from the history (made before it was kept) is added at
+        // its own time.
+        let mut all = history.clone();
+        all.extend(current.into_iter().filter(|c| !history.contains(c)));
+        all.sort_by_key(|e| e.enrolled_ms);
+        Ok(all)
     }
 
     /// Keeps an outstanding credential challenge.
