@@ -417,6 +417,9 @@ fn render_epoch(s: &mut String, e: &crate::epoch::EpochStatus) {
             .unwrap_or_else(|| "-".into()),
         d.backlog
     );
+    if let Some(instance) = &d.instance {
+        let _ = writeln!(s, "  verifier instance in use: {instance}");
+    }
     if let Some(v) = &d.last_verdict {
         let _ = writeln!(
             s,
@@ -469,8 +472,12 @@ fn render_root_of_trust(s: &mut String, e: &crate::epoch::EpochStatus) {
             "  AK enrolment: {}",
             match a {
                 AkEnrolment::Enrolling => "in progress".to_string(),
-                AkEnrolment::Enrolled { ak_name, ek_issuer } => format!(
-                    "enrolled ({}..., EK issued by {ek_issuer})",
+                AkEnrolment::Enrolled {
+                    ak_name,
+                    ek_issuer,
+                    verifier,
+                } => format!(
+                    "enrolled ({}..., EK issued by {ek_issuer}) with {verifier}",
                     ak_name.get(..16).unwrap_or(ak_name)
                 ),
                 AkEnrolment::Failed { error } => format!("FAILED, retried next epoch: {error}"),

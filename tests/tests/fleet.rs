@@ -215,6 +215,13 @@ fn two_instances_on_one_database_are_one_verifier() {
         "{:#}",
         st["epoch"]
     );
+    // The status names the instance in use: the fallback, once the first was killed.
+    assert_eq!(
+        st["epoch"]["delivery"]["instance"],
+        b.url().trim_end_matches('/'),
+        "{:#}",
+        st["epoch"]
+    );
     wipe_now(&sock);
     delivered(&sock, 3);
     d.stop();

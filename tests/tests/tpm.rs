@@ -829,8 +829,9 @@ fn the_daemon_enrols_its_ak_and_the_verifier_takes_its_quotes() {
         key: key.clone(),
     };
     let t0 = Instant::now();
-    let enrolled =
+    let (enrolled, at) =
         tpm_enroll::enrol(&enrolment, &tpm).unwrap_or_else(|e| panic!("{e}\n{}", v.log()));
+    assert_eq!(at, enrolment.verifier.url);
     println!(
         "RW_REPORT tpm: AK enrolment (request, credential, ActivateCredential, activation) {:.0} ms against the verifier over TLS with swtpm",
         ms_since(t0)
@@ -841,6 +842,21 @@ fn the_daemon_enrols_its_ak_and_the_verifier_takes_its_quotes() {
         "{}",
         enrolled.ek_issuer
     );
+
+    // With the primary instance down, the AK is enrolled with the fallback (issue 42: it
+    // used to try `url` only), and the instance that enrolled it is named.
+    let mut failover = enrolment.verifier.clone();
+    failover.fallback_urls = vec![failover.url.clone()];
+    failover.url = "https://127.0.0.1:1".into();
+    let (_, at) = tpm_enroll::enrol(
+        &Enrolment {
+            verifier: failover.clone(),
+            ..enrolment.clone()
+        },
+        &tpm,
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", v.log()));
+    assert_eq!(at, failover.fallback_urls[0]);
 
     // The loop's handle does the same on a thread of its own (the verifier keeps the AK).
     let mut handle = TpmEnrolment::new(tpm.clone());
@@ -964,7 +980,8 @@ fn the_epoch_loop_quotes_every_statement_and_enrols_its_ak() {
         status.ak_enrolment,
         Some(AkEnrolment::Enrolled {
             ak_name: ak_name.clone(),
-            ek_issuer: "CN=swtpm-localca-rootca".into()
+            ek_issuer: "CN=swtpm-localca-rootca".into(),
+            verifier: v.url(),
         })
     );
     let enrolled = wait_for(60, "AK enrolment", || {

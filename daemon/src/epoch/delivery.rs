@@ -77,6 +77,9 @@ pub struct DeliveryStatus {
     /// `tlog-failures.jsonl`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_failure: Option<String>,
+    /// The verifier instance in use: the one tried last (`url` or one of `fallback_urls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 impl Default for DeliveryStatus {
@@ -87,6 +90,7 @@ impl Default for DeliveryStatus {
             backlog: 0,
             last_verdict: None,
             log_failure: None,
+            instance: None,
         }
     }
 }
@@ -182,6 +186,11 @@ impl Delivery {
             let urls: Vec<&str> = ep.urls().collect();
             let base = urls[current % urls.len()];
             if now_ms() >= retry_at_ms {
+                if let Ok(mut st) = self.status.lock()
+                    && st.instance.as_deref() != Some(base)
+                {
+                    st.instance = Some(base.to_string());
+                }
                 match self.attempt(http, &ep, base) {
                     Attempt::Nothing => {
                         (attempt, tried) = (0, 0);
@@ -334,7 +343,7 @@ impl Delivery {
                 return fail(at, e.to_string());
             }
             log::info!(
-                "delivered {acked} statement(s) up to seq {}",
+                "delivered {acked} statement(s) up to seq {} to {base}",
                 cursor.seq.unwrap_or(0)
             );
             if let Ok(mut st) = self.status.lock() {

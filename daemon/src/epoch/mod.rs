@@ -178,11 +178,12 @@ pub enum AkEnrolment {
     Enrolled {
         ak_name: String,
         ek_issuer: String,
+        /// The verifier instance that enrolled it (`url` or one of `fallback_urls`).
+        #[serde(default)]
+        verifier: String,
     },
     /// The last attempt failed; the next epoch tries again.
-    Failed {
-        error: String,
-    },
+    Failed { error: String },
 }
 
 /// Asks the epoch loop to do something.

@@ -71,6 +71,21 @@ pub enum EnrolError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("no verifier instance is configured")]
+    NoInstance,
+}
+
+impl EnrolError {
+    /// Whether another instance may answer where this one did not: it could not be reached,
+    /// its answer could not be read, or it failed with a server error. A refusal (4xx) is
+    /// the fleet's answer.
+    fn next_instance_may_answer(&self) -> bool {
+        match self {
+            EnrolError::Unreachable { .. } | EnrolError::Read { .. } => true,
+            EnrolError::Refused { status, .. } => status.is_server_error(),
+            _ => false,
+        }
+    }
 }
 
 /// Who enrols, where, and with which key.
@@ -114,15 +129,42 @@ pub fn signed_request(key: &SigningKey, request: &TpmEnrollRequest) -> Result<Ve
         })
 }
 
-/// The whole exchange, once. The TPM is locked only for its own commands, never across a
-/// request to the verifier (the epoch loop quotes with it meanwhile).
-pub fn enrol(e: &Enrolment, tpm: &SharedTpm) -> Result<TpmEnrolled, EnrolError> {
+/// The whole exchange, once, with the first verifier instance that answers (`url`, then
+/// `fallback_urls`, as delivery and the challenge do): an instance that cannot be reached or
+/// answers with a server error is passed over; a refusal is an answer (the instances share
+/// one database) and ends the attempt. The TPM is locked only for its own commands, never
+/// across a request to the verifier (the epoch loop quotes with it meanwhile). Returns the
+/// AK's enrolment and the instance that made it.
+pub fn enrol(e: &Enrolment, tpm: &SharedTpm) -> Result<(TpmEnrolled, String), EnrolError> {
     let request = enrol_request(&e.rack, &e.host, &mut lock(tpm))?;
     let client = super::transport::client(&e.verifier, e.verifier.request_timeout)?;
+    let body = signed_request(&e.key, &request)?;
+    let mut passed_over = None;
+    for base in e.verifier.urls() {
+        match enrol_with(e, tpm, &client, base, body.clone()) {
+            Ok(enrolled) => return Ok((enrolled, base.to_string())),
+            Err(err) if err.next_instance_may_answer() => {
+                log::warn!("tpm: AK enrolment with {base}: {err}; trying the next instance");
+                passed_over = Some(err);
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Err(passed_over.unwrap_or(EnrolError::NoInstance))
+}
+
+/// The exchange with one instance: the credential challenge, then its answer, both there.
+fn enrol_with(
+    e: &Enrolment,
+    tpm: &SharedTpm,
+    client: &reqwest::blocking::Client,
+    base: &str,
+    body: Vec<u8>,
+) -> Result<TpmEnrolled, EnrolError> {
     let credential: TpmCredential = post(
-        &client,
-        &format!("{}/v1/tpm/enroll", e.verifier.url),
-        signed_request(&e.key, &request)?,
+        client,
+        &format!("{base}/v1/tpm/enroll"),
+        body,
         "TPM credential",
     )?;
     let secret = activate(tpm, &credential)?;
@@ -137,8 +179,8 @@ pub fn enrol(e: &Enrolment, tpm: &SharedTpm) -> Result<TpmEnrolled, EnrolError> 
         source,
     })?;
     post(
-        &client,
-        &format!("{}/v1/tpm/activate", e.verifier.url),
+        client,
+        &format!("{base}/v1/tpm/activate"),
         body,
         "TPM enrolment",
     )
@@ -201,7 +243,7 @@ fn post<T: DeserializeOwned>(
 enum State {
     /// No attempt running; the next [`TpmEnrolment::retry`] starts one.
     Due,
-    Running(JoinHandle<Result<TpmEnrolled, EnrolError>>),
+    Running(JoinHandle<Result<(TpmEnrolled, String), EnrolError>>),
     Enrolled,
 }
 
@@ -241,9 +283,9 @@ impl TpmEnrolment {
             return None;
         };
         let error = match handle.join() {
-            Ok(Ok(enrolled)) => {
+            Ok(Ok((enrolled, verifier))) => {
                 log::info!(
-                    "tpm: AK {} enrolled with the verifier (EK certified by {})",
+                    "tpm: AK {} enrolled with the verifier at {verifier} (EK certified by {})",
                     enrolled.ak_name,
                     enrolled.ek_issuer
                 );
@@ -251,6 +293,7 @@ impl TpmEnrolment {
                 return Some(AkEnrolment::Enrolled {
                     ak_name: enrolled.ak_name,
                     ek_issuer: enrolled.ek_issuer,
+                    verifier,
                 });
             }
             Ok(Err(e)) => e.to_string(),
@@ -269,7 +312,10 @@ impl TpmEnrolment {
         }
         let e = enrolment();
         let tpm = self.tpm.clone();
-        log::info!("tpm: enrolling the AK with {}", e.verifier.url);
+        log::info!(
+            "tpm: enrolling the AK with {}",
+            e.verifier.urls().collect::<Vec<_>>().join(", then ")
+        );
         match std::thread::Builder::new()
             .name("tpm-enrol".into())
             .spawn(move || enrol(&e, &tpm))
