@@ -289,6 +289,22 @@ pub fn fmt_rate(bytes_per_s: f64) -> String {
     format!("{}/s", fmt_bytes(bytes_per_s))
 }
 
+/// A rate in decimal units only (`2.5 MB/s`, `10 MB/s`, `500 GB/s`), as caps are written:
+/// for outputs that must not mix `MB/s` and `MiB/s`. Up to three decimals, trailing zeros
+/// dropped; exact below 1 kB/s.
+pub fn fmt_rate_decimal(bytes_per_s: u64) -> String {
+    let (div, unit) = match bytes_per_s {
+        b if b >= 1_000_000_000_000 => (1e12, "TB/s"),
+        b if b >= 1_000_000_000 => (1e9, "GB/s"),
+        b if b >= 1_000_000 => (1e6, "MB/s"),
+        b if b >= 1_000 => (1e3, "kB/s"),
+        b => return format!("{b} B/s"),
+    };
+    let v = format!("{:.3}", bytes_per_s as f64 / div);
+    let v = v.trim_end_matches('0').trim_end_matches('.');
+    format!("{v} {unit}")
+}
+
 /// Human form of a byte count: [`fmt_size`] for whole byte counts.
 pub fn fmt_bytes(b: f64) -> String {
     if b >= 0.0 && b.fract() == 0.0 && b < u64::MAX as f64 {
@@ -430,6 +446,15 @@ pub fn fmt_unix_ms(ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn decimal_rates_do_not_mix_unit_systems() {
+        assert_eq!(fmt_rate_decimal(2_500_000), "2.5 MB/s");
+        assert_eq!(fmt_rate_decimal(10_000_000), "10 MB/s");
+        assert_eq!(fmt_rate_decimal(500_000_000_000), "500 GB/s");
+        assert_eq!(fmt_rate_decimal(999), "999 B/s");
+        assert_eq!(fmt_rate_decimal(1_048_576), "1.049 MB/s");
+    }
+
     use super::*;
 
     #[test]

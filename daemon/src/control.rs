@@ -22,6 +22,9 @@ pub enum Request {
         ingress: Option<String>,
         /// Also rewrite the config file so the change survives a daemon restart.
         persist: bool,
+        /// Apply a cap above the one in the config file (the agreed cap) all the same.
+        #[serde(default)]
+        force: bool,
     },
     /// Start an epoch (challenge, drain, wipe, stage, sign, deliver) now.
     WipeNow,

@@ -375,7 +375,7 @@ fn cap_change_row(net: &Net, st: &serde_json::Value) -> Row {
     let old_config = st["map_ids"]["config"].as_u64().unwrap();
     let set_cap = |rate: &str| {
         let out = std::process::Command::new(bin("rackwarden"))
-            .args(["cap", "set", "--egress", rate, "--socket"])
+            .args(["cap", "set", "--egress", rate, "--force", "--socket"])
             .arg(net.socket_path())
             .output()
             .unwrap();

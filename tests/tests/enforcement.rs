@@ -65,8 +65,23 @@ fn cap_change_at_run_time_applies_and_says_whether_persisted() {
     let net = Net::new("capc");
     let cfg = net.write_config("1 MB/s", "1 MB/s", "256 KiB");
     let d = Daemon::start(&cfg, &net.socket_path());
+    // Above the config file's cap (the agreed one) it is refused, naming both, and nothing
+    // changes; with --force it is applied (issue 42: 500 GB/s against 1 MB/s was accepted).
     let out = Command::new(bin("rackwarden"))
-        .args(["cap", "set", "--egress", "5 MB/s", "--socket"])
+        .args(["cap", "set", "--egress", "500 GB/s", "--socket"])
+        .arg(net.socket_path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("rack egress 500 GB/s is above the 1 MB/s in") && err.contains("--force"),
+        "{err}"
+    );
+    let st = status_json(&net.socket_path());
+    assert_eq!(st["directions"][0]["host_cap_bytes_per_s"], 1_000_000);
+    let out = Command::new(bin("rackwarden"))
+        .args(["cap", "set", "--egress", "5 MB/s", "--force", "--socket"])
         .arg(net.socket_path())
         .output()
         .unwrap();
@@ -77,6 +92,11 @@ fn cap_change_at_run_time_applies_and_says_whether_persisted() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("persisted: no"), "{text}");
+    // One unit system in the answer.
+    assert!(
+        text.contains("host egress 5 MB/s, ingress 1 MB/s") && !text.contains("iB/s"),
+        "{text}"
+    );
     // Drain the bucket, then measure a steady window at the new rate.
     let (frames, t) = net.egress_flood(3.0);
     let bound = 262_144.0 + 5_000_000.0 * t;
@@ -96,6 +116,7 @@ fn cap_change_at_run_time_applies_and_says_whether_persisted() {
             "--egress",
             "2 MB/s",
             "--persist",
+            "--force",
             "--json",
             "--socket",
         ])

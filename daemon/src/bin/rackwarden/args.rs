@@ -322,6 +322,9 @@ pub enum CapCmd {
         /// Also rewrite the config file so the cap survives a restart.
         #[arg(long)]
         persist: bool,
+        /// Apply a cap above the one in the config file (the agreed cap): refused without it.
+        #[arg(long)]
+        force: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,

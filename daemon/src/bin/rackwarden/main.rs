@@ -45,9 +45,17 @@ fn run(cmd: &Cmd) -> anyhow::Result<ExitCode> {
                     egress,
                     ingress,
                     persist,
+                    force,
                     json,
                 },
-        } => operate::cap_set(daemon, egress.clone(), ingress.clone(), *persist, *json)?,
+        } => operate::cap_set(
+            daemon,
+            egress.clone(),
+            ingress.clone(),
+            *persist,
+            *force,
+            *json,
+        )?,
         Cmd::WipeNow { daemon } => operate::wipe_now(daemon)?,
         Cmd::Keygen { out, name, rotate } => evidence::keygen(out, name, *rotate)?,
         Cmd::Attest {

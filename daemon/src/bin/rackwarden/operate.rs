@@ -105,6 +105,7 @@ pub fn cap_set(
     egress: Option<String>,
     ingress: Option<String>,
     persist: bool,
+    force: bool,
     json: bool,
 ) -> anyhow::Result<()> {
     let sock = socket(cli)?;
@@ -112,14 +113,15 @@ pub fn cap_set(
         egress,
         ingress,
         persist,
+        force,
     };
     match control::call(&sock, &req).context("is rackwardend running?")? {
         Response::CapSet(o) if json => println!("{}", serde_json::to_string_pretty(&o)?),
         Response::CapSet(o) => {
             println!(
                 "applied: host egress {}, ingress {} (generation {})",
-                rackwarden::units::fmt_rate(o.egress_host_bytes_per_s as f64),
-                rackwarden::units::fmt_rate(o.ingress_host_bytes_per_s as f64),
+                rackwarden::units::fmt_rate_decimal(o.egress_host_bytes_per_s),
+                rackwarden::units::fmt_rate_decimal(o.ingress_host_bytes_per_s),
                 o.generation
             );
             println!(

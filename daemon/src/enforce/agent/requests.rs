@@ -15,6 +15,17 @@ pub enum CapSetError {
     Cap(#[from] crate::config::caps::CapError),
     #[error(transparent)]
     Write(#[from] AgentError),
+    /// A rack cap above the one the config file holds: the cap the rack's agreement was
+    /// written against. Applied only with `--force`.
+    #[error(
+        "rack {direction} {asked} is above the {configured} in {path} (the agreed cap); nothing was changed: pass --force to apply it all the same (the verifier judges it against its own agreement)"
+    )]
+    AboveConfigured {
+        direction: &'static str,
+        asked: String,
+        configured: String,
+        path: std::path::PathBuf,
+    },
 }
 
 /// Whether a cap change survives a daemon restart, and why.
@@ -61,12 +72,48 @@ impl Agent {
         egress: Option<String>,
         ingress: Option<String>,
         persist: bool,
+        force: bool,
     ) -> Result<CapSetOutcome, CapSetError> {
-        self.cfg.caps = self.cfg.caps.with_rack_rates(
+        let next = self.cfg.caps.with_rack_rates(
             egress.as_deref(),
             ingress.as_deref(),
             self.cfg.host_share,
         )?;
+        // The config file's caps are the agreed ones (what the rack's agreement was written
+        // against); the running ones may already differ after an earlier `cap set`.
+        let configured = crate::config::Config::load(&self.cfg.path)
+            .map(|f| f.caps)
+            .unwrap_or_else(|_| self.cfg.caps.clone());
+        for (direction, asked, agreed) in [
+            (
+                "egress",
+                next.rack_egress_bytes_per_s,
+                configured.rack_egress_bytes_per_s,
+            ),
+            (
+                "ingress",
+                next.rack_ingress_bytes_per_s,
+                configured.rack_ingress_bytes_per_s,
+            ),
+        ] {
+            if asked > agreed {
+                if !force {
+                    return Err(CapSetError::AboveConfigured {
+                        direction,
+                        asked: crate::units::fmt_rate_decimal(asked),
+                        configured: crate::units::fmt_rate_decimal(agreed),
+                        path: self.cfg.path.clone(),
+                    });
+                }
+                log::warn!(
+                    "cap set --force: rack {direction} {} is above the {} in {} (the agreed cap)",
+                    crate::units::fmt_rate_decimal(asked),
+                    crate::units::fmt_rate_decimal(agreed),
+                    self.cfg.path.display()
+                );
+            }
+        }
+        self.cfg.caps = next;
         self.write_caps_from_config()?;
         let persistence = if persist {
             match crate::config_edit::set_caps(
@@ -108,7 +155,8 @@ impl Agent {
                 egress,
                 ingress,
                 persist,
-            } => match self.cap_set(egress, ingress, persist) {
+                force,
+            } => match self.cap_set(egress, ingress, persist, force) {
                 Ok(o) => Response::CapSet(o),
                 Err(e) => Response::Error {
                     message: e.to_string(),
