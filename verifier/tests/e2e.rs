@@ -1027,6 +1027,29 @@ fn residue_within_each_hosts_limit_can_exceed_the_racks_state_bound() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 42: on PostgreSQL every start and CLI call printed a NOTICE per existing table
+/// (the schema is created with IF NOT EXISTS). Run on both backends; the PostgreSQL run of
+/// the suite is the one that would show them.
+#[test]
+fn a_cli_call_on_an_existing_database_prints_no_notices() {
+    let (dir, config, _port) = setup("notices", "15 min", None);
+    enroll(&config, &dir, "rack-a", "h1");
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["hosts"])
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        !err.contains("NOTICE") && !err.contains("already exists"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_silent_host_turns_its_rack_contraindicated() {
     let (dir, config, port) = setup("silent", "2 s", None);

@@ -459,7 +459,7 @@ fn verdicts_without_a_tpm_in_play_are_unchanged() {
 fn recheck_re_derives_tpm_verdicts_across_a_new_ak() {
     let (mut v, d) = verifier("tpm_ima", "");
     let mut h = Host::new(&mut v, "h1", true);
-    let mut judge_at = |v: &mut Verifier, env: &dsse::Envelope, t: u64| {
+    let judge_at = |v: &mut Verifier, env: &dsse::Envelope, t: u64| {
         let out = v.ingest(&env.to_json().unwrap(), t).unwrap();
         assert_eq!(out.status, IngestStatus::Accepted, "{:?}", out.reason);
         out.result.unwrap()

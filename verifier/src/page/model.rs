@@ -91,4 +91,7 @@ pub struct RootOfTrustView {
     pub verified: Option<rackwarden_attest::tpm::TrustLevel>,
     /// What the last statement claimed.
     pub claimed: Option<rackwarden_attest::tpm::RootOfTrust>,
+    /// Whether the last statement reports the guard sealed (only then is there a sealed
+    /// state whose basis to name).
+    pub guard_sealed: bool,
 }

@@ -288,6 +288,22 @@ fn axis_ticks(epochs: &[EpochPoint]) -> Vec<(usize, &EpochPoint)> {
         .collect()
 }
 
+/// The epoch that used the most of its agreed bound, either direction: its bytes and share.
+fn peak_share(epochs: &[EpochPoint]) -> Option<(u64, f64)> {
+    epochs
+        .iter()
+        .flat_map(|e| {
+            [
+                e.egress_bytes.zip(e.agreed_egress_bound),
+                e.ingress_bytes.zip(e.agreed_ingress_bound),
+            ]
+        })
+        .flatten()
+        .filter(|(b, _)| *b > 0)
+        .map(|(b, m)| (b, b as f64 / m.max(1.0)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
 fn svg_timeline(epochs: &[EpochPoint]) -> Markup {
     let n = epochs.len().max(1) as f64;
     let (w, top, band) = (720.0f64, 18.0f64, 72.0f64);
@@ -299,7 +315,12 @@ fn svg_timeline(epochs: &[EpochPoint]) -> Markup {
             line x1="10" x2=(w - 10.0) y1=(y_of(1.0)) y2=(y_of(1.0)) stroke=(OVER) stroke-dasharray="4 3" {}
             text x="12" y=(y_of(1.0) - 3.0) font-size="10" fill=(OVER) { "agreed bound (100%)" }
             line x1="10" x2=(w - 10.0) y1=(top + band) y2=(top + band) stroke=(IDLE) {}
-            text x=(w - 12.0) y=(top + band - 3.0) font-size="10" fill="#57606a" text-anchor="end" { "0 B" }
+            text x=(w - 12.0) y=(top + band - 3.0) font-size="10" fill="#57606a" text-anchor="end" { "0% of the bound" }
+            @if let Some((bytes, ratio)) = peak_share(epochs) {
+                // At low traffic the bars are a few pixels: the largest one, in words.
+                text.peak x=(w - 12.0) y=(top - 4.0) font-size="10" fill="#57606a" text-anchor="end" {
+                    "largest epoch: " (fmt_size(bytes)) ", " (format!("{:.3}", ratio * 100.0)) "% of its bound" }
+            }
             @for (i, e) in epochs.iter().enumerate() {
                 @let x = 10.0 + i as f64 * col;
                 @let eg = e.egress_bytes.zip(e.agreed_egress_bound).map(|(b, m)| b as f64 / m.max(1.0));
@@ -314,11 +335,15 @@ fn svg_timeline(epochs: &[EpochPoint]) -> Markup {
                     @if e.idle() {
                         rect.idle x=(x + col * 0.1) y=(top + band - 3.0) width=(col * 0.78) height="3" fill=(IDLE) {}
                     }
+                    // A bar is at least 2 px tall when anything passed: traffic far below
+                    // the bound still shows as a bar, not as nothing.
                     @if let Some(r) = eg.filter(|_| !e.idle()) {
-                        rect x=(x + col * 0.1) y=(y_of(r)) width=(col * 0.38) height=(top + band - y_of(r)) fill=(if r > 1.0 { OVER } else { EGRESS }) {}
+                        @let h = (top + band - y_of(r)).max(if r > 0.0 { 2.0 } else { 0.0 });
+                        rect x=(x + col * 0.1) y=(top + band - h) width=(col * 0.38) height=(h) fill=(if r > 1.0 { OVER } else { EGRESS }) {}
                     }
                     @if let Some(r) = ing.filter(|_| !e.idle()) {
-                        rect x=(x + col * 0.5) y=(y_of(r)) width=(col * 0.38) height=(top + band - y_of(r)) fill=(if r > 1.0 { OVER } else { INGRESS }) {}
+                        @let h = (top + band - y_of(r)).max(if r > 0.0 { 2.0 } else { 0.0 });
+                        rect x=(x + col * 0.5) y=(top + band - h) width=(col * 0.38) height=(h) fill=(if r > 1.0 { OVER } else { INGRESS }) {}
                     }
                     @if let Some(d) = down {
                         rect x=(x + col * 0.1) y="104" width=(col * 0.78) height=(d.min(1.0) * 30.0 + 0.5) fill=(DOWNTIME) {}
@@ -409,8 +434,10 @@ fn root_of_trust_line(r: &RootOfTrustView, boot_judged: bool) -> Markup {
             }
             @if level == TrustLevel::None {
                 " · everything on this host rests on its daemon's word: its signing key is readable by the host's root"
-            } @else if !boot_judged {
+            } @else if !boot_judged && r.guard_sealed {
                 " · boot not appraised (the policy names no reference PCRs): the kernel, its command line (lsm=…bpf) and so the guard's sealed state rest on the daemon's word"
+            } @else if !boot_judged {
+                " · boot not appraised (the policy names no reference PCRs): the kernel and its command line rest on the daemon's word; this host reports no sealed guard"
             }
         }
     }

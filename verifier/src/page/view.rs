@@ -52,6 +52,15 @@ fn caps_of(st: &Statement) -> Option<HostCaps> {
     })
 }
 
+/// Whether the statement reports the daemon's guard sealed.
+fn guard_sealed(st: &Statement) -> bool {
+    use rackwarden_attest::evidence::LsmGuard;
+    matches!(
+        &st.predicate.limiter,
+        LimiterReport::Present(e) if e.self_protection.as_ref().is_some_and(|p| matches!(p.lsm_guard, LsmGuard::Sealed { .. }))
+    )
+}
+
 /// Everything the rack's page shows, over each host's last `window` epochs.
 pub fn rack_view(
     store: &Store,
@@ -87,6 +96,9 @@ pub fn rack_view(
                 claimed: last
                     .and_then(|(_, s, _)| s.as_ref())
                     .and_then(|s| s.predicate.root_of_trust.clone()),
+                guard_sealed: last
+                    .and_then(|(_, s, _)| s.as_ref())
+                    .is_some_and(guard_sealed),
             },
             epochs: epochs(&parsed, agreement, window),
         });

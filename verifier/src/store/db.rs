@@ -67,6 +67,10 @@ pub enum DbError {
     Sqlite(#[from] rusqlite::Error),
     #[error("postgresql: {0}")]
     Postgres(#[from] tokio_postgres::Error),
+    /// The server could not be reached: names every address tried (a socket's path in full)
+    /// and the cause the client saw.
+    #[error("postgresql: cannot connect to {tried}: {cause}")]
+    PgConnect { tried: String, cause: String },
     #[error("the PostgreSQL client's runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("column {column}: {what}")]
@@ -303,6 +307,39 @@ impl Row {
     }
 }
 
+/// What a failed connection tried: `socket /run/postgresql/.s.PGSQL.5432` or `host:port`,
+/// each address of the URL, and the client's error with its causes (its own text is only
+/// "error connecting to server").
+fn connect_error(url: &str, e: &tokio_postgres::Error) -> DbError {
+    let tried = match url.parse::<tokio_postgres::Config>() {
+        Ok(c) => {
+            let ports = c.get_ports();
+            c.get_hosts()
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+                    match h {
+                        tokio_postgres::config::Host::Tcp(host) => format!("{host}:{port}"),
+                        tokio_postgres::config::Host::Unix(dir) => {
+                            format!("socket {}", dir.join(format!(".s.PGSQL.{port}")).display())
+                        }
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+        Err(_) => "the server in the database URL".to_string(),
+    };
+    let mut cause = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        cause = format!("{cause}: {s}");
+        source = s.source();
+    }
+    DbError::PgConnect { tried, cause }
+}
+
 /// Which SQL a question has to be asked in, where the two differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -367,14 +404,18 @@ impl Pg {
     }
 
     fn client(rt: &tokio::runtime::Runtime, url: &str) -> Result<tokio_postgres::Client, DbError> {
-        let (client, connection) =
-            rt.block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))?;
+        let (client, connection) = rt
+            .block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))
+            .map_err(|e| connect_error(url, &e))?;
         // Driven whenever the runtime runs, which is inside every call.
         rt.spawn(async move {
             if let Err(e) = connection.await {
                 log::error!("the PostgreSQL connection ended: {e}");
             }
         });
+        // The schema is created with IF NOT EXISTS at every start: without this, each
+        // existing table is a NOTICE line in the journal (15 per start and per CLI call).
+        rt.block_on(client.batch_execute("SET client_min_messages TO WARNING"))?;
         Ok(client)
     }
 
@@ -623,6 +664,27 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 42: a wrong socket directory was "error connecting to server" and no more.
+    #[test]
+    fn a_server_that_cannot_be_reached_is_named_with_the_path_tried() {
+        let Err(e) = Db::open_postgres("host=/nonexistent/pg-sockets port=5433 dbname=rw") else {
+            panic!("connected to a socket that does not exist");
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("cannot connect to socket /nonexistent/pg-sockets/.s.PGSQL.5433")
+                && text.contains("No such file"),
+            "{text}"
+        );
+        let Err(e) = Db::open_postgres("postgresql://127.0.0.1:1/rw") else {
+            panic!("connected to port 1");
+        };
+        assert!(
+            e.to_string().contains("cannot connect to 127.0.0.1:1"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn parameters_and_schema_read_in_postgresql() {
