@@ -446,7 +446,9 @@ fn render_root_of_trust(s: &mut String, e: &crate::epoch::EpochStatus) {
     let line = match &e.root_of_trust {
         None => return,
         Some(RootOfTrust::None { reason }) => {
-            format!("NONE ({reason}): statements stand on the daemon's key alone")
+            format!(
+                "NONE ({reason}): WARNING: statements stand on the daemon's key alone; a verifier that requires a TPM holds this host"
+            )
         }
         Some(RootOfTrust::Tpm {
             tcti,

@@ -758,6 +758,34 @@ fn tpm_modes_without_a_tpm_auto_says_why_required_refuses_to_start() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 42: a wrong swtpm port passed `check-config`, and the daemon's statements then said
+/// only what libtss2 printed on stderr. The probe `check-config` runs says it in words, and
+/// finds a running swtpm (without creating a key).
+#[test]
+fn the_tpm_probe_names_a_wrong_port_and_finds_a_running_swtpm() {
+    let t = SwTpm::start();
+    assert_eq!(rackwarden::tpm::probe(&t.tcti).unwrap(), "SW   TPM".trim());
+    let wrong = "swtpm:host=127.0.0.1,port=1";
+    let e = rackwarden::tpm::probe(wrong).unwrap_err();
+    assert!(
+        e.contains("no TPM answers at 127.0.0.1:1")
+            && e.contains("Connection refused")
+            && e.contains("is swtpm (or the simulator) running"),
+        "{e}"
+    );
+    // The daemon's statements say the same.
+    let dir = host_dir("probe");
+    let cfg = host_config(&dir, &format!("mode = \"auto\"\ntcti = \"{wrong}\""));
+    let attestor = Attestor::open(&cfg.tpm, &cfg.state_paths().tpm_ak(), &cfg.path).unwrap();
+    let RootOfTrust::None { reason } = attestor.root_of_trust() else {
+        panic!("{attestor:?}")
+    };
+    assert!(reason.contains("no TPM answers at 127.0.0.1:1"), "{reason}");
+    // And the running swtpm still answers after the probe's connection.
+    assert!(rackwarden::tpm::probe(&t.tcti).is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// POSTs one envelope line to the verifier as delivery does; the finding codes of its
 /// verdict (it must be accepted).
 fn deliver(v: &TpmVerifier, line: &str) -> Vec<String> {

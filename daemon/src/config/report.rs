@@ -30,6 +30,8 @@ pub struct VerifierPolicy {
     /// `racks.<rack_id>.egress` and `.ingress` (byte rates; a token rate is not compared).
     pub agreement_egress: Option<u64>,
     pub agreement_ingress: Option<u64>,
+    /// `policy.min_root_of_trust` (`none`, `tpm`, `tpm_ima`), as written.
+    pub min_root_of_trust: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,17 +98,33 @@ impl VerifierPolicy {
             max_residue_host,
             agreement_egress: rate("egress")?,
             agreement_ingress: rate("ingress")?,
+            min_root_of_trust: value(doc.get("policy"), "min_root_of_trust"),
         })
     }
 }
 
 /// What `check-config` knows of this host beyond the file.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct HostFacts {
     /// `MemTotal`, where `/proc/meminfo` says it.
     pub memory_bytes: Option<u64>,
     /// The kernel takes the guard (`self_protection = "auto"` will seal).
     pub guard_available: bool,
+    /// What opening the configured TPM gave.
+    pub tpm: TpmFact,
+}
+
+/// The configured TPM, opened the way the daemon will open it (`tpm::probe`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(tag = "tpm", rename_all = "snake_case")]
+pub enum TpmFact {
+    /// `[tpm] mode = "off"`, or not looked at.
+    #[default]
+    NotOpened,
+    /// It answers; its vendor string.
+    Usable { vendor: String },
+    /// It cannot be used, and why.
+    Unusable { reason: String },
 }
 
 /// Where the configuration cannot satisfy the policy it will be judged by.
@@ -133,6 +151,12 @@ pub enum ConfigWarning {
     /// The backoff ceiling plus one request can hold the backlog this long after the
     /// verifier is back.
     SlowRedelivery { worst_ms: u64 },
+    /// `[tpm] mode = "auto"` and the TPM cannot be used: every statement will say its root of
+    /// trust is none.
+    TpmUnusable { tcti: String, reason: String },
+    /// The verifier's policy requires a TPM this host will not quote with: every statement
+    /// will be contraindicated (`quote_missing`, `root_of_trust_below_policy`).
+    PolicyNeedsTpm { level: String, why: String },
 }
 
 /// How long after the verifier is back the backlog may wait before this is worth a warning.
@@ -180,6 +204,14 @@ impl fmt::Display for ConfigWarning {
             ConfigWarning::WillSeal => write!(
                 f,
                 "`self_protection = \"auto\"` and this kernel takes the guard: the limiter will be sealed, and removing it (or uninstalling) then needs `self_protection = \"watch\"` and a reboot"
+            ),
+            ConfigWarning::TpmUnusable { tcti, reason } => write!(
+                f,
+                "[tpm] tcti `{tcti}`: the TPM cannot be used: {reason}; with mode = \"auto\" the daemon starts without it and every statement's root of trust is none (set mode = \"required\" to refuse to start instead)"
+            ),
+            ConfigWarning::PolicyNeedsTpm { level, why } => write!(
+                f,
+                "the verifier's policy requires min_root_of_trust = \"{level}\" and {why}: every statement of this host will be contraindicated (quote_missing, root_of_trust_below_policy)"
             ),
             ConfigWarning::SlowRedelivery { worst_ms } => write!(
                 f,
@@ -346,7 +378,7 @@ fn epoch_summary(e: &EpochConfig, tpm: &super::tpm::TpmConfig, checked: &Checked
 fn epoch_warnings(
     e: &EpochConfig,
     policy: Option<&VerifierPolicy>,
-    facts: HostFacts,
+    facts: &HostFacts,
 ) -> Vec<ConfigWarning> {
     let mut warnings = Vec::new();
     if let (true, Some(max_bytes), Some(memory_bytes)) = (
@@ -376,6 +408,42 @@ fn epoch_warnings(
         warnings.push(ConfigWarning::SlowRedelivery {
             worst_ms: worst.as_millis() as u64,
         });
+    }
+    warnings
+}
+
+/// Where the TPM this host will (not) quote with meets the verifier's policy.
+fn tpm_warnings(
+    cfg: &Config,
+    policy: Option<&VerifierPolicy>,
+    tpm: &TpmFact,
+) -> Vec<ConfigWarning> {
+    use super::tpm::TpmMode;
+    let mut warnings = Vec::new();
+    if let TpmFact::Unusable { reason } = tpm
+        && cfg.tpm.mode == TpmMode::Auto
+    {
+        warnings.push(ConfigWarning::TpmUnusable {
+            tcti: cfg.tpm.tcti.clone(),
+            reason: reason.clone(),
+        });
+    }
+    let level = policy.and_then(|p| p.min_root_of_trust.as_deref());
+    if let Some(level @ ("tpm" | "tpm_ima")) = level {
+        let why = match (cfg.tpm.mode, tpm) {
+            (TpmMode::Off, _) => Some(format!("[tpm] mode = \"off\" in {}", cfg.path.display())),
+            (_, TpmFact::Unusable { reason }) => Some(format!(
+                "the TPM at `{}` cannot be used: {reason}",
+                cfg.tpm.tcti
+            )),
+            _ => None,
+        };
+        if let Some(why) = why {
+            warnings.push(ConfigWarning::PolicyNeedsTpm {
+                level: level.to_string(),
+                why,
+            });
+        }
     }
     warnings
 }
@@ -412,11 +480,12 @@ pub fn report(
         }
     }
     if let Some(e) = &cfg.epoch {
-        warnings.extend(epoch_warnings(e, policy, facts));
+        warnings.extend(epoch_warnings(e, policy, &facts));
     }
     if cfg.self_protection == GuardMode::Auto && facts.guard_available {
         warnings.push(ConfigWarning::WillSeal);
     }
+    warnings.extend(tpm_warnings(cfg, policy, &facts.tpm));
     ConfigReport {
         path: cfg.path.clone(),
         rack_id: cfg.rack_id.clone(),
@@ -611,12 +680,14 @@ mod tests {
             max_residue_host: Some(4 << 30),
             agreement_egress: Some(5_000_000),
             agreement_ingress: Some(10_000_000),
+            min_root_of_trust: None,
         };
         let facts = HostFacts {
             memory_bytes: Some(64 << 30),
             guard_available: true,
+            tpm: TpmFact::NotOpened,
         };
-        let r = report(&cfg, &Checked::default(), Some(&policy), facts);
+        let r = report(&cfg, &Checked::default(), Some(&policy), facts.clone());
         let text = r.render();
         assert!(
             r.warnings.contains(&ConfigWarning::CapAboveAgreement {
@@ -683,8 +754,63 @@ mod tests {
                 max_residue_host: Some(4 << 30),
                 agreement_egress: Some(5_000_000),
                 agreement_ingress: Some(1_000_000),
+                min_root_of_trust: None,
             }
         );
         assert!(other.contains("no `[racks.rack-b]`"), "{other}");
+    }
+
+    /// Issue 42: a wrong TPM port passed every check. Unusable under `auto` is a warning;
+    /// under a policy that requires a TPM it says the host will be contraindicated.
+    #[test]
+    fn a_tpm_that_cannot_be_used_is_said_and_judged_against_the_policy() {
+        let cfg = parse(&format!("{BASE}{EPOCH}"));
+        let unusable = HostFacts {
+            tpm: TpmFact::Unusable {
+                reason: "no TPM answers at 127.0.0.1:2399".into(),
+            },
+            ..HostFacts::default()
+        };
+        let needs = VerifierPolicy {
+            min_root_of_trust: Some("tpm".into()),
+            ..VerifierPolicy::default()
+        };
+        let r = report(&cfg, &Checked::default(), Some(&needs), unusable.clone());
+        let text = r.render();
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| matches!(w, ConfigWarning::TpmUnusable { .. })),
+            "{text}"
+        );
+        assert!(
+            text.contains("requires min_root_of_trust = \"tpm\" and the TPM at")
+                && text.contains("no TPM answers at 127.0.0.1:2399")
+                && text.contains("contraindicated"),
+            "{text}"
+        );
+        // A usable TPM under the same policy: nothing to say.
+        let usable = HostFacts {
+            tpm: TpmFact::Usable {
+                vendor: "SW   TPM".into(),
+            },
+            ..HostFacts::default()
+        };
+        let r = report(&cfg, &Checked::default(), Some(&needs), usable);
+        assert!(
+            !r.warnings.iter().any(|w| matches!(
+                w,
+                ConfigWarning::TpmUnusable { .. } | ConfigWarning::PolicyNeedsTpm { .. }
+            )),
+            "{}",
+            r.render()
+        );
+        // No policy: the unusable TPM is still a warning, not a policy finding.
+        let r = report(&cfg, &Checked::default(), None, unusable);
+        assert!(
+            !r.warnings
+                .iter()
+                .any(|w| matches!(w, ConfigWarning::PolicyNeedsTpm { .. }))
+        );
     }
 }

@@ -136,7 +136,19 @@ fn start_delivery(
 /// stops the start (the caps stay in place: they were loaded before).
 fn open_root_of_trust(cfg: &Config) -> Result<Attestor, EpochError> {
     let attestor = Attestor::open(&cfg.tpm, &cfg.state_paths().tpm_ak(), &cfg.path)?;
-    log::info!("root of trust: {}", attestor.describe());
+    // A TPM asked for (`auto`) that cannot be used is a downgrade the operator must see: a
+    // verifier that requires one will hold every statement of this host.
+    match attestor.root_of_trust() {
+        rackwarden_attest::tpm::RootOfTrust::None { .. }
+            if cfg.tpm.mode != crate::config::tpm::TpmMode::Off =>
+        {
+            log::warn!(
+                "root of trust DOWNGRADED to none: {}; statements rest on the daemon's key alone (`rackwarden check-config` says why; mode = \"required\" refuses to start instead)",
+                attestor.describe()
+            )
+        }
+        _ => log::info!("root of trust: {}", attestor.describe()),
+    }
     Ok(attestor)
 }
 

@@ -110,6 +110,9 @@ impl Tpm {
         if let Some(path) = device_path(tcti) {
             probe_device(&path)?;
         }
+        if let Some(addr) = socket_addr(tcti) {
+            probe_socket(tcti, &addr)?;
+        }
         let conf = TctiNameConf::from_str(tcti).map_err(|source| TpmError::TctiSyntax {
             tcti: tcti.to_string(),
             source,
@@ -548,6 +551,43 @@ fn device_path(tcti: &str) -> Option<PathBuf> {
         Some(("device", _)) => Some(PathBuf::from("/dev/tpm0")),
         _ => None,
     }
+}
+
+/// The command socket a `swtpm:`/`mssim:` TCTI connects to (`host=H,port=P`; libtss2's
+/// defaults are localhost and 2321).
+fn socket_addr(tcti: &str) -> Option<String> {
+    let (kind, conf) = tcti.split_once(':').unwrap_or((tcti, ""));
+    if kind != "swtpm" && kind != "mssim" {
+        return None;
+    }
+    let (mut host, mut port) = ("localhost".to_string(), "2321".to_string());
+    for kv in conf.split(',').filter(|kv| !kv.is_empty()) {
+        match kv.split_once('=') {
+            Some(("host", h)) => host = h.to_string(),
+            Some(("port", p)) => port = p.to_string(),
+            _ => {}
+        }
+    }
+    Some(format!("{host}:{port}"))
+}
+
+/// Connects to the TPM's command socket once, so that a wrong port or a simulator that is not
+/// running is said in words (libtss2 says only that the TCTI failed, on its own stderr).
+fn probe_socket(tcti: &str, addr: &str) -> Result<(), TpmError> {
+    use std::net::ToSocketAddrs as _;
+    let unreachable = |source| TpmError::SocketUnreachable {
+        tcti: tcti.to_string(),
+        addr: addr.to_string(),
+        source,
+    };
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "the host has no address");
+    for a in addr.to_socket_addrs().map_err(unreachable)? {
+        match std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(2)) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e,
+        }
+    }
+    Err(unreachable(last))
 }
 
 /// Opens and closes the device node so that "no such device" and "permission denied" are

@@ -24,6 +24,14 @@ pub enum TpmError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "no TPM answers at {addr} (TCTI `{tcti}`): {source}: is swtpm (or the simulator) running, and are the host and port in the TCTI right?"
+    )]
+    SocketUnreachable {
+        tcti: String,
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("opening the TPM through `{tcti}`: {}", describe(source))]
     Open { tcti: String, source: TssError },
     #[error("{command} failed: {}", describe(source))]

@@ -20,7 +20,7 @@ mod attestor;
 mod root;
 
 pub use attestor::{Attestor, TpmRequired};
-pub use root::{ImaSource, RootOfTrust, ima_source};
+pub use root::{ImaSource, RootOfTrust, ima_source, probe};
 
 #[cfg(feature = "tpm")]
 mod ak_file;

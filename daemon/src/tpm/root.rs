@@ -16,6 +16,20 @@ pub fn ima_source(list: &std::path::Path) -> ImaSource {
     }
 }
 
+/// Whether the TPM behind `tcti` answers, without creating or loading any key: its vendor
+/// string, or why it cannot be used (`check-config` says this before the daemon starts).
+#[cfg(feature = "tpm")]
+pub fn probe(tcti: &str) -> Result<String, String> {
+    let mut tpm = super::Tpm::open(tcti).map_err(|e| e.to_string())?;
+    Ok(tpm.vendor().map_err(|e| e.to_string())?.trim().to_string())
+}
+
+/// Without the `tpm` feature there is no TPM to probe.
+#[cfg(not(feature = "tpm"))]
+pub fn probe(_tcti: &str) -> Result<String, String> {
+    Err("this build has no TPM support (built without the `tpm` feature)".into())
+}
+
 /// Opens the TPM behind `tcti`, recreates the EK and loads (or creates) the AK stored at
 /// `ak_path`. Any failure becomes [`RootOfTrust::None`] saying which step failed and why;
 /// the [`super::Tpm`] comes back only when everything worked.

@@ -168,10 +168,25 @@ pub fn check_config(path: &Path, verifier_config: Option<&Path>, json: bool) -> 
         rackwarden::netns::enter(ns)?;
     }
     cfg.check_interfaces_exist()?;
+    // The TPM is opened the way the daemon will open it (no key is created): a wrong device,
+    // port or TCTI is said here, in words, not found by the verifier later.
+    let tpm = match cfg.tpm.mode {
+        rackwarden::config::tpm::TpmMode::Off => report::TpmFact::NotOpened,
+        mode => match rackwarden::tpm::probe(&cfg.tpm.tcti) {
+            Ok(vendor) => report::TpmFact::Usable { vendor },
+            Err(reason) if mode == rackwarden::config::tpm::TpmMode::Required => bail!(
+                "[tpm] mode = \"required\" in {}, but the TPM at `{}` cannot be used: {reason}: the daemon would refuse to start",
+                cfg.path.display(),
+                cfg.tpm.tcti
+            ),
+            Err(reason) => report::TpmFact::Unusable { reason },
+        },
+    };
     let facts = HostFacts {
         memory_bytes: rackwarden::wipe::host::meminfo("MemTotal"),
         guard_available: cfg.self_protection == GuardMode::Auto
             && rackwarden::guard::probe().is_ok(),
+        tpm,
     };
     let r = report::report(&cfg, &checked, policy.as_ref(), facts);
     if json {
