@@ -10,6 +10,7 @@
 //! - the control socket: [`control`]; what `status` shows: [`status`]; Prometheus: [`metrics`].
 
 pub mod atomic_file;
+pub mod bpf_syscall;
 pub mod collect;
 pub mod config;
 pub mod config_edit;
@@ -21,6 +22,7 @@ pub use error_chain::error_chain;
 pub mod guard;
 pub mod images;
 pub mod limiter;
+pub mod lsm;
 pub mod metrics;
 pub mod netns;
 pub mod notify;

@@ -2,7 +2,9 @@
 
 use serde::Serialize;
 
-use crate::service::{IngestOutcome, IngestStatus, Status, VerifierError};
+use rackwarden_attest::api::{IngestOutcome, IngestStatus};
+
+use crate::appraisal::Status;
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Metrics {
@@ -36,8 +38,8 @@ impl Metrics {
 }
 
 /// The exposition: the counters, and each rack's standing (`racks`, or why it could not be
-/// read).
-pub fn text(m: &Metrics, racks: Result<Vec<(String, Status)>, VerifierError>) -> String {
+/// read). Any displayable error, so that the service's error type stays the service's.
+pub fn text(m: &Metrics, racks: Result<Vec<(String, Status)>, impl std::fmt::Display>) -> String {
     let mut s = String::new();
     s += "# HELP rackwarden_statements_total Statements received, by outcome.\n# TYPE rackwarden_statements_total counter\n";
     for (k, v) in [
