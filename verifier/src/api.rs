@@ -39,12 +39,12 @@ use rackwarden_attest::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use crate::state::AppState;
+pub use crate::app_state::AppState;
 use crate::{
-    prepare::prepare_all,
-    respond::{error, json, require_json, too_many},
+    app_state::{CHALLENGE_BURST, CHALLENGE_RATE, with_verifier},
+    envelope_check::prepare_all,
+    http_responses::{error, json, require_json, too_many},
     service::{AttestationResult, Ingested, LogServeError, Status, TpmEnrolError, VerifierError},
-    state::{CHALLENGE_BURST, CHALLENGE_RATE, with_verifier},
     store::StoredStatement,
 };
 

@@ -1097,7 +1097,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
 /// base64, PAE, verify_strict, statement parse) against raw verify_strict, for information.
 fn bench_attest() {
     use ed25519_dalek::Signer as _;
-    use rackwarden_attest::{dsse, keys, log::EvidenceLog, statement::*};
+    use rackwarden_attest::{dsse, evidence_log::EvidenceLog, keys, statement::*};
     use std::io::Write as _;
     use std::time::Instant;
     const ROUNDS: usize = 11;
