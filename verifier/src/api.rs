@@ -373,7 +373,13 @@ async fn at_seq(
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     match with_verifier(&st, |v| v.metrics_text(now_ms())).await {
         Err(r) => r,
-        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+        Ok(Err(std::fmt::Error)) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the exposition could not be written",
+        ),
+        Ok(Ok(text)) => {
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+        }
     }
 }
 

@@ -551,8 +551,8 @@ impl Verifier {
         Ok(self.store.clearances(rack, None)?)
     }
 
-    /// Prometheus text exposition.
-    pub fn metrics_text(&self, now_ms: u64) -> String {
+    /// Prometheus text exposition (an error only where the encoder's writer fails).
+    pub fn metrics_text(&self, now_ms: u64) -> Result<String, std::fmt::Error> {
         let racks = self.racks().map(|racks| {
             racks
                 .into_iter()
