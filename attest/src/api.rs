@@ -168,11 +168,6 @@ pub struct ConsistencyProof {
     pub proof: Vec<String>,
 }
 
-/// Hex hashes of a proof as hashes (`None`: one is not 64 hex digits).
-pub fn proof_hashes(proof: &[String]) -> Option<Vec<crate::tlog::Hash>> {
-    proof.iter().map(|h| crate::tlog::from_hex(h)).collect()
-}
-
 /// The answer to `POST /v1/statements`: one item per statement sent, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IngestResponse<R = AttestationResult> {

@@ -1,12 +1,12 @@
 //! rackwarden-attest: the evidence format, shared by the daemon (which signs) and the
-//! verifier (which checks). Pure and I/O-light: only [`log`] and [`keys`] touch files.
+//! verifier (which checks). Pure and I/O-light: only [`evidence_log`] and [`keys`] touch files.
 //!
 //! - [`dsse`]: DSSE v1 envelopes, PAE, signing and verification (where a signature is made
 //!   and checked);
 //! - [`keys`]: ed25519 keys as PKCS#8 / SPKI PEM, keyids;
 //! - [`statement`]: the in-toto Statement v1 and our epoch predicate;
 //! - [`evidence`]: the typed parts of the predicate (limiter, gaps, wipes, images);
-//! - [`log`]: the append-only local log with torn-tail detection;
+//! - [`evidence_log`]: the append-only local evidence log with torn-tail detection;
 //! - [`merkle`]: the `merkle_sha3_256` file digest; [`manifest`]: the signed image manifest;
 //! - [`nonce`]: the challenge nonce (parsed and generated in one place);
 //! - [`verify`]: checking a whole log (signatures, chain, time) line by line;
@@ -19,8 +19,8 @@ pub mod budget;
 pub mod config_error;
 pub mod dsse;
 pub mod evidence;
+pub mod evidence_log;
 pub mod keys;
-pub mod log;
 pub mod manifest;
 pub mod merkle;
 pub mod nonce;

@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use rackwarden_attest::{
     dsse::{self, INTOTO_PAYLOAD_TYPE},
     evidence::*,
+    evidence_log::EvidenceLog,
     keys,
-    log::EvidenceLog,
     statement::*,
     verify::{Finding, Verdict, verify_log},
 };

@@ -5,12 +5,12 @@
 //! - a packet is dropped: `ebpf/src/main.rs` (the only drop point), loaded by [`limiter`];
 //! - pin paths and state file paths: [`pins`]; caps and units: [`config`], [`units`];
 //! - the enforcement state machine: [`enforce::agent`]; enforcement gaps: [`enforce::gaps`];
-//! - what statements report of the limiter and the bypass surface: [`collect`];
+//! - what statements report of the limiter and the bypass surface: [`host_evidence`];
 //! - the epoch loop (challenge, drain, wipe, stage, sign, deliver): [`epoch`];
 //! - the control socket: [`control`]; what `status` shows: [`status`]; Prometheus: [`metrics`].
 
 pub mod atomic_file;
-pub mod collect;
+pub mod bpf_syscall;
 pub mod config;
 pub mod config_edit;
 pub mod control;
@@ -19,8 +19,10 @@ pub mod epoch;
 pub mod error_chain;
 pub use error_chain::error_chain;
 pub mod guard;
+pub mod host_evidence;
 pub mod images;
 pub mod limiter;
+pub mod lsm;
 pub mod metrics;
 pub mod netns;
 pub mod notify;

@@ -43,7 +43,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::limiter::Direction;
+use rackwarden_attest::evidence::Direction;
 
 pub const DEFAULT_ROOT: &str = "/sys/fs/bpf/rackwarden";
 

@@ -7,7 +7,7 @@
 
 use std::{os::fd::AsRawFd as _, path::PathBuf, time::Duration};
 
-use rackwarden::limiter::{Direction, raw};
+use rackwarden::{bpf_syscall, limiter::Direction};
 use rackwarden_attest::evidence::GuardAttach;
 use rackwarden_common::map_names;
 
@@ -40,7 +40,7 @@ fn foreign_pass_all(tag: &str) -> (std::os::fd::OwnedFd, PathBuf) {
         std::process::id()
     ));
     let _ = std::fs::remove_file(&path);
-    raw::obj_pin(&prog, &path).expect("pin the foreign program outside our root");
+    bpf_syscall::obj_pin(&prog, &path).expect("pin the foreign program outside our root");
     (prog, path)
 }
 

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use rackwarden::{limiter::raw, pins::PinPaths};
+use rackwarden::{bpf_syscall, pins::PinPaths};
 
 use crate::{
     Daemon, Net, OUT_ADDR, RACK_ADDR, UDP_FRAME_OVERHEAD, UdpSink, in_netns, status_json,
@@ -499,7 +499,7 @@ fn foreign_ahead_row() -> Row {
     let hook = Hook::of(&net);
     let prog = crate::load_pass_all_classifier();
     let pinned = net.foreign_pin("foreign_pass_all");
-    raw::obj_pin(&prog, &pinned).unwrap();
+    bpf_syscall::obj_pin(&prog, &pinned).unwrap();
     let link = tamper::attach_ahead(&net, hook, &prog, &pinned).expect("attach ahead");
     std::thread::sleep(Duration::from_millis(1200));
     let (b, t) = net.egress_flood(SECS);

@@ -8,10 +8,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rackwarden::limiter::{
-    Direction, HookDirection as _,
-    loader::{CLSACT_HANDLE_MINOR, CLSACT_PRIORITY},
-    raw,
+use rackwarden::{
+    bpf_syscall,
+    limiter::{
+        Direction, HookDirection as _,
+        loader::{CLSACT_HANDLE_MINOR, CLSACT_PRIORITY},
+    },
 };
 
 use crate::{Net, in_netns, status_json};
@@ -53,7 +55,7 @@ pub fn detach_from(
     dir: Direction,
 ) -> std::io::Result<()> {
     match hook {
-        Hook::Tcx => link_detach(&raw::obj_get(&pins.link(iface, dir))?),
+        Hook::Tcx => link_detach(&bpf_syscall::obj_get(&pins.link(iface, dir))?),
         Hook::Clsact => {
             let out = Command::new("ip")
                 .args(["netns", "exec", ns, "tc", "filter", "del", "dev"])
@@ -101,7 +103,7 @@ pub fn timed_tcx_detach(net: &Net, limit: Duration) -> std::io::Result<Option<De
     let iface = net.rack_if.clone();
     in_netns(&net.rack_ns, move || {
         let ours = Direction::Egress.prog_name();
-        let link = raw::obj_get(&pin)?;
+        let link = bpf_syscall::obj_get(&pin)?;
         let called = Instant::now();
         link_detach(&link)?;
         let returned = Instant::now();
@@ -142,8 +144,8 @@ pub fn replace(
 ) -> std::io::Result<()> {
     match hook {
         Hook::Tcx => {
-            let link = raw::obj_get(&net.pins().link(&net.rack_if, dir))?;
-            raw::link_update(&link, std::os::fd::AsFd::as_fd(prog))
+            let link = bpf_syscall::obj_get(&net.pins().link(&net.rack_if, dir))?;
+            bpf_syscall::link_update(&link, std::os::fd::AsFd::as_fd(prog))
         }
         Hook::Clsact => {
             let (ifc, path) = (net.rack_if.clone(), pinned_at.to_path_buf());
@@ -236,7 +238,7 @@ pub fn attach_ahead(
 /// `bpf(BPF_MAP_UPDATE_ELEM)` of `key` in the map pinned at `pin`, with an all-zero value (as
 /// `bpftool map update` would): resetting a bucket, zeroing counters, clearing a cap.
 pub fn write_map(pin: &std::path::Path, key: u32) -> std::io::Result<()> {
-    let map = raw::obj_get(pin)?;
+    let map = bpf_syscall::obj_get(pin)?;
     // Large enough for any of our values on every possible CPU (per-CPU maps take one value
     // per CPU, each rounded up to 8 bytes).
     let value = vec![0u8; 1 << 16];
@@ -269,7 +271,7 @@ pub fn errno(e: &rackwarden::limiter::LimiterError) -> Option<i32> {
 /// with. (Our config map is also read-only to programs; counters cannot be, ours count.)
 /// Returns how many CPUs it ran on, or the errno that refused the map fd.
 pub fn zero_counters_by_program(counters_pin: &std::path::Path) -> std::io::Result<usize> {
-    let map = raw::obj_get(counters_pin)?;
+    let map = bpf_syscall::obj_get(counters_pin)?;
     let fd = map.as_raw_fd();
     let insn = |code: u8, dst: u8, src: u8, off: i16, imm: i32| {
         let mut b = [0u8; 8];

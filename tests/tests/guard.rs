@@ -17,7 +17,7 @@ fn the_guard_refuses_every_tamper_path_or_the_daemon_says_why_not() {
     match rackwarden::guard::probe() {
         Ok(attach) => {
             // BPF LSM where it is an active LSM, fmod_ret only where it is not.
-            let want = if rackwarden::limiter::protection::bpf_lsm_active() {
+            let want = if rackwarden::lsm::bpf_lsm_active() {
                 GuardAttach::Lsm
             } else {
                 GuardAttach::FmodRet

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use rackwarden::limiter::protection::{LsmList, bpf_lsm_active};
+use rackwarden::lsm::{LsmList, bpf_lsm_active};
 
 #[test]
 fn the_lsm_list_is_read_even_where_securityfs_is_not_mounted() {

@@ -23,7 +23,7 @@ use rackwarden_attest::tpm::{
 use rackwarden_attest::{
     api::{IngestItem, IngestStatus, ReceivedResponse},
     dsse::{self, Envelope},
-    log::EvidenceLog,
+    evidence_log::EvidenceLog,
     statement::{Challenge, Statement},
 };
 use rackwarden_tests::tpm::{Manufactured, SwTpm, TpmVerifier, manufactured};
@@ -452,7 +452,7 @@ impl QuotedHost {
             attestor,
             ima_list,
             measured: vec![],
-            producer: rackwarden::collect::producer("rackwardend"),
+            producer: rackwarden::host_evidence::producer("rackwardend"),
         };
         h.measure(&[ImaEntry::ima_ng("boot_aggregate", [0x11; 32])]);
         h
@@ -708,7 +708,7 @@ fn tpm_modes_without_a_tpm_auto_says_why_required_refuses_to_start() {
     let attestor = Attestor::open(&cfg.tpm, &cfg.state_paths().tpm_ak(), &cfg.path).unwrap();
     let log = EvidenceLog::open(&cfg.state_paths().evidence_log(), &key.verifying_key()).unwrap();
     let mut log = AttestedLog::new(log, attestor);
-    let producer = rackwarden::collect::producer("rackwardend");
+    let producer = rackwarden::host_evidence::producer("rackwardend");
     let st =
         statement::sign_and_append(&cfg, &mut log, &key, &producer, bare_evidence(), None).unwrap();
     let Some(RootOfTrust::None { reason }) = &st.predicate.root_of_trust else {
@@ -836,7 +836,7 @@ fn the_daemon_enrols_its_ak_and_the_verifier_takes_its_quotes() {
     let tpm = attestor.tpm().unwrap();
     let log = EvidenceLog::open(&cfg.state_paths().evidence_log(), &key.verifying_key()).unwrap();
     let mut log = AttestedLog::new(log, attestor);
-    let producer = rackwarden::collect::producer("rackwardend");
+    let producer = rackwarden::host_evidence::producer("rackwardend");
     let sign = |log: &mut AttestedLog| {
         statement::sign_and_append(&cfg, log, &key, &producer, bare_evidence(), None).unwrap();
         let text = std::fs::read_to_string(cfg.state_paths().evidence_log()).unwrap();

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rackwarden::limiter::{Direction, raw};
+use rackwarden::{bpf_syscall, limiter::Direction};
 use rackwarden_tests::{
     Daemon, Net, counter, load_pass_all_classifier, status_json,
     tamper::{self, Hook},
@@ -24,7 +24,7 @@ fn a_new_daemon_replaces_an_old_pinned_policer_on_every_hook() {
     // "Another build": a classifier that passes everything, put on our tcx links and pinned
     // where our programs are pinned.
     let old = load_pass_all_classifier();
-    let old_id = raw::prog_id(&old).unwrap();
+    let old_id = bpf_syscall::prog_id(&old).unwrap();
     let hook = if pins.link(&net.rack_if, Direction::Egress).exists() {
         Hook::Tcx
     } else {
@@ -37,7 +37,7 @@ fn a_new_daemon_replaces_an_old_pinned_policer_on_every_hook() {
             Direction::Ingress => rackwarden_common::prog_names::INGRESS,
         };
         std::fs::remove_file(pins.prog(name)).unwrap();
-        raw::obj_pin(&old, &pins.prog(name)).unwrap();
+        bpf_syscall::obj_pin(&old, &pins.prog(name)).unwrap();
         tamper::replace(&net, hook, d, &old, &pins.prog(name)).expect("replace");
     }
     // The old program really is what runs: nothing is capped.

@@ -39,12 +39,12 @@ use rackwarden_attest::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use crate::state::AppState;
+pub use crate::app_state::AppState;
 use crate::{
-    prepare::prepare_all,
-    respond::{error, json, require_json, too_many},
+    app_state::{CHALLENGE_BURST, CHALLENGE_RATE, with_verifier},
+    envelope_check::prepare_all,
+    http_responses::{error, json, require_json, too_many},
     service::{AttestationResult, Ingested, LogServeError, Status, TpmEnrolError, VerifierError},
-    state::{CHALLENGE_BURST, CHALLENGE_RATE, with_verifier},
     store::StoredStatement,
 };
 
@@ -373,7 +373,13 @@ async fn at_seq(
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     match with_verifier(&st, |v| v.metrics_text(now_ms())).await {
         Err(r) => r,
-        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+        Ok(Err(std::fmt::Error)) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the exposition could not be written",
+        ),
+        Ok(Ok(text)) => {
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+        }
     }
 }
 

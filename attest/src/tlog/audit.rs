@@ -5,10 +5,11 @@
 use super::{
     Hash, HashReader, TlogError, consistency_proof, leaf_hash,
     note::{Checkpoint, NoteError, NoteVerifier},
+    proof_hashes,
     tile::{FetchError, TILE_WIDTH, TileReader},
     tree_hash, verify_consistency, verify_inclusion,
 };
-use crate::api::{LogEntry, proof_hashes};
+use crate::api::LogEntry;
 
 /// Why the log does not check out. Each names what it compared.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -141,6 +141,13 @@ pub fn from_hex(s: &str) -> Option<Hash> {
     v.try_into().ok()
 }
 
+/// Hex hashes of a proof as hashes (`None`: one is not 64 hex digits). Here rather than
+/// beside the wire types in `crate::api`, which would then depend on the log and the log on
+/// them.
+pub fn proof_hashes(proof: &[String]) -> Option<Vec<Hash>> {
+    proof.iter().map(|h| from_hex(h)).collect()
+}
+
 /// The complete subtrees of a log: level 0 is the leaf hashes.
 pub trait HashReader {
     /// The hash of the complete subtree at `level`, `index` (leaves `index·2^level ..

@@ -4,16 +4,14 @@
 
 use std::ops::Range;
 
+use rackwarden_attest::evidence::Direction;
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
     ConfigError, DEFAULT_SMALL_MAX, DEFAULT_SMALL_RESERVE, MAX_BURST_BYTES, MIN_BURST_BYTES,
 };
-use crate::{
-    limiter::Direction,
-    units::{self, UnitError},
-};
+use crate::units::{self, UnitError};
 
 /// The rack's caps and the bucket's shape, validated.
 #[derive(Debug, Clone, PartialEq)]

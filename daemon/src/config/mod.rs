@@ -41,10 +41,11 @@ use std::{
     time::Duration,
 };
 
+use rackwarden_attest::evidence::Direction;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::{limiter::Direction, units};
+use crate::units;
 
 pub use caps::{CapSpec, Caps};
 

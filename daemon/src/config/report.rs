@@ -13,6 +13,7 @@ use std::{
     time::Duration,
 };
 
+use rackwarden_attest::evidence::Direction;
 use serde::Serialize;
 
 use super::{
@@ -20,7 +21,7 @@ use super::{
     epoch::{EpochConfig, VerifierTrust, Workloads},
     preflight::Checked,
 };
-use crate::{limiter::Direction, units, wipe::Backend};
+use crate::{units, wipe::Backend};
 
 /// What the verifier's policy says about this rack.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -18,8 +18,12 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{ConfigError, epoch::Err};
-use crate::tpm::DEFAULT_TCTI;
 pub use rackwarden_attest::tpm::DEFAULT_QUOTE_PCRS;
+
+/// The kernel's resource manager: it flushes our transient objects when the fd closes and lets
+/// other TPM users share the chip (`/dev/tpm0` is exclusive). A config default, kept here so
+/// that the config does not depend on the TPM code that reads it.
+pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
 
 /// The kernel's binary IMA measurement list (securityfs).
 pub const DEFAULT_IMA_LIST: &str = "/sys/kernel/security/ima/binary_runtime_measurements";

@@ -63,7 +63,7 @@ use std::{
 
 use rackwarden_attest::{
     evidence::{EpochTrigger, Incident, PhaseTime, ProducerIdentity, WorkloadOutcome},
-    log::EvidenceLog,
+    evidence_log::EvidenceLog,
     now_ms,
 };
 use serde::{Deserialize, Serialize};
@@ -205,7 +205,7 @@ pub enum EpochError {
     )]
     RotatedKeyMissing { keyid: String, signing_key: PathBuf },
     #[error(transparent)]
-    Log(#[from] rackwarden_attest::log::LogError),
+    Log(#[from] rackwarden_attest::evidence_log::LogError),
     #[error(transparent)]
     Journal(#[from] journal::JournalError),
     #[error(transparent)]

@@ -12,7 +12,7 @@ use std::{
 
 use rackwarden_attest::{
     evidence::{EpochTrigger, Incident},
-    log::EvidenceLog,
+    evidence_log::EvidenceLog,
     now_ms,
 };
 
@@ -228,7 +228,7 @@ pub fn start(
         cfg: cfg.clone(),
         ecfg: ecfg.clone(),
         keys,
-        producer: crate::collect::producer("rackwardend"),
+        producer: crate::host_evidence::producer("rackwardend"),
         log: Some(AttestedLog::new(log, attestor.clone())),
         log_path,
         #[cfg(feature = "tpm")]

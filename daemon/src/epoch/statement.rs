@@ -11,7 +11,7 @@ use ed25519_dalek::SigningKey;
 use rackwarden_attest::{
     dsse,
     evidence::{EpochRun, ImageReport, Incident, ProducerIdentity, WipeReport},
-    log::{EvidenceLog, LogError},
+    evidence_log::{EvidenceLog, LogError},
     statement::{Challenge, EpochPredicate, NextKey, Statement, Subject},
     tpm::{RootOfTrust, TpmSidecar},
 };
@@ -137,7 +137,7 @@ pub fn sign_and_append<L: StatementLog>(
         challenge: ev.challenge,
         epoch_start_unix_ms: start,
         epoch_end_unix_ms: now,
-        limiter: crate::collect::limiter_report(cfg, start),
+        limiter: crate::host_evidence::limiter_report(cfg, start),
         wipe: ev.wipe,
         images,
         incidents,

@@ -21,7 +21,7 @@ use std::{
 };
 
 use super::{GuardError, HOOK_SIGNATURES, program_error};
-use crate::limiter::raw;
+use crate::bpf_syscall;
 
 /// A guard program loaded for `security_<hook>`, not yet attached.
 pub struct FmodRetProgram {
@@ -92,9 +92,9 @@ pub fn load(
                 })
             })
             .collect();
-        let fd = raw::prog_load(&raw::ProgLoad {
-            prog_type: raw::PROG_TYPE_TRACING,
-            expected_attach_type: raw::ATTACH_MODIFY_RETURN,
+        let fd = bpf_syscall::prog_load(&bpf_syscall::ProgLoad {
+            prog_type: bpf_syscall::PROG_TYPE_TRACING,
+            expected_attach_type: bpf_syscall::ATTACH_MODIFY_RETURN,
             attach_btf_id: *attach_btf_id,
             insns: &insns,
             name,

@@ -41,7 +41,7 @@ use rackwarden_common::guard::{
     GuardRefusals, GuardedIface, KernelOffsets, guard_map_names,
 };
 
-use crate::{limiter::raw, pins::PinPaths};
+use crate::{bpf_syscall, pins::PinPaths};
 use btf::{BtfError, HookFunction, KernelBtf};
 
 /// The guard object, compiled by `build.rs` from `../ebpf/src/guard.rs`.
@@ -183,8 +183,8 @@ pub struct Protected {
 
 /// The id of the object pinned at `path`.
 fn pinned_id(path: &Path) -> Result<u32, GuardError> {
-    let fd = raw::obj_get(path).map_err(io_err(path))?;
-    raw::obj_id(&fd).map_err(io_err(path))
+    let fd = bpf_syscall::obj_get(path).map_err(io_err(path))?;
+    bpf_syscall::obj_id(&fd).map_err(io_err(path))
 }
 
 /// Ids of every object pinned in `dir` (maps, programs or links).
@@ -286,7 +286,7 @@ fn total(r: &GuardRefusals) -> u64 {
 /// The guard's refusals summed over CPUs (`None`: no guard pinned, or not readable).
 pub fn refusals(pins: &PinPaths) -> Option<GuardRefusals> {
     let pin = pins.guard_generation(false).join(guard_map_names::REFUSALS);
-    raw::sum_per_cpu(&pin, |sum: &mut GuardRefusals, c| {
+    bpf_syscall::sum_per_cpu(&pin, |sum: &mut GuardRefusals, c| {
         sum.link_fd += c.link_fd;
         sum.map_fd += c.map_fd;
         sum.prog_fd += c.prog_fd;
@@ -376,7 +376,7 @@ fn load_guard() -> Result<Loaded, GuardError> {
     let kbtf = KernelBtf::load(Path::new(btf::VMLINUX))?;
     let off = kernel_offsets(&kbtf)?;
     let mut ebpf = EbpfLoader::new().load(GUARD_OBJECT)?;
-    let lsm = if crate::limiter::protection::bpf_lsm_active() {
+    let lsm = if crate::lsm::bpf_lsm_active() {
         load_lsm(&kbtf, &mut ebpf)
     } else {
         Err(GuardError::Refused {
@@ -492,10 +492,10 @@ fn attach_and_pin_programs(
                     .iter()
                     .find(|p| p.name == name)
                     .ok_or_else(|| perr("not loaded".into()))?;
-                prog_ids.push(raw::obj_id(&prog.fd).map_err(|e| perr(e.to_string()))?);
-                let link = raw::tracing_attach(&prog.fd)
+                prog_ids.push(bpf_syscall::obj_id(&prog.fd).map_err(|e| perr(e.to_string()))?);
+                let link = bpf_syscall::tracing_attach(&prog.fd)
                     .map_err(|e| perr(format!("fmod_ret attach to `security_{hook}`: {e}")))?;
-                raw::obj_pin(&link, &path)
+                bpf_syscall::obj_pin(&link, &path)
                     .map_err(|e| perr(format!("pin {}: {e}", path.display())))?;
             }
         }
@@ -562,7 +562,8 @@ fn configure_and_freeze(
         else {
             return Err(map_err(name)("missing".into()));
         };
-        raw::map_freeze(data.fd().as_fd()).map_err(|e| map_err(name)(format!("freeze: {e}")))?;
+        bpf_syscall::map_freeze(data.fd().as_fd())
+            .map_err(|e| map_err(name)(format!("freeze: {e}")))?;
     }
     Ok(())
 }

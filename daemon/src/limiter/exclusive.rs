@@ -14,7 +14,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{Direction, HookDirection, raw, watch::SeenProgram};
+use super::{Direction, HookDirection, watch::SeenProgram};
+use crate::bpf_syscall;
 use crate::pins::PinPaths;
 
 /// Where bpffs is mounted: every daemon's pin root is a directory under it.
@@ -134,8 +135,8 @@ fn pinned_program_ids(pins: &PinPaths) -> BTreeSet<u32> {
     Direction::ALL
         .iter()
         .flat_map(|d| [pins.prog(d.prog_name()), pins.prog_next(d.prog_name())])
-        .filter_map(|p| raw::obj_get(&p).ok())
-        .filter_map(|fd| raw::prog_id(&fd).ok())
+        .filter_map(|p| bpf_syscall::obj_get(&p).ok())
+        .filter_map(|fd| bpf_syscall::prog_id(&fd).ok())
         .collect()
 }
 

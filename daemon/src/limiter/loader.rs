@@ -200,7 +200,7 @@ impl Limiter {
                 match self.kind {
                     Some(AttachKind::Tcx) => {
                         let link_path = self.pins.link(iface, d);
-                        let Ok(link) = super::raw::obj_get(&link_path) else {
+                        let Ok(link) = crate::bpf_syscall::obj_get(&link_path) else {
                             // Not attached: the first hook check attaches the new program.
                             continue;
                         };
@@ -209,7 +209,7 @@ impl Limiter {
                             .get(d.prog_name())
                             .ok_or_else(|| LimiterError::MissingProgram(d.prog_name().into()))?;
                         let fd = prog.fd().map_err(|e| err(e.to_string()))?;
-                        super::raw::link_update(&link, fd.as_fd())
+                        crate::bpf_syscall::link_update(&link, fd.as_fd())
                             .map_err(|e| err(format!("BPF_LINK_UPDATE: {e}")))?;
                     }
                     // Our filter's priority and handle are taken by the old program: the
@@ -492,7 +492,7 @@ fn load_and_pin(pins: &PinPaths, next: bool, caps: &FrozenCaps) -> Result<(), Li
         let Some(Map::Array(data) | Map::PerCpuArray(data)) = ebpf.map(name) else {
             return Err(LimiterError::MissingMap(name));
         };
-        super::raw::map_freeze(data.fd().as_fd()).map_err(freeze_err(name))?;
+        crate::bpf_syscall::map_freeze(data.fd().as_fd()).map_err(freeze_err(name))?;
     }
     for d in Direction::ALL {
         let name = d.prog_name();

@@ -10,7 +10,6 @@ pub mod exclusive;
 pub mod loader;
 pub mod maps;
 pub mod protection;
-pub mod raw;
 pub mod sockopt;
 pub mod tamper_watch;
 pub mod tcdump;

@@ -25,67 +25,11 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Whether the map pinned at `name` is frozen (`None`: it cannot be opened or read).
 pub fn map_frozen(pins: &PinPaths, name: &str) -> Option<bool> {
-    let fd = super::raw::obj_get(&pins.map(name)).ok()?;
+    let fd = crate::bpf_syscall::obj_get(&pins.map(name)).ok()?;
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
     info.lines()
         .find_map(|l| l.strip_prefix("frozen:"))
         .map(|v| v.trim() == "1")
-}
-
-const SECURITYFS: &str = "/sys/kernel/security";
-const LSM_LIST: &str = "/sys/kernel/security/lsm";
-
-/// The kernel's active LSMs, as `/sys/kernel/security/lsm` lists them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LsmList {
-    Active(Vec<String>),
-    /// The list could not be read, even after mounting securityfs: why.
-    Unreadable(String),
-}
-
-impl LsmList {
-    /// Reads the list, mounting securityfs first where nothing is mounted on it (minimal
-    /// hosts and guests boot without it, and an empty directory there reads as "no LSM").
-    pub fn read() -> LsmList {
-        if let Ok(text) = std::fs::read_to_string(LSM_LIST) {
-            return LsmList::parse(&text);
-        }
-        if let Err(e) = nix::mount::mount(
-            Some("securityfs"),
-            SECURITYFS,
-            Some("securityfs"),
-            nix::mount::MsFlags::empty(),
-            None::<&str>,
-        ) {
-            return LsmList::Unreadable(format!(
-                "{LSM_LIST} is missing and securityfs cannot be mounted on {SECURITYFS}: {e}"
-            ));
-        }
-        log::info!("securityfs was not mounted; mounted it on {SECURITYFS} to read the LSM list");
-        match std::fs::read_to_string(LSM_LIST) {
-            Ok(text) => LsmList::parse(&text),
-            Err(e) => LsmList::Unreadable(format!("{LSM_LIST}: {e}")),
-        }
-    }
-
-    fn parse(text: &str) -> LsmList {
-        LsmList::Active(
-            text.trim()
-                .split(',')
-                .filter(|l| !l.is_empty())
-                .map(str::to_string)
-                .collect(),
-        )
-    }
-
-    pub fn has_bpf(&self) -> bool {
-        matches!(self, LsmList::Active(l) if l.iter().any(|l| l == "bpf"))
-    }
-}
-
-/// Whether `bpf` is an active LSM (`/sys/kernel/security/lsm`, securityfs mounted if needed).
-pub fn bpf_lsm_active() -> bool {
-    LsmList::read().has_bpf()
 }
 
 /// This host's protection, from the pinned maps and the kernel.
@@ -124,20 +68,7 @@ pub fn assess(pins: &PinPaths, check_interval: Duration) -> SelfProtection {
         program_writes: unless_sealed(ProtectionLevel::DetectedOnSample),
         poll_interval_ms: check_interval.as_millis() as u64,
         sample_interval_ms: SAMPLE_INTERVAL.as_millis() as u64,
-        bpf_lsm_active: bpf_lsm_active(),
+        bpf_lsm_active: crate::lsm::bpf_lsm_active(),
         lsm_guard,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::LsmList;
-
-    #[test]
-    fn the_lsm_list_is_read_as_the_kernel_writes_it() {
-        let l = LsmList::parse("lockdown,capability,landlock,yama,bpf\n");
-        assert!(l.has_bpf());
-        assert!(!LsmList::parse("capability,yama").has_bpf());
-        assert!(!LsmList::Unreadable("x".into()).has_bpf());
     }
 }

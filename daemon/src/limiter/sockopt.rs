@@ -13,7 +13,7 @@ use aya::{EbpfLoader, programs::CgroupSockopt};
 use rackwarden_attest::evidence::ProtectionState;
 use rackwarden_common::{RefusalCounters, map_names, prog_names};
 
-use super::raw;
+use crate::bpf_syscall;
 use crate::pins::PinPaths;
 
 /// Where cgroup v2 is mounted (the root the refusal attaches to), from /proc/self/mountinfo.
@@ -51,7 +51,7 @@ pub fn inspect(pins: &PinPaths, cgroup: Option<&Path>) -> RefusalState {
         return absent("no cgroup v2 hierarchy is mounted".into());
     };
     let prog_path = pins.prog(prog_names::SOCKOPT);
-    let prog = match raw::obj_get(&prog_path) {
+    let prog = match bpf_syscall::obj_get(&prog_path) {
         Ok(p) => p,
         Err(e) => {
             return absent(format!(
@@ -60,9 +60,9 @@ pub fn inspect(pins: &PinPaths, cgroup: Option<&Path>) -> RefusalState {
             ));
         }
     };
-    let id = raw::prog_id(&prog).ok();
-    let attached = raw::open_dir(&root)
-        .and_then(|cg| raw::prog_query(&cg, raw::ATTACH_CGROUP_SETSOCKOPT))
+    let id = bpf_syscall::prog_id(&prog).ok();
+    let attached = bpf_syscall::open_dir(&root)
+        .and_then(|cg| bpf_syscall::prog_query(&cg, bpf_syscall::ATTACH_CGROUP_SETSOCKOPT))
         .map(|ids| id.is_some_and(|i| ids.contains(&i)));
     match attached {
         Ok(true) => RefusalState {
@@ -103,12 +103,12 @@ pub fn ensure(pins: &PinPaths, object: &[u8], cgroup: Option<&Path>) -> (Refusal
     if now.state == ProtectionState::Present {
         return (now, false);
     }
-    let attach = raw::obj_get(&prog_path).and_then(|prog| {
-        let cg = raw::open_dir(&root)?;
+    let attach = bpf_syscall::obj_get(&prog_path).and_then(|prog| {
+        let cg = bpf_syscall::open_dir(&root)?;
         let link_path = pins.sockopt_link();
         let _ = std::fs::remove_file(&link_path);
-        raw::link_create(&prog, &cg, raw::ATTACH_CGROUP_SETSOCKOPT)
-            .and_then(|l| raw::obj_pin(&l, &link_path))
+        bpf_syscall::link_create(&prog, &cg, bpf_syscall::ATTACH_CGROUP_SETSOCKOPT)
+            .and_then(|l| bpf_syscall::obj_pin(&l, &link_path))
     });
     match attach {
         Ok(()) => (inspect(pins, cgroup), true),
@@ -161,7 +161,7 @@ pub fn refusal_counts(pins: &PinPaths) -> Option<rackwarden_attest::evidence::Re
 
 /// Refusals so far, summed over CPUs, with the latest offender.
 pub fn refusals(pins: &PinPaths) -> Option<RefusalCounters> {
-    super::raw::sum_per_cpu(
+    bpf_syscall::sum_per_cpu(
         &pins.map(map_names::REFUSALS),
         |total: &mut RefusalCounters, c| {
             total.qdisc_bypass += c.qdisc_bypass;

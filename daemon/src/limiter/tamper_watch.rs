@@ -458,6 +458,6 @@ impl UnpinnedWatch {
         }
         .try_clone_to_owned()
         .map_err(WatchError::RunStats)?;
-        super::raw::prog_run_stats(&fd).map_err(WatchError::RunStats)
+        crate::bpf_syscall::prog_run_stats(&fd).map_err(WatchError::RunStats)
     }
 }

@@ -45,10 +45,6 @@ pub use root::open_root_of_trust;
 #[cfg(feature = "tpm")]
 pub use tss_esapi::constants::Tss2ResponseCodeKind;
 
-/// The kernel's resource manager: it flushes our transient objects when the fd closes and lets
-/// other TPM users share the chip (`/dev/tpm0` is exclusive).
-pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
-
 /// The NV index of the RSA-2048 EK certificate (TCG EK Credential Profile, low range).
 pub const EK_CERT_NV_INDEX_RSA2048: u32 = 0x01c0_0002;
 

@@ -1097,7 +1097,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
 /// base64, PAE, verify_strict, statement parse) against raw verify_strict, for information.
 fn bench_attest() {
     use ed25519_dalek::Signer as _;
-    use rackwarden_attest::{dsse, keys, log::EvidenceLog, statement::*};
+    use rackwarden_attest::{dsse, evidence_log::EvidenceLog, keys, statement::*};
     use std::io::Write as _;
     use std::time::Instant;
     const ROUNDS: usize = 11;
@@ -1976,10 +1976,10 @@ fn stats_cost_per_run() -> f64 {
     let anchor = load_return_ok();
     // SAFETY: `anchor` is a program fd this function owns from here on.
     let anchor = unsafe { std::os::fd::OwnedFd::from_raw_fd(anchor) };
-    let before = rackwarden::limiter::raw::prog_run_stats(&anchor).unwrap();
+    let before = rackwarden::bpf_syscall::prog_run_stats(&anchor).unwrap();
     let (_, verdict) = test_run(anchor.as_raw_fd(), 1_000_000);
     assert_eq!(verdict, TC_ACT_OK, "the empty program returns TC_ACT_OK");
-    let after = rackwarden::limiter::raw::prog_run_stats(&anchor).unwrap();
+    let after = rackwarden::bpf_syscall::prog_run_stats(&anchor).unwrap();
     let runs = after.0 - before.0;
     assert!(runs > 0, "the kernel counted the empty program's test runs");
     (after.1 - before.1) as f64 / runs as f64
@@ -1989,8 +1989,8 @@ fn stats_cost_per_run() -> f64 {
 fn our_programs_run_stats(pins: &rackwarden::pins::PinPaths) -> (u64, u64) {
     let mut sum = (0, 0);
     for e in std::fs::read_dir(pins.progs_dir()).unwrap() {
-        let fd = rackwarden::limiter::raw::obj_get(&e.unwrap().path()).unwrap();
-        let (runs, ns) = rackwarden::limiter::raw::prog_run_stats(&fd).unwrap();
+        let fd = rackwarden::bpf_syscall::obj_get(&e.unwrap().path()).unwrap();
+        let (runs, ns) = rackwarden::bpf_syscall::prog_run_stats(&fd).unwrap();
         sum = (sum.0 + runs, sum.1 + ns);
     }
     sum

@@ -1,5 +1,5 @@
 //! Identity: is the signing key current, and is the producing daemon a build the policy
-//! accepts (the signature itself was checked before appraisal, in `service::prepare`).
+//! accepts (the signature itself was checked before appraisal, in `envelope_check::prepare`).
 
 use rackwarden_attest::{
     evidence::LimiterReport,

@@ -22,8 +22,8 @@ use rackwarden_attest::now_ms;
 use serde::Deserialize;
 
 use crate::{
+    app_state::{AppState, with_verifier},
     service::VerifierError,
-    state::{AppState, with_verifier},
 };
 
 pub fn routes() -> Router<Arc<AppState>> {

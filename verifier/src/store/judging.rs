@@ -1,6 +1,6 @@
 //! What the store holds that every statement is judged against, read in one go: the up to
 //! eight queries go out together (pipelined on PostgreSQL: one round trip where they were
-//! one each, at about 60 us each on this kind of machine), and `context::load` builds the
+//! one each, at about 60 us each on this kind of machine), and `appraisal_context::load` builds the
 //! appraisal's context from the rows.
 
 use super::{

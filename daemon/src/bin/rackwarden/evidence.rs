@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use rackwarden::{config::Config, epoch::statement};
-use rackwarden_attest::{log::EvidenceLog, nonce::Nonce, statement::Challenge};
+use rackwarden_attest::{evidence_log::EvidenceLog, nonce::Nonce, statement::Challenge};
 
 pub fn keygen(out: &Path, name: &str, rotate: bool) -> anyhow::Result<()> {
     let stem = if rotate {
@@ -106,7 +106,7 @@ pub fn attest(config: &Path, key: &Path, log: &Path, nonce: Option<Nonce>) -> an
         &cfg,
         &mut elog,
         &sk,
-        &rackwarden::collect::producer("rackwarden"),
+        &rackwarden::host_evidence::producer("rackwarden"),
         statement::EpochEvidence {
             challenge,
             wipe: None,

@@ -40,7 +40,7 @@ fn pinned_status(cli: &DaemonArgs, why: &str, json: bool) -> anyhow::Result<()> 
     if let Some(ns) = &cfg.netns {
         rackwarden::netns::enter(ns)?;
     }
-    let report = rackwarden::collect::limiter_report(&cfg, 0);
+    let report = rackwarden::host_evidence::limiter_report(&cfg, 0);
     if json {
         println!(
             "{}",

@@ -74,7 +74,7 @@ impl Agent {
             gaps_total: n,
             gaps_unpersisted: self.gaps.unpersisted(),
             recent_gaps: self.gaps.gaps[n.saturating_sub(20)..].to_vec(),
-            bypass: crate::collect::bypass::bypass_report(&self.cfg, self.limiter.pins()),
+            bypass: crate::host_evidence::bypass::bypass_report(&self.cfg, self.limiter.pins()),
             epoch: self.epoch.as_ref().and_then(|h| h.snapshot()),
             reload_error: self.reload_error.clone(),
             program_version: Some(self.limiter.version.clone()),

@@ -12,7 +12,7 @@ use std::{
 
 use axum::{http::StatusCode, response::Response};
 
-use crate::{respond::error, service::Verifier};
+use crate::{http_responses::error, service::Verifier};
 
 pub struct AppState {
     pub verifier: Mutex<Verifier>,

@@ -5,14 +5,14 @@
 //! batch is one transaction, each statement a savepoint in it: a statement the store fails
 //! on leaves nothing behind but its refusal.
 //!
-//! [`prepare`]: crate::prepare::prepare
+//! [`prepare`]: crate::envelope_check::prepare
 
 use std::{collections::HashMap, sync::Arc};
 
 use rackwarden_attest::{keys, statement::Challenge};
 
 pub use crate::appraisal::{AttestationResult, Finding, Status};
-pub use crate::prepare::{KeyTable, PrepareError, Prepared, PreparedItem, prepare};
+pub use crate::envelope_check::{KeyTable, PrepareError, Prepared, PreparedItem, prepare};
 use crate::{
     appraisal::{self, Appraisal},
     config::Policy,
@@ -412,7 +412,7 @@ impl Verifier {
                 index,
             ));
         }
-        let ctx = crate::context::load(&self.store, &hk, &st, &pae, pae_sha3, tpm)?;
+        let ctx = crate::appraisal_context::load(&self.store, &hk, &st, &pae, pae_sha3, tpm)?;
         // Whatever comes of it, a nonce a statement named is evidence from now on (never pruned).
         if let Challenge::Nonce { nonce } = &p.challenge {
             self.store.present_nonce(nonce, now_ms)?;
@@ -551,8 +551,8 @@ impl Verifier {
         Ok(self.store.clearances(rack, None)?)
     }
 
-    /// Prometheus text exposition.
-    pub fn metrics_text(&self, now_ms: u64) -> String {
+    /// Prometheus text exposition (an error only where the encoder's writer fails).
+    pub fn metrics_text(&self, now_ms: u64) -> Result<String, std::fmt::Error> {
         let racks = self.racks().map(|racks| {
             racks
                 .into_iter()
