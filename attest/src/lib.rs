@@ -18,6 +18,7 @@ pub mod api;
 pub mod budget;
 pub mod config_error;
 pub mod dsse;
+pub mod error_chain;
 pub mod evidence;
 pub mod evidence_log;
 pub mod keys;

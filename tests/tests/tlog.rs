@@ -128,12 +128,11 @@ fn tamper(db: &DatabaseUrl, rack: &str, host: &str, seq: u64, how: Tamper) {
     assert_eq!(tree.node(0, 0).unwrap(), tlog::leaf_hash(&rest[0].1));
 }
 
-fn log_verify(net: &Net, cfg: &Path, tiles: Option<&str>) -> (bool, String) {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", &net.rack_ns])
-        .arg(bin("rackwarden"))
-        .args(["log", "verify", "--config"])
-        .arg(cfg);
+/// `rackwarden log verify` as an operator runs it: from the root namespace; the command
+/// enters the config's `netns` itself (issue 42: it used to ignore it).
+fn log_verify(_net: &Net, cfg: &Path, tiles: Option<&str>) -> (bool, String) {
+    let mut c = Command::new(bin("rackwarden"));
+    c.args(["log", "verify", "--config"]).arg(cfg);
     if let Some(t) = tiles {
         c.args(["--tiles", t]);
     }

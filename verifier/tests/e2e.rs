@@ -1050,6 +1050,89 @@ fn a_cli_call_on_an_existing_database_prints_no_notices() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 42: errors an auditor can act on. A failed command prints its cause chain once,
+/// with no backtrace even under RUST_BACKTRACE; `log verify` against a TLS verifier without
+/// `--ca` says the certificate is not trusted and what to pass, not only "error sending
+/// request for url".
+#[test]
+fn cli_errors_say_their_cause_once_and_what_to_do() {
+    let out = Command::new(BIN)
+        .args(["--config", "/nonexistent/rw/verifier.toml", "hosts"])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("rackwarden-verifier: ")
+            && err.contains("/nonexistent/rw/verifier.toml")
+            && !err.contains("backtrace")
+            && !err.contains("Caused by")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+
+    let (dir, config, port) = setup("cli-errors", "15 min", None);
+    let k = enroll(&config, &dir, "rack-a", "h1");
+    let s = Server::start(&dir, &config, port);
+    let mut h = Host::new(k, "rack-a", "h1");
+    post_challenged(&s, &mut h, Epoch::default());
+    let checkpoint = dir.join("checkpoint");
+    std::fs::write(
+        &checkpoint,
+        client()
+            .get(s.url("/tlog/checkpoint"))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap(),
+    )
+    .unwrap();
+    let vkey = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["log", "vkey"])
+        .output()
+        .unwrap();
+    let vkey = String::from_utf8_lossy(&vkey.stdout).trim().to_string();
+    let verify = |ca: Option<&Path>| {
+        let mut c = Command::new(BIN);
+        c.args(["log", "verify", "--checkpoint"])
+            .arg(&checkpoint)
+            .args(["--key", &vkey, "--tiles", &s.url("/tlog")]);
+        if let Some(ca) = ca {
+            c.arg("--ca").arg(ca);
+        }
+        c.output().unwrap()
+    };
+    let out = verify(None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("not signed by a CA this command trusts: pass --ca"),
+        "{err}"
+    );
+    let ca = test_tls().dir.join("ca.pem");
+    let out = verify(Some(&ca));
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // SIGTERM (systemctl stop) ends the server cleanly and at once (it took 1.3-2.0 s).
+    let mut s = s;
+    let mut child = s.child.take().unwrap();
+    let t0 = std::time::Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let took = t0.elapsed();
+    assert!(status.success(), "{status:?}");
+    println!("SIGTERM to exit: {} ms", took.as_millis());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_silent_host_turns_its_rack_contraindicated() {
     let (dir, config, port) = setup("silent", "2 s", None);

@@ -18,6 +18,11 @@ pub fn verify(
     json: bool,
 ) -> anyhow::Result<()> {
     let cfg = Config::load(config)?;
+    // The verifier is reached from where the daemon reaches it: the config's network
+    // namespace, as `check-config` and the daemon do.
+    if let Some(ns) = &cfg.netns {
+        rackwarden::netns::enter(ns)?;
+    }
     let ep = cfg.epoch.as_ref().map(|e| &e.verifier);
     let log_key = match key {
         Some(k) => audit::load_log_key(k)?,

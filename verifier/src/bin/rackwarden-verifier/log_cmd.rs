@@ -51,7 +51,16 @@ fn tile_fetcher(
     let base = url.trim_end_matches('/').to_string();
     Ok(move |p: &str| -> anyhow::Result<Vec<u8>> {
         let u = format!("{base}/{p}");
-        let r = client.get(&u).send().with_context(|| u.clone())?;
+        let r = client.get(&u).send().map_err(|e| {
+            // reqwest says "error sending request"; what an auditor can act on is deeper.
+            let chain = rackwarden_attest::error_chain::error_chain(&e);
+            let hint = if chain.contains("UnknownIssuer") || chain.contains("invalid peer certificate") {
+                ": the server's certificate is not signed by a CA this command trusts: pass --ca with the verifier's CA (its tls/ca.pem)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("{u}: {chain}{hint}")
+        })?;
         if !r.status().is_success() {
             anyhow::bail!("{u}: {}", r.status());
         }

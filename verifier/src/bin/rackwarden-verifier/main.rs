@@ -27,9 +27,23 @@ fn open(cfg: &VerifierConfig) -> anyhow::Result<Verifier> {
     Ok(Verifier::new(store, cfg.policy.clone())?.with_tpm_enrolment(cfg.tpm.clone()))
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let cli = Cli::parse();
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The cause chain once, on one line; never a backtrace (RUST_BACKTRACE is for
+            // developers, not for an operator's failed command).
+            eprintln!(
+                "rackwarden-verifier: {}",
+                rackwarden_attest::error_chain::error_chain(e.as_ref())
+            );
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     // tls-init makes what `serve` will need: it runs before a config exists.
     if let Cmd::TlsInit { names, out } = &cli.cmd {
         return tls_init::run(names, out);

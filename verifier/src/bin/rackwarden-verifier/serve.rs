@@ -65,8 +65,22 @@ pub fn run(cfg: VerifierConfig) -> anyhow::Result<()> {
                 header_timeout: cfg.header_timeout,
             },
             tls,
+            // SIGTERM (systemctl stop) as SIGINT: stop accepting and exit 0 at once, rather
+            // than die by the signal.
             async {
-                let _ = tokio::signal::ctrl_c().await;
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(mut term) => {
+                        tokio::select! {
+                            _ = tokio::signal::ctrl_c() => {}
+                            _ = term.recv() => {}
+                        }
+                    }
+                    Err(e) => {
+                        log::warn!("cannot watch for SIGTERM ({e}): only SIGINT stops cleanly");
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
+                }
+                log::info!("stopping: no new connections");
             },
         )
         .await?;
