@@ -71,19 +71,7 @@ impl Host {
             .unwrap();
         let ak = AkKey::from_slice(&[7u8; 32]).unwrap();
         if enrol_ak {
-            let public = AkPublic::from_verifying_key(ak.verifying_key());
-            v.store
-                .enroll_tpm(&TpmEnrollment {
-                    rack: RACK.into(),
-                    host: name.into(),
-                    ak_public: hex::encode(public.bytes()),
-                    ak_name: hex::encode(public.name()),
-                    ek_public: String::new(),
-                    ek_certificate: None,
-                    ek_issuer: "CN=test".into(),
-                    enrolled_ms: 1,
-                })
-                .unwrap();
+            enrol_ak_at(v, name, &ak, 1);
         }
         let mut h = Host {
             name: name.into(),
@@ -183,6 +171,23 @@ impl Host {
         self.prev = hex::encode(digest);
         (st, env)
     }
+}
+
+/// Enrols `ak` for host `name` in the store, as the credential exchange would at `at_ms`.
+fn enrol_ak_at(v: &Verifier, name: &str, ak: &AkKey, at_ms: u64) {
+    let public = AkPublic::from_verifying_key(ak.verifying_key());
+    v.store
+        .enroll_tpm(&TpmEnrollment {
+            rack: RACK.into(),
+            host: name.into(),
+            ak_public: hex::encode(public.bytes()),
+            ak_name: hex::encode(public.name()),
+            ek_public: String::new(),
+            ek_certificate: None,
+            ek_issuer: "CN=test".into(),
+            enrolled_ms: at_ms,
+        })
+        .unwrap();
 }
 
 fn ingest(v: &mut Verifier, env: &dsse::Envelope) -> AttestationResult {
@@ -477,19 +482,7 @@ fn recheck_re_derives_tpm_verdicts_across_a_new_ak() {
     h.ak = AkKey::from_slice(&[9u8; 32]).unwrap();
     h.reset_count += 1;
     h.boot();
-    let public = AkPublic::from_verifying_key(h.ak.verifying_key());
-    v.store
-        .enroll_tpm(&TpmEnrollment {
-            rack: RACK.into(),
-            host: "h1".into(),
-            ak_public: hex::encode(public.bytes()),
-            ak_name: hex::encode(public.name()),
-            ek_public: String::new(),
-            ek_certificate: None,
-            ek_issuer: "CN=test".into(),
-            enrolled_ms: 20,
-        })
-        .unwrap();
+    enrol_ak_at(&v, "h1", &h.ak, 20);
     for t in 21..23 {
         let r = judge_at(&mut v, &h.next(|_| {}).1, t);
         assert_eq!(

@@ -91,21 +91,24 @@ impl Store {
     /// Records (or replaces) the AK a host proved lives beside its certified EK.
     /// Under the write lock, as a retirement is (see [`Store::retire`]).
     pub fn enroll_tpm(&self, e: &TpmEnrollment) -> Result<(), DbError> {
+        let row = vals![
+            &e.rack,
+            &e.host,
+            &e.ak_public,
+            &e.ak_name,
+            &e.ek_public,
+            &e.ek_certificate,
+            &e.ek_issuer,
+            e.enrolled_ms
+        ];
         self.under_write_lock(|| {
+            // The history keeps every enrolment (recheck replays them); the table the
+            // appraisal reads keeps the current one.
             self.db.execute(
                 &format!(
                     "INSERT INTO tpm_enrollment_history ({ENROLL_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
                 ),
-                vals![
-                    &e.rack,
-                    &e.host,
-                    &e.ak_public,
-                    &e.ak_name,
-                    &e.ek_public,
-                    &e.ek_certificate,
-                    &e.ek_issuer,
-                    e.enrolled_ms
-                ],
+                row,
             )?;
             self.db.execute(
                 &format!(
@@ -115,16 +118,7 @@ impl Store {
                    ek_certificate = excluded.ek_certificate, ek_issuer = excluded.ek_issuer,
                    enrolled_ms = excluded.enrolled_ms"
             ),
-                vals![
-                    &e.rack,
-                    &e.host,
-                    &e.ak_public,
-                    &e.ak_name,
-                    &e.ek_public,
-                    &e.ek_certificate,
-                    &e.ek_issuer,
-                    e.enrolled_ms
-                ],
+                row,
             )
         })?;
         Ok(())
