@@ -2442,6 +2442,17 @@ fn the_dom_answers_the_three_questions(dom: &str) {
         dom.contains(r#"id="verdict" data-status="contraindicated""#),
         "verdict: {dom}"
     );
+    // The reasons come first, above the scorecard: the contraindicated host's among them
+    // (issue 42: the reason was 1,300 px down, below a scorecard).
+    let reasons = dom
+        .find("id=\"rack-findings\"")
+        .expect("the reasons are listed");
+    let scorecard = dom.find("id=\"score-state\"").unwrap();
+    assert!(
+        reasons < scorecard && dom[reasons..scorecard].contains("h&lt;b&gt;2: "),
+        "the held host's reason before the scorecard: {}",
+        &dom[reasons..scorecard]
+    );
     // Beside the verdict, in the first line: neither host is quoted by a TPM.
     let h1 = &dom[dom.find("<h1>").unwrap()..dom.find("</h1>").unwrap()];
     assert!(

@@ -533,8 +533,11 @@ pub fn rack(v: &RackView) -> Markup {
                     ", burst at most " (fmt_bytes(a.max_burst_bytes as f64)) " per host; wipe at least every "
                     (fmt_duration(v.policy.max_wipe_interval)) "." }
             }
-            @if !st.findings.is_empty() {
-                ul #rack-findings { @for f in &st.findings { li { (f) } } }
+            // The reasons first, above everything else: the rack's own (agreement, state
+            // bound), then each host's (silence, gaps, uncleared statements, last findings).
+            @let reasons = st.reasons();
+            @if !reasons.is_empty() {
+                ul #rack-findings { @for f in &reasons { li { (f) } } }
             }
             h2 { "Scorecard" }
             div.cards {
