@@ -564,3 +564,82 @@ pub fn rack(v: &RackView) -> Markup {
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use rackwarden_attest::tpm::TrustLevel;
+
+    use super::*;
+
+    fn epoch(seq: u64, bytes: u64) -> EpochPoint {
+        EpochPoint {
+            seq,
+            end_ms: 1_800_000_000_000 + seq * 900_000,
+            duration_ms: 900_000,
+            elapsed_ms: Some(900_000),
+            status: Status::Affirming,
+            egress_bytes: Some(bytes),
+            ingress_bytes: Some(bytes),
+            agreed_egress_bound: Some(9_000_000_000.0),
+            agreed_ingress_bound: Some(9_000_000_000.0),
+            host_egress_bound: None,
+            downtime_ms: Some(20),
+            trigger: None,
+            wipe_interval_ms: Some(900_000),
+            missing_before: 0,
+            forked: false,
+        }
+    }
+
+    /// Issue 42: at low traffic the timeline was dots and a lone "0 B". A few kB against a
+    /// 9 GB bound is a bar at least 2 px tall, and the largest epoch is said in words.
+    #[test]
+    fn a_quiet_timeline_still_shows_its_bars_and_says_its_peak() {
+        let svg = svg_timeline(&[epoch(0, 3_000), epoch(1, 45_000)]).into_string();
+        assert!(!svg.contains(">0 B<"), "{svg}");
+        assert!(svg.contains("0% of the bound"), "{svg}");
+        assert!(
+            svg.contains("largest epoch: 43.95 KiB, 0.001% of its bound")
+                && svg.contains("height=\"2\""),
+            "{svg}"
+        );
+        // Every drawn bar of a non-idle epoch is at least 2 px tall.
+        let heights: Vec<f64> = svg
+            .split("<rect ")
+            .skip(1)
+            .filter(|r| r.contains("fill=\"#") && !r.contains("class=\"idle\""))
+            .filter_map(|r| r.split("height=\"").nth(1)?.split('"').next()?.parse().ok())
+            .collect();
+        assert!(heights.len() >= 4, "{svg}");
+        assert!(heights.iter().all(|h| *h >= 0.5), "{heights:?}");
+    }
+
+    /// Issue 42: a TPM host that runs no guard was told its guard's sealed state rests on the
+    /// daemon's word.
+    #[test]
+    fn the_guard_is_named_only_where_one_is_sealed() {
+        let mut r = RootOfTrustView {
+            verified: Some(TrustLevel::Tpm),
+            claimed: None,
+            guard_sealed: false,
+        };
+        let without = root_of_trust_line(&r, false).into_string();
+        assert!(
+            !without.contains("guard's sealed state")
+                && without.contains("reports no sealed guard"),
+            "{without}"
+        );
+        r.guard_sealed = true;
+        let with = root_of_trust_line(&r, false).into_string();
+        assert!(
+            with.contains("the guard's sealed state rest on the daemon's word"),
+            "{with}"
+        );
+        // With the boot appraised, neither.
+        assert!(
+            !root_of_trust_line(&r, true)
+                .into_string()
+                .contains("boot not appraised")
+        );
+    }
+}
