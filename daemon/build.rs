@@ -107,7 +107,12 @@ fn build_ebpf(dir: &Path, out_dir: &Path) {
         "build-std=core",
     ]);
     run(cmd, "eBPF");
-    for object in ["rackwarden-ebpf", "rackwarden-guard", "rackwarden-watch"] {
+    for object in [
+        "rackwarden-ebpf",
+        "rackwarden-tap",
+        "rackwarden-guard",
+        "rackwarden-watch",
+    ] {
         let built = target_dir.join("bpfel-unknown-none/release").join(object);
         std::fs::copy(&built, out_dir.join(object))
             .unwrap_or_else(|e| panic!("copy {}: {e}", built.display()));

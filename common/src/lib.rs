@@ -4,6 +4,7 @@
 #![no_std]
 
 pub mod guard;
+pub mod tap;
 pub mod wipe;
 
 /// Index of the egress bucket in [`BucketConfig`] / [`BucketState`] / [`Counters`] arrays.
@@ -141,6 +142,10 @@ pub mod map_names {
     pub const STATE: &str = "RW_STATE";
     pub const COUNTERS: &str = "RW_COUNTERS";
     pub const REFUSALS: &str = "RW_REFUSALS";
+    /// The tapped policer's ring buffer of frames ([`crate::tap`]).
+    pub const TAP: &str = "RW_TAP";
+    /// Per-CPU [`crate::tap::TapStats`], one slot per direction.
+    pub const TAP_STATS: &str = "RW_TAP_STATS";
 }
 
 /// Program names in the ELF object.
@@ -187,6 +192,12 @@ mod layout {
     );
     const _: () = assert!(size_of::<GuardRefusals>() == 9 * U64 + 2 * U32);
     const _: () = assert!(size_of::<TamperEvent>() == 2 * U32 + U64);
+    const _: () = assert!(size_of::<crate::tap::TapChunkHeader>() == 6 * U32 + 2 * U64);
+    const _: () = assert!(
+        size_of::<crate::tap::TapChunk>()
+            == size_of::<crate::tap::TapChunkHeader>() + crate::tap::TAP_CHUNK_BYTES as usize
+    );
+    const _: () = assert!(size_of::<crate::tap::TapStats>() == 7 * U64);
 }
 
 #[cfg(feature = "user")]
@@ -201,6 +212,8 @@ mod pod {
     unsafe impl aya::Pod for super::Counters {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::RefusalCounters {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::tap::TapStats {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::guard::GuardConfig {}
     // SAFETY: as above.

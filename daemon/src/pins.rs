@@ -195,6 +195,8 @@ pub fn ensure_bpffs() -> std::io::Result<()> {
 ///   tlog-checkpoint              the newest log checkpoint that checked out (replaced
 ///                                atomically)
 ///   tlog-failures.jsonl          failed log checks, with both checkpoints (evidence)
+///   tap-cut.json                 the tap's last epoch cut (kernel passed bytes per CPU)
+///   tap-spool/                   each epoch's records and bytes until they are opened
 /// ```
 #[derive(Debug, Clone)]
 pub struct StatePaths {
@@ -231,6 +233,16 @@ impl StatePaths {
     }
     pub fn tlog_failures(&self) -> PathBuf {
         self.dir.join("tlog-failures.jsonl")
+    }
+    /// The tap's last epoch cut: the kernel's passed bytes per CPU and direction it committed
+    /// up to (`crate::taps::cut`). A restarted daemon starts its first epoch there, so bytes
+    /// a dead daemon read but never committed show as unaccounted.
+    pub fn tap_cut(&self) -> PathBuf {
+        self.dir.join("tap-cut.json")
+    }
+    /// Each epoch's records and their bytes, until the verifier has its openings.
+    pub fn tap_spool(&self) -> PathBuf {
+        self.dir.join("tap-spool")
     }
     /// How many lines of `tlog-failures.jsonl` a signed statement has disclosed.
     pub fn tlog_failures_disclosed(&self) -> PathBuf {

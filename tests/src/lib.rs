@@ -330,11 +330,28 @@ burst = "{burst}"
         &self,
         caps: [rackwarden::limiter::maps::CapSlot; 2],
     ) -> rackwarden::pins::PinPaths {
+        self.attach_bare_variant(caps, rackwarden::limiter::loader::PolicerVariant::Plain)
+    }
+
+    /// [`Net::attach_bare_limiter`] with the tapped policer: every frame it passes goes to the
+    /// ring `RW_TAP` under this fixture's pin root.
+    pub fn attach_tapped_limiter(
+        &self,
+        caps: [rackwarden::limiter::maps::CapSlot; 2],
+    ) -> rackwarden::pins::PinPaths {
+        self.attach_bare_variant(caps, rackwarden::limiter::loader::PolicerVariant::Tapped)
+    }
+
+    fn attach_bare_variant(
+        &self,
+        caps: [rackwarden::limiter::maps::CapSlot; 2],
+        variant: rackwarden::limiter::loader::PolicerVariant,
+    ) -> rackwarden::pins::PinPaths {
         let pins = self.pins();
         let (p2, ifc) = (pins.clone(), self.rack_if.clone());
         in_netns(&self.rack_ns, move || {
-            let mut l =
-                rackwarden::limiter::Limiter::load_or_adopt(&p2, &caps).expect("load the policer");
+            let mut l = rackwarden::limiter::Limiter::load_or_adopt(&p2, &caps, variant)
+                .expect("load the policer");
             l.choose_kind(rackwarden::config::AttachMode::Auto, &ifc);
             l.attach_all(std::slice::from_ref(&ifc))
                 .expect("attach the policer");

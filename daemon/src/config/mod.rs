@@ -33,6 +33,7 @@ pub mod caps;
 pub mod epoch;
 pub mod preflight;
 pub mod report;
+pub mod taps;
 pub mod tpm;
 
 use std::{
@@ -117,6 +118,8 @@ pub struct Config {
     /// `[tpm]`: the root of trust the epoch loop's statements are quoted by (defaults when
     /// the section is absent).
     pub tpm: tpm::TpmConfig,
+    /// `[taps]`: whether the tapped policer runs and how records are split.
+    pub taps: taps::Taps,
 }
 
 impl Config {
@@ -191,6 +194,7 @@ impl Config {
             },
         )?;
         let tpm = tpm::validate(&err, raw.tpm.map(Spanned::into_inner))?;
+        let taps = taps::validate(&err, raw.taps.map(Spanned::into_inner))?;
         Ok(Config {
             path: path.to_path_buf(),
             rack_id,
@@ -210,6 +214,7 @@ impl Config {
             metrics_listen,
             epoch,
             tpm,
+            taps,
         })
     }
 
@@ -487,6 +492,7 @@ struct RawConfig {
     images: Option<Spanned<epoch::RawImages>>,
     workloads: Option<Spanned<epoch::RawWorkloads>>,
     tpm: Option<Spanned<tpm::RawTpm>>,
+    taps: Option<Spanned<taps::RawTaps>>,
 }
 
 #[cfg(test)]

@@ -34,6 +34,29 @@ use crate::{config::AttachMode, pins::PinPaths};
 /// The policer object, compiled by `build.rs` from `../ebpf`.
 pub(crate) static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rackwarden-ebpf"));
+/// The tapped policer object (`../ebpf/src/tap.rs`): the same policer, and every frame it
+/// passes copied to the ring `RW_TAP`.
+pub(crate) static TAPPED_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rackwarden-tap"));
+
+/// Which policer object runs on the hooks: `[taps]` in the config picks the tapped one.
+/// Both have the same program and map names, so switching is an upgrade like any other
+/// (another kernel tag replaces the running programs with no gap on any hook).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicerVariant {
+    Plain,
+    Tapped,
+}
+
+impl PolicerVariant {
+    fn object(self) -> &'static [u8] {
+        match self {
+            PolicerVariant::Plain => OBJECT,
+            PolicerVariant::Tapped => TAPPED_OBJECT,
+        }
+    }
+}
 
 /// Netlink priority and handle of our clsact filters: priority 1 runs before any filter added
 /// with a default priority, and a fixed handle lets us replace our own filter in place.
@@ -76,6 +99,8 @@ pub struct Limiter {
     pub version: ProgramVersion,
     /// Programs (and a config map) loaded beside the pinned ones wait to replace them.
     swap_pending: bool,
+    /// The object this process loads for new generations (cap changes, upgrades).
+    variant: PolicerVariant,
 }
 
 impl Limiter {
@@ -83,7 +108,11 @@ impl Limiter {
     /// that it enforces `want`. The config map of a generation is frozen: where the pinned
     /// one holds other caps (or is another build's), this build's programs are loaded on a
     /// new config map and replace the pinned ones at [`Limiter::replace_attached`].
-    pub fn load_or_adopt(pins: &PinPaths, want: &[CapSlot; 2]) -> Result<Limiter, LimiterError> {
+    pub fn load_or_adopt(
+        pins: &PinPaths,
+        want: &[CapSlot; 2],
+        variant: PolicerVariant,
+    ) -> Result<Limiter, LimiterError> {
         let pinned = Direction::ALL
             .iter()
             .all(|d| pins.prog(d.prog_name()).exists());
@@ -91,17 +120,19 @@ impl Limiter {
             // A config map left pinned without programs is not reused: the new generation
             // gets its own, frozen with `want` (the bucket and counters are reused).
             let _ = std::fs::remove_file(pins.map(map_names::CONFIG));
-            load_and_pin(pins, false, &next_generation(None, want))?;
+            load_and_pin(pins, false, &next_generation(None, want), variant)?;
             let mut l = Limiter::adopt(pins)?;
+            l.variant = variant;
             l.adopted = false;
             l.version = ProgramVersion::Loaded;
             return Ok(l);
         }
-        let old = Limiter::adopt(pins)?;
+        let mut old = Limiter::adopt(pins)?;
+        old.variant = variant;
         let current = old.maps.configs()?;
         let caps = next_generation(Some(&current), want);
         // This binary's program, beside the pinned one, on the same pinned maps.
-        if let Err(e) = load_and_pin(pins, true, &caps) {
+        if let Err(e) = load_and_pin(pins, true, &caps, variant) {
             log::error!(
                 "this build's policer cannot be loaded beside the pinned one ({e}); the pinned one (tags {:?}) keeps enforcing",
                 old.identities()
@@ -117,7 +148,8 @@ impl Limiter {
                 ..old
             });
         }
-        let next = Limiter::adopt_from(pins, true)?;
+        let mut next = Limiter::adopt_from(pins, true)?;
+        next.variant = variant;
         let same = Direction::ALL
             .iter()
             .all(|d| old.identity(*d).tag == next.identity(*d).tag);
@@ -172,7 +204,7 @@ impl Limiter {
             return Ok(());
         }
         remove_next(&self.pins);
-        load_and_pin(&self.pins, true, &caps)?;
+        load_and_pin(&self.pins, true, &caps, self.variant)?;
         let next = Limiter::adopt_from(&self.pins, true)?;
         self.progs = next.progs;
         self.identities = next.identities;
@@ -285,7 +317,14 @@ impl Limiter {
             kind: None,
             version: ProgramVersion::Adopted,
             swap_pending: false,
+            // Only a load decides; an adopted limiter is told by `load_or_adopt`.
+            variant: PolicerVariant::Plain,
         })
+    }
+
+    /// The object this process loads: plain, or tapped (`[taps]`).
+    pub fn variant(&self) -> PolicerVariant {
+        self.variant
     }
 
     pub fn pins(&self) -> &PinPaths {
@@ -448,7 +487,12 @@ fn remove_next(pins: &PinPaths) {
 /// written with `caps` and frozen before any program is loaded on it; the object declares
 /// it `BPF_F_RDONLY_PROG`, so no program can write it either. The bucket state and counters
 /// are frozen too: only our programs ever write them.
-fn load_and_pin(pins: &PinPaths, next: bool, caps: &FrozenCaps) -> Result<(), LimiterError> {
+fn load_and_pin(
+    pins: &PinPaths,
+    next: bool,
+    caps: &FrozenCaps,
+    variant: PolicerVariant,
+) -> Result<(), LimiterError> {
     crate::pins::ensure_bpffs().map_err(|source| LimiterError::PinDir {
         path: "/sys/fs/bpf".into(),
         source,
@@ -466,7 +510,7 @@ fn load_and_pin(pins: &PinPaths, next: bool, caps: &FrozenCaps) -> Result<(), Li
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(pins.maps_dir())
         .map_pin_path(map_names::CONFIG, config_pin.as_path())
-        .load(OBJECT)?;
+        .load(variant.object())?;
     let freeze_err = |name: &'static str| {
         move |e: std::io::Error| LimiterError::Freeze {
             name,
@@ -488,7 +532,15 @@ fn load_and_pin(pins: &PinPaths, next: bool, caps: &FrozenCaps) -> Result<(), Li
         };
         config.set(0, value, 0).map_err(err)?;
     }
-    for name in [map_names::CONFIG, map_names::STATE, map_names::COUNTERS] {
+    let tapped = [map_names::TAP_STATS];
+    let frozen = [map_names::CONFIG, map_names::STATE, map_names::COUNTERS]
+        .into_iter()
+        .chain(
+            tapped
+                .into_iter()
+                .filter(|_| variant == PolicerVariant::Tapped),
+        );
+    for name in frozen {
         let Some(Map::Array(data) | Map::PerCpuArray(data)) = ebpf.map(name) else {
             return Err(LimiterError::MissingMap(name));
         };

@@ -108,6 +108,16 @@ impl LimiterMaps {
 
     /// Counters summed over CPUs.
     pub fn counters(&self, dir: Direction) -> Result<Counters, LimiterError> {
+        let mut total = Counters::default();
+        for c in self.counters_per_cpu(dir)? {
+            total.add(&c);
+        }
+        Ok(total)
+    }
+
+    /// Each possible CPU's counters, by CPU number: what the tap's epoch cut matches frame by
+    /// frame (`crate::taps::ring`).
+    pub fn counters_per_cpu(&self, dir: Direction) -> Result<Vec<Counters>, LimiterError> {
         let per_cpu =
             self.counters
                 .get(&dir.index(), 0)
@@ -115,11 +125,7 @@ impl LimiterMaps {
                     name: map_names::COUNTERS,
                     source,
                 })?;
-        let mut total = Counters::default();
-        for c in per_cpu.iter() {
-            total.add(c);
-        }
-        Ok(total)
+        Ok(per_cpu.iter().copied().collect())
     }
 }
 

@@ -1503,7 +1503,12 @@ fn classifier_ns_per_packet() {
     // takes, so every run passes (a compare-and-exchange on every packet). A slower cap
     // empties the 1 MiB bucket within microseconds and the "pass" line measures drops.
     let pass = CapSlot::Cap(spec(1_000_000_000_000));
-    let mut limiter = Limiter::load_or_adopt(&pins, &[pass, pass]).expect("load the policer");
+    let mut limiter = Limiter::load_or_adopt(
+        &pins,
+        &[pass, pass],
+        rackwarden::limiter::loader::PolicerVariant::Plain,
+    )
+    .expect("load the policer");
     let prog =
         aya::programs::SchedClassifier::from_pin(pins.prog(Direction::Egress.prog_name())).unwrap();
     let fd = prog.fd().unwrap().as_fd().as_raw_fd();
@@ -1789,7 +1794,12 @@ fn veth_throughput_overhead() {
     let (windows, counted): (Vec<VethWindow>, Option<CountedRuns>) =
         in_netns(&net.rack_ns, move || {
             pin_to_cpu(1);
-            let mut limiter = Limiter::load_or_adopt(&p2, &[far, far]).expect("adopt the policer");
+            let mut limiter = Limiter::load_or_adopt(
+                &p2,
+                &[far, far],
+                rackwarden::limiter::loader::PolicerVariant::Plain,
+            )
+            .expect("adopt the policer");
             limiter.choose_kind(rackwarden::config::AttachMode::Auto, &iface);
             let empty_prog = load_return_ok();
             let mut hooks = VethHooks {

@@ -128,6 +128,14 @@ pub struct Agent {
 }
 
 /// The caps the config asks for, one slot per direction.
+/// The tapped policer where `[taps]` is configured, the plain one otherwise.
+fn policer_variant(cfg: &Config) -> crate::limiter::loader::PolicerVariant {
+    match cfg.taps {
+        crate::config::taps::Taps::Off => crate::limiter::loader::PolicerVariant::Plain,
+        crate::config::taps::Taps::On(_) => crate::limiter::loader::PolicerVariant::Tapped,
+    }
+}
+
 fn wanted_caps(cfg: &Config) -> [CapSlot; 2] {
     let mut slots = [CapSlot::Unset; 2];
     for d in Direction::ALL {

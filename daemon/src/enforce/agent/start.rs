@@ -12,7 +12,7 @@ use std::{
 
 use rackwarden_attest::evidence::ProtectionState;
 
-use super::{Agent, AgentError, AgentState, wanted_caps};
+use super::{Agent, AgentError, AgentState, policer_variant, wanted_caps};
 use crate::{
     config::Config,
     enforce::gaps::GapLog,
@@ -218,7 +218,7 @@ fn refuse_other_policers(cfg: &Config) -> Result<(), AgentError> {
 /// Loads the policer, or adopts the one pinned under `cfg.pin_root`, and says which.
 fn load_limiter(cfg: &Config) -> Result<Limiter, AgentError> {
     let pins = PinPaths::new(&cfg.pin_root);
-    let limiter = match Limiter::load_or_adopt(&pins, &wanted_caps(cfg)) {
+    let limiter = match Limiter::load_or_adopt(&pins, &wanted_caps(cfg), policer_variant(cfg)) {
         Ok(l) => l,
         // Our pin directories refuse this process: a guard sealed them for another
         // executable (the previous build's, before a package upgrade replaced the file).

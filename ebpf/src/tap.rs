@@ -1,0 +1,163 @@
+//! The tapped limiter: the same policer and `setsockopt` refusals as `main.rs`, and every
+//! frame the bucket passes is copied, whole, into the ring buffer `RW_TAP` for the daemon
+//! (layout: `rackwarden_common::tap`). The daemon loads this object instead of the plain one
+//! when `[taps]` is configured; both name their programs `rw_egress` and `rw_ingress`, so
+//! pins, the guard and upgrades treat them alike.
+//!
+//! The copy happens in the program that charged the frame, before it is passed: a frame the
+//! ring cannot take whole (full, too large, unreadable) is dropped and counted in
+//! `RW_TAP_STATS`, so the kernel's passed counters are exactly the bytes the ring received.
+#![no_std]
+#![no_main]
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        generated::{bpf_ringbuf_output, bpf_skb_load_bytes},
+    },
+    macros::{classifier, map},
+    maps::{PerCpuArray, RingBuf},
+    programs::TcContext,
+};
+use rackwarden_common::{
+    DIR_EGRESS, DIR_INGRESS, NUM_BUCKETS,
+    tap::{
+        TAP_CHUNK_BYTES, TAP_CHUNK_MAGIC, TAP_MAX_CHUNKS, TAP_MAX_FRAME, TAP_RING_BYTES,
+        TapChunk, TapChunkHeader, TapStats,
+    },
+};
+
+mod policer;
+mod sockopt;
+
+use policer::TapFailure;
+
+#[map(name = "RW_TAP")]
+static RW_TAP: RingBuf = RingBuf::pinned(TAP_RING_BYTES, 0);
+
+#[map(name = "RW_TAP_STATS")]
+static RW_TAP_STATS: PerCpuArray<TapStats> = PerCpuArray::pinned(NUM_BUCKETS, 0);
+
+/// One chunk's worth of scratch per CPU: the frame's bytes are loaded here, then copied into
+/// the ring with the header in one `bpf_ringbuf_output`. Not pinned: it holds nothing
+/// between runs.
+#[map(name = "RW_TAP_SCRATCH")]
+static RW_TAP_SCRATCH: PerCpuArray<TapChunk> = PerCpuArray::with_max_entries(1, 0);
+
+#[classifier]
+pub fn rw_egress(ctx: TcContext) -> i32 {
+    policer::police(&ctx, DIR_EGRESS, tap)
+}
+
+#[classifier]
+pub fn rw_ingress(ctx: TcContext) -> i32 {
+    policer::police(&ctx, DIR_INGRESS, tap)
+}
+
+/// Copies the whole frame (`len` = `skb->len`, linear and paged parts alike) into the ring,
+/// and counts a failure by its reason.
+#[inline(always)]
+fn tap(ctx: &TcContext, dir: u32, len: u64) -> Result<(), TapFailure> {
+    let Some(stats) = RW_TAP_STATS.get_ptr_mut(dir) else {
+        return Err(TapFailure::Unreadable);
+    };
+    // SAFETY: per-CPU slot, only this CPU touches it while this program runs.
+    let stats = unsafe { &mut *stats };
+    let seq = stats.next_frame_seq;
+    stats.next_frame_seq = seq.wrapping_add(1);
+    let result = copy_frame(ctx, dir, len, seq);
+    match result {
+        Ok(()) => {}
+        Err(TapFailure::RingFull) => {
+            stats.ring_full_frames = stats.ring_full_frames.wrapping_add(1);
+            stats.ring_full_bytes = stats.ring_full_bytes.wrapping_add(len);
+        }
+        Err(TapFailure::TooLarge) => {
+            stats.too_large_frames = stats.too_large_frames.wrapping_add(1);
+            stats.too_large_bytes = stats.too_large_bytes.wrapping_add(len);
+        }
+        Err(TapFailure::Unreadable) => {
+            stats.unreadable_frames = stats.unreadable_frames.wrapping_add(1);
+            stats.unreadable_bytes = stats.unreadable_bytes.wrapping_add(len);
+        }
+    }
+    result
+}
+
+#[inline(always)]
+fn copy_frame(ctx: &TcContext, dir: u32, len: u64, seq: u64) -> Result<(), TapFailure> {
+    if len == 0 || len > TAP_MAX_FRAME as u64 {
+        return Err(TapFailure::TooLarge);
+    }
+    let frame_len = len as u32;
+    let Some(chunk) = RW_TAP_SCRATCH.get_ptr_mut(0) else {
+        return Err(TapFailure::Unreadable);
+    };
+    // SAFETY: per-CPU scratch, only this CPU touches it while this program runs.
+    let chunk = unsafe { &mut *chunk };
+    // SAFETY: helpers without preconditions.
+    let (cpu, now) = unsafe { (bpf_get_smp_processor_id(), bpf_ktime_get_ns()) };
+    let mut offset: u32 = 0;
+    for _ in 0..TAP_MAX_CHUNKS {
+        if offset >= frame_len {
+            break;
+        }
+        let mut n = frame_len - offset;
+        if n > TAP_CHUNK_BYTES {
+            n = TAP_CHUNK_BYTES;
+        }
+        // `n` is 1..=TAP_CHUNK_BYTES here, but LLVM drops a check it can prove and the
+        // verifier then cannot: write the bound as arithmetic the verifier follows (an
+        // identity for every such `n`), behind a barrier the compiler does not see through.
+        let n = (core::hint::black_box(n).wrapping_sub(1) & (TAP_CHUNK_BYTES - 1)) + 1;
+        // SAFETY: `chunk.data` has TAP_CHUNK_BYTES bytes and `n` is at most that.
+        let loaded = unsafe {
+            bpf_skb_load_bytes(
+                ctx.skb.skb as *const _,
+                offset,
+                chunk.data.as_mut_ptr() as *mut _,
+                n,
+            )
+        };
+        if loaded != 0 {
+            return Err(TapFailure::Unreadable);
+        }
+        chunk.header = TapChunkHeader {
+            magic: TAP_CHUNK_MAGIC,
+            dir,
+            cpu,
+            frame_len,
+            chunk_offset: offset,
+            chunk_len: n,
+            frame_seq: seq,
+            ktime_ns: now,
+        };
+        let size = core::mem::size_of::<TapChunkHeader>() as u64 + n as u64;
+        // SAFETY: `chunk` is a map value of size_of::<TapChunk>() >= `size` bytes.
+        let out = unsafe {
+            bpf_ringbuf_output(
+                &raw const RW_TAP as *mut _,
+                chunk as *mut TapChunk as *mut _,
+                size,
+                0,
+            )
+        };
+        if out != 0 {
+            return Err(TapFailure::RingFull);
+        }
+        offset += n;
+    }
+    if offset == frame_len {
+        Ok(())
+    } else {
+        Err(TapFailure::TooLarge)
+    }
+}
+
+mod panic;
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
