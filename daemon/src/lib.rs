@@ -29,6 +29,7 @@ pub mod pins;
 pub mod progress;
 pub mod status;
 pub mod storage;
+pub mod taps;
 pub mod tpm;
 pub use rackwarden_attest::units;
 pub mod wipe;
