@@ -32,6 +32,7 @@ pub mod storage;
 mod tagged;
 pub mod tlog;
 pub mod tpm;
+pub mod traffic;
 pub mod units;
 pub mod verify;
 
