@@ -273,7 +273,7 @@ mod tests {
             seq: 3,
             trustworthiness: Aspect::ALL
                 .into_iter()
-                .filter(|a| *a != Aspect::RootOfTrust && *a != Aspect::Storage)
+                .filter(|a| !matches!(a, Aspect::RootOfTrust | Aspect::Storage | Aspect::Traffic))
                 .map(|a| {
                     let s = if a == Aspect::Freshness {
                         Status::Warning

@@ -28,10 +28,15 @@ pub enum Aspect {
     /// (issue 25). In a verdict's vector only when the statement carries an inventory or the
     /// policy requires one, so verdicts made before it read and re-derive unchanged.
     Storage,
+    /// What the host's tap committed of the bytes its policer passed in the epoch (issue
+    /// 27). In a verdict's vector only when the statement carries a traffic report or the
+    /// policy requires one (`[policy.taps] required`), so verdicts made before it read and
+    /// re-derive unchanged.
+    Traffic,
 }
 
 impl Aspect {
-    pub const ALL: [Aspect; 9] = [
+    pub const ALL: [Aspect; 10] = [
         Aspect::Identity,
         Aspect::Chain,
         Aspect::Freshness,
@@ -41,6 +46,7 @@ impl Aspect {
         Aspect::Budget,
         Aspect::RootOfTrust,
         Aspect::Storage,
+        Aspect::Traffic,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +60,7 @@ impl Aspect {
             Aspect::Budget => "budget",
             Aspect::RootOfTrust => "root_of_trust",
             Aspect::Storage => "storage",
+            Aspect::Traffic => "traffic",
         }
     }
 }
@@ -133,10 +140,28 @@ pub enum FindingCode {
     StorageUnreported,
     StorageEraseFailed,
     VerifierLogInconsistent,
+    /// The policy requires a traffic report (`[policy.taps] required`) and the statement
+    /// carries none.
+    TrafficMissing,
+    /// The tap ran but could not commit the epoch (`TrafficReport::Failed`): nothing of its
+    /// traffic is checkable.
+    TrafficCommitFailed,
+    /// The summary does not add up: `unaccounted` is not `passed - root.bytes`, or the tree
+    /// holds more bytes than the kernel passed.
+    TrafficInconsistent,
+    /// Bytes the policer passed that no committed record covers, above the policy's
+    /// `max_unaccounted` in a direction.
+    TrafficUnaccounted,
+    /// The tap dropped frames in the epoch (ring full, too large, unreadable). A warning:
+    /// the tap fails closed, so a dropped frame was not passed untapped.
+    TrafficTapDrops,
+    /// The host did not keep the epoch's records (`SpoolState::NotKept`): none can be opened.
+    /// Contraindicated when the policy requires traffic, a warning otherwise.
+    TrafficNotKept,
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 70] = [
+    pub const ALL: [FindingCode; 76] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -207,6 +232,12 @@ impl FindingCode {
         FindingCode::StorageUnreported,
         FindingCode::StorageEraseFailed,
         FindingCode::VerifierLogInconsistent,
+        FindingCode::TrafficMissing,
+        FindingCode::TrafficCommitFailed,
+        FindingCode::TrafficInconsistent,
+        FindingCode::TrafficUnaccounted,
+        FindingCode::TrafficTapDrops,
+        FindingCode::TrafficNotKept,
     ];
 
     pub fn aspect(self) -> Aspect {
@@ -281,6 +312,12 @@ impl FindingCode {
             | FindingCode::StorageUnreported
             | FindingCode::StorageEraseFailed => Aspect::Storage,
             FindingCode::VerifierLogInconsistent => Aspect::Chain,
+            FindingCode::TrafficMissing
+            | FindingCode::TrafficCommitFailed
+            | FindingCode::TrafficInconsistent
+            | FindingCode::TrafficUnaccounted
+            | FindingCode::TrafficTapDrops
+            | FindingCode::TrafficNotKept => Aspect::Traffic,
         }
     }
 
@@ -357,6 +394,12 @@ impl FindingCode {
             FindingCode::StorageUnreported => "storage_unreported",
             FindingCode::StorageEraseFailed => "storage_erase_failed",
             FindingCode::VerifierLogInconsistent => "verifier_log_inconsistent",
+            FindingCode::TrafficMissing => "traffic_missing",
+            FindingCode::TrafficCommitFailed => "traffic_commit_failed",
+            FindingCode::TrafficInconsistent => "traffic_inconsistent",
+            FindingCode::TrafficUnaccounted => "traffic_unaccounted",
+            FindingCode::TrafficTapDrops => "traffic_tap_drops",
+            FindingCode::TrafficNotKept => "traffic_not_kept",
         }
     }
 
@@ -528,6 +571,24 @@ impl FindingCode {
             }
             FindingCode::StorageEraseFailed => {
                 "a scratch volume was not erased by key this epoch: what was written to it survives, and it counts as residue"
+            }
+            FindingCode::TrafficMissing => {
+                "the statement carries no traffic report, and the policy requires the tap's commitment of every byte passed"
+            }
+            FindingCode::TrafficCommitFailed => {
+                "the tap could not commit this epoch's traffic: none of the bytes that passed can be checked"
+            }
+            FindingCode::TrafficInconsistent => {
+                "the traffic summary does not add up: unaccounted is not passed - tapped, or more was tapped than passed"
+            }
+            FindingCode::TrafficUnaccounted => {
+                "bytes the policer passed that no committed record covers, above the policy's max_unaccounted"
+            }
+            FindingCode::TrafficTapDrops => {
+                "the tap dropped frames this epoch (ring full, too large or unreadable); the drops fail closed, so nothing passed untapped"
+            }
+            FindingCode::TrafficNotKept => {
+                "the host did not keep this epoch's traffic records: none of them can be opened when sampled"
             }
         }
     }

@@ -12,6 +12,7 @@ use crate::{
     },
     storage::*,
     tpm::{ImaSource, RootOfTrust},
+    traffic::{EpochStart, SpoolState, TapDrops, TrafficReport, TrafficRoot, TrafficSummary},
 };
 
 pub fn example_statement() -> Statement {
@@ -229,6 +230,21 @@ pub fn example_statement() -> Statement {
             }],
             unreadable: vec![String::new()],
             residue_bytes: 0,
+        }),
+        traffic: Some(TrafficReport::Committed {
+            summary: Box::new(TrafficSummary {
+                root: TrafficRoot {
+                    sha3_256: [0; 32],
+                    bytes: [0, 0],
+                    records: 0,
+                },
+                passed: [0, 0],
+                unaccounted: [0, 0],
+                tap_drops: TapDrops::default(),
+                held: [0, 0],
+                start: EpochStart::Resumed,
+            }),
+            spool: SpoolState::Kept { bytes: 0 },
         }),
     };
     Statement::new(

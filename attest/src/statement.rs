@@ -115,6 +115,10 @@ pub struct EpochPredicate {
     /// Absent in statements of daemons older than it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<crate::storage::StorageInventory>,
+    /// The epoch's traffic, committed record by record (issue 27), where the host runs the
+    /// tap (`[taps]`). Absent on hosts without it and in statements of older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<crate::traffic::TrafficReport>,
 }
 
 /// The key a host rotates to (see [`EpochPredicate::next_key`]).

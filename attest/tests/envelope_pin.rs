@@ -45,6 +45,7 @@ fn statement(seq: u64, prev: String) -> Statement {
             next_key: None,
             root_of_trust: None,
             storage: None,
+            traffic: None,
         },
     )
 }

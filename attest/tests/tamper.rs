@@ -39,6 +39,7 @@ fn predicate(seq: u64, prev: String, start: u64, end: u64) -> EpochPredicate {
         next_key: None,
         root_of_trust: None,
         storage: None,
+        traffic: None,
     }
 }
 

@@ -9,8 +9,9 @@ use proptest::prelude::*;
 use rackwarden_attest::{
     evidence::Direction,
     traffic::{
-        FlowKey, OpeningError, RecordKind, StreamPart, SumPath, SumTree, TrafficLeaf, TrafficRoot,
-        idx, sample_offsets, verify_opening,
+        DropCount, EpochStart, FlowKey, Opening, OpeningError, RecordKind, StreamPart, SumPath,
+        SumTree, SummaryError, TapDrops, TrafficLeaf, TrafficRoot, TrafficSummary, idx,
+        sample_offsets, verify_opening,
     },
 };
 use sha3::{
@@ -21,8 +22,9 @@ use sha3::{
 const E: Direction = Direction::Egress;
 const I: Direction = Direction::Ingress;
 
-/// A raw UDP flow record with the given payload lengths and overhead.
-fn record(i: u64, egress_payload: u64, ingress_payload: u64, overhead: [u64; 2]) -> TrafficLeaf {
+/// A raw UDP flow record with the given payload lengths and frame bytes (`wire`, egress
+/// first): its weight in the tree, whatever its payload.
+fn record(i: u64, egress_payload: u64, ingress_payload: u64, wire: [u64; 2]) -> TrafficLeaf {
     TrafficLeaf {
         epoch_seq: 9,
         kind: RecordKind::RawFlow,
@@ -43,19 +45,25 @@ fn record(i: u64, egress_payload: u64, ingress_payload: u64, overhead: [u64; 2])
             len: egress_payload,
             sha3_256: [0x80 | i as u8; 32],
         },
-        overhead,
+        wire,
     }
 }
 
 /// Varied weights with zeros in both directions (some records carry nothing one way, some
-/// nothing at all).
+/// nothing at all). Most records weigh their payload and a few header bytes; every fifth
+/// weighs less than its payload (bytes held out of order at the previous cut entered its
+/// stream in this epoch).
 fn varied(n: u64) -> Vec<TrafficLeaf> {
     (0..n)
         .map(|i| {
             let e = [0, 1, 7, 0, 1500, 3][(i % 6) as usize];
             let g = [5, 0, 0, 64, 1, 0, 9][(i % 7) as usize];
-            let oh = if i % 5 == 0 { [0, 0] } else { [i % 3, i % 4] };
-            record(i, e, g, oh)
+            let wire = if i % 5 == 0 {
+                [e / 2, g / 2]
+            } else {
+                [e + i % 3, g + i % 4]
+            };
+            record(i, e, g, wire)
         })
         .collect()
 }
@@ -80,7 +88,8 @@ fn every_record_opens_at_its_first_and_last_byte() {
         for dir in Direction::ALL {
             let mut start = 0;
             for (i, leaf) in leaves.iter().enumerate() {
-                let w = leaf.wire_bytes(dir).unwrap();
+                let w = leaf.wire_bytes(dir);
+                assert_eq!(w, leaf.wire[idx(dir)]);
                 assert_eq!(tree.range(dir, i), Some(start..start + w));
                 if w > 0 {
                     assert_eq!(open_and_verify(&tree, &leaves, dir, start), i);
@@ -98,7 +107,7 @@ fn every_record_opens_at_its_first_and_last_byte() {
 fn every_offset_of_small_trees_opens_only_its_own_record() {
     for n in 1..=12 {
         let leaves: Vec<_> = (0..n)
-            .map(|i| record(i, i % 3, (i * 5) % 4, [i % 2, 0]))
+            .map(|i| record(i, i % 3, (i * 5) % 4, [i % 3 + i % 2, (i * 5) % 4]))
             .collect();
         let tree = SumTree::build(&leaves).unwrap();
         let root = tree.root();
@@ -126,10 +135,12 @@ fn every_offset_of_small_trees_opens_only_its_own_record() {
 fn zero_weight_records_never_cover_an_offset() {
     let leaves = vec![
         record(0, 0, 0, [0, 0]),
-        record(1, 4, 0, [0, 0]),
+        record(1, 4, 0, [4, 0]),
         record(2, 0, 0, [0, 0]),
-        record(3, 0, 2, [1, 0]),
-        record(4, 0, 0, [0, 0]),
+        record(3, 0, 2, [1, 2]),
+        // 9 ingress payload bytes, all held out of order at the previous cut: their frames
+        // were counted then, so the record weighs nothing here.
+        record(4, 0, 9, [0, 0]),
     ];
     let tree = SumTree::build(&leaves).unwrap();
     let hits: Vec<_> = (0..5).map(|o| tree.locate(E, o)).collect();
@@ -137,6 +148,41 @@ fn zero_weight_records_never_cover_an_offset() {
     assert_eq!(tree.locate(I, 0), Some(3));
     assert_eq!(tree.locate(I, 1), Some(3));
     assert_eq!(tree.locate(I, 2), None);
+    assert_eq!(tree.root().bytes, [5, 2]);
+    assert_eq!(tree.range(I, 4), Some(2..2));
+}
+
+/// The tree weighs records by `wire` only: a record whose stream bytes exceed its frame
+/// bytes (held bytes entered its stream this epoch) covers exactly its frame bytes, and the
+/// next record starts right after them.
+#[test]
+fn records_are_placed_by_their_wire_bytes_not_their_payload() {
+    let leaves = vec![
+        record(0, 3000, 100, [200, 154]), // 3000 held egress bytes entered this epoch
+        record(1, 10, 10, [64, 64]),
+        record(2, 0, 0, [0, 60]), // acknowledgements only
+    ];
+    let tree = SumTree::build(&leaves).unwrap();
+    assert_eq!(tree.root().bytes, [264, 278]);
+    assert_eq!(tree.range(E, 0), Some(0..200));
+    assert_eq!(tree.range(E, 1), Some(200..264));
+    assert_eq!(tree.range(I, 2), Some(218..278));
+    assert_eq!(open_and_verify(&tree, &leaves, E, 199), 0);
+    assert_eq!(open_and_verify(&tree, &leaves, E, 200), 1);
+    assert_eq!(open_and_verify(&tree, &leaves, I, 218), 2);
+    // Record 0 claiming its payload as its weight is another leaf: not in the tree.
+    let mut payload_weighted = leaves[0];
+    payload_weighted.wire = [3000, 154];
+    assert!(matches!(
+        verify_opening(
+            &tree.root(),
+            &payload_weighted,
+            &tree.open(0).unwrap(),
+            E,
+            250
+        ),
+        Err(OpeningError::HashMismatch { .. })
+    ));
 }
 
 #[test]
@@ -160,7 +206,7 @@ fn empty_epoch_has_nothing_to_open() {
         siblings: vec![],
     };
     assert_eq!(
-        verify_opening(&root, &record(0, 1, 1, [0, 0]), &path, E, 0),
+        verify_opening(&root, &record(0, 1, 1, [1, 1]), &path, E, 0),
         Err(OpeningError::IndexOutOfRange {
             index: 0,
             leaves: 0
@@ -170,12 +216,13 @@ fn empty_epoch_has_nothing_to_open() {
 
 // ---- refusals -------------------------------------------------------------------------
 
-/// Eleven varied records, record 8 (7 egress payload bytes + 2 overhead, nothing ingress),
-/// the first egress byte it covers, and its opening.
+/// Eleven varied records, record 8 (7 egress payload bytes, 9 egress frame bytes, nothing
+/// ingress), the first egress byte it covers, and its opening.
 fn fixture() -> (Vec<TrafficLeaf>, SumTree, usize, u64, SumPath) {
     let leaves = varied(11);
     let tree = SumTree::build(&leaves).unwrap();
-    let i = 8; // egress 7 + overhead 2
+    let i = 8; // egress wire 9 (payload 7)
+    assert_eq!(leaves[i].wire, [9, 0]);
     let range = tree.range(E, i).unwrap();
     assert_eq!(range.end - range.start, 9);
     let path = tree.open(i).unwrap();
@@ -193,7 +240,7 @@ fn changed_record_bytes_are_refused() {
         Err(OpeningError::HashMismatch { .. })
     ));
     let mut fatter = leaves[i];
-    fatter.overhead[1] += 1;
+    fatter.wire[1] += 1;
     assert!(matches!(
         verify_opening(&root, &fatter, &path, E, offset),
         Err(OpeningError::HashMismatch { .. })
@@ -257,10 +304,10 @@ fn forged_sibling_sum_is_refused() {
 #[test]
 fn bytes_shifted_between_siblings_are_refused() {
     let leaves = vec![
-        record(0, 100, 0, [0, 0]),
-        record(1, 50, 0, [0, 0]),
-        record(2, 10, 0, [0, 0]),
-        record(3, 10, 0, [0, 0]),
+        record(0, 100, 0, [100, 0]),
+        record(1, 50, 0, [50, 0]),
+        record(2, 10, 0, [10, 0]),
+        record(3, 10, 0, [10, 0]),
     ];
     let tree = SumTree::build(&leaves).unwrap();
     let root = tree.root();
@@ -409,7 +456,7 @@ fn two_overlapping_records_the_sum_tree_refuses_the_second_opening() {
             len: 200,
             sha3_256: [0xa2; 32],
         },
-        overhead: [80, 80],
+        wire: [280, 1080],
     };
     let b = TrafficLeaf {
         input: StreamPart {
@@ -424,7 +471,7 @@ fn two_overlapping_records_the_sum_tree_refuses_the_second_opening() {
         },
         ..a
     };
-    let other = record(7, 40, 40, [10, 10]);
+    let other = record(7, 40, 40, [50, 50]);
     let leaves = [other, a, b];
     let tree = SumTree::build(&leaves).unwrap();
     let root = tree.root();
@@ -480,11 +527,11 @@ fn sampling_is_deterministic_keyed_and_in_range() {
 
 #[test]
 fn sampled_records_follow_their_byte_counts() {
-    // Egress weights 1 : 2 : 7 (payload + overhead).
+    // Egress weights 1 : 2 : 7 (the wire bytes; the payloads do not matter).
     let leaves = [
-        record(0, 1, 0, [0, 0]),
-        record(1, 1, 0, [1, 0]),
-        record(2, 4, 0, [3, 0]),
+        record(0, 1, 0, [1, 0]),
+        record(1, 1, 0, [2, 0]),
+        record(2, 40, 0, [7, 0]),
     ];
     let tree = SumTree::build(&leaves).unwrap();
     let root = tree.root();
@@ -522,7 +569,7 @@ fn kat_leaves() -> [TrafficLeaf; 3] {
             },
             input: StreamPart::of_bytes(0, b"hello"),
             output: StreamPart::of_bytes(0, b"world!"),
-            overhead: [66, 54],
+            wire: [72, 59],
         },
         TrafficLeaf {
             epoch_seq: 42,
@@ -534,7 +581,7 @@ fn kat_leaves() -> [TrafficLeaf; 3] {
             },
             input: StreamPart::of_bytes(0, b"abc"),
             output: empty,
-            overhead: [0, 48],
+            wire: [0, 51],
         },
         TrafficLeaf {
             epoch_seq: 42,
@@ -546,12 +593,12 @@ fn kat_leaves() -> [TrafficLeaf; 3] {
             },
             input: StreamPart::of_bytes(1000, b"part"),
             output: StreamPart::of_bytes(6, b""),
-            overhead: [40, 60],
+            wire: [40, 64],
         },
     ]
 }
 
-const KAT_ROOT: &str = "577c497555bbc4518d00d6ef7f60ea3423247698076d4bb01e15d70d65695f06";
+const KAT_ROOT: &str = "dcb5aacd9169bac0be35bce7115aa03277804517dc57d13a858ca0cf1013764f";
 
 fn sha3(data: &[u8]) -> [u8; 32] {
     Sha3_256::digest(data).into()
@@ -567,7 +614,7 @@ fn hand_leaf(
     remote: ([u8; 16], u16),
     input: (u64, &[u8]),
     output: (u64, &[u8]),
-    overhead: (u64, u64),
+    wire: (u64, u64),
 ) -> (Vec<u8>, [u64; 2]) {
     let mut e = Vec::new();
     e.extend_from_slice(b"rackwarden/traffic-leaf/v1\0");
@@ -583,14 +630,12 @@ fn hand_leaf(
         e.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
         e.extend_from_slice(&sha3(bytes));
     }
-    e.extend_from_slice(&overhead.0.to_be_bytes());
-    e.extend_from_slice(&overhead.1.to_be_bytes());
+    e.extend_from_slice(&wire.0.to_be_bytes());
+    e.extend_from_slice(&wire.1.to_be_bytes());
     assert_eq!(e.len(), 185);
-    let weight = [
-        output.1.len() as u64 + overhead.0,
-        input.1.len() as u64 + overhead.1,
-    ];
-    (e, weight)
+    // The node's counts are the record's frame bytes as written, not derived from the
+    // payload.
+    (e, [wire.0, wire.1])
 }
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> [u8; 16] {
@@ -627,7 +672,7 @@ fn known_answer_root_matches_the_documented_layout() {
         (v4(10, 0, 0, 9), 51234),
         (0, b"hello"),
         (0, b"world!"),
-        (66, 54),
+        (72, 59),
     );
     let (eb, wb) = hand_leaf(
         42,
@@ -637,7 +682,7 @@ fn known_answer_root_matches_the_documented_layout() {
         (v6_db8(9), 40000),
         (0, b"abc"),
         (0, b""),
-        (0, 48),
+        (0, 51),
     );
     let (ec, wc) = hand_leaf(
         42,
@@ -647,7 +692,7 @@ fn known_answer_root_matches_the_documented_layout() {
         (v4(10, 0, 0, 10), 50000),
         (1000, b"part"),
         (6, b""),
-        (40, 60),
+        (40, 64),
     );
     for (leaf, enc) in leaves.iter().zip([&ea, &eb, &ec]) {
         assert_eq!(hex::encode(leaf.encode()), hex::encode(enc));
@@ -668,19 +713,19 @@ fn known_answer_root_matches_the_documented_layout() {
     // The worked example of docs/traffic-format.md.
     assert_eq!(
         hex::encode(sha3(&ea)),
-        "9c91a93f3ff400bf172938566d83b26d098462d2668f54657c24fc83657d7ed7"
+        "bf7bdd1069bc113e484ba55a7beb16b6a3106c81ad76290991b2a347e08f4182"
     );
     assert_eq!(
         hex::encode(sha3(&eb)),
-        "8ad68063225d3db9e00f6ee01554fbbebef8492ee5f834bff59bdf50446795c1"
+        "889f3a668909483770cc9f22f51032e11d01d6fa650bb361dbbcc51d4ab1f400"
     );
     assert_eq!(
         hex::encode(sha3(&ec)),
-        "b38ad639e89b58f584f772f785e1b08987bd717b71cf19c04c82b8d35d4b48a4"
+        "f7735cd9501a39bda6cc470de1dca5d8a13ec44b2e78f64479cefb3dc35b6a6c"
     );
     assert_eq!(
         hex::encode(ab.0),
-        "462fa89a29d5e1fb151f90217d0306dd11f6cad083594de05b115031841ed5d8"
+        "54f48a388d4d594689ada4cc627f7eaf7f638a7b9bb67d58243585104e54ad08"
     );
     assert_eq!(ab.1, [72, 110]);
 }
@@ -700,6 +745,11 @@ fn known_answer_sampling_matches_the_documented_derivation() {
     let mut xof = Shake256::default();
     xof.update(&input);
     xof.finalize_xof().read(&mut stream);
+    // The first blocks, as docs/traffic-format.md lists them.
+    assert_eq!(
+        hex::encode(&stream[..32]),
+        "4fd11be79a73c8f42308a8cf49bc0775388b6e8efb725940ebd2360ce3cae7ee"
+    );
     // n = 174: 2^64 mod 174 = 82, so m = 2^64 - 82 and values >= m are skipped.
     assert_eq!((1u128 << 64) % 174, 82);
     let m = u64::MAX - 81;
@@ -712,11 +762,11 @@ fn known_answer_sampling_matches_the_documented_derivation() {
         .collect();
     let got = sample_offsets(&randomness, &root, I, 4);
     assert_eq!(got, by_hand);
-    assert_eq!(got, [115, 70, 61, 140]);
+    assert_eq!(got, [50, 161, 38, 98]);
     // Ingress ranges: A 0..59, B 59..110, C 110..174.
     let tree = SumTree::build(&kat_leaves()).unwrap();
     let owners: Vec<_> = got.iter().map(|&o| tree.locate(I, o).unwrap()).collect();
-    assert_eq!(owners, [2, 1, 1, 2]);
+    assert_eq!(owners, [0, 2, 0, 1]);
 }
 
 // ---- wire -------------------------------------------------------------------------------
@@ -739,15 +789,15 @@ fn openings_travel_as_json() {
     }
     assert_eq!(
         serde_json::to_string(&root).unwrap(),
-        r#"{"sha3_256":"577c497555bbc4518d00d6ef7f60ea3423247698076d4bb01e15d70d65695f06","bytes":{"egress":112,"ingress":174},"records":3}"#
+        r#"{"sha3_256":"dcb5aacd9169bac0be35bce7115aa03277804517dc57d13a858ca0cf1013764f","bytes":{"egress":112,"ingress":174},"records":3}"#
     );
     assert_eq!(
         serde_json::to_string(&tree.open(2).unwrap()).unwrap(),
-        r#"{"index":2,"leaves":3,"siblings":[{"sha3_256":"462fa89a29d5e1fb151f90217d0306dd11f6cad083594de05b115031841ed5d8","bytes":{"egress":72,"ingress":110}}]}"#
+        r#"{"index":2,"leaves":3,"siblings":[{"sha3_256":"54f48a388d4d594689ada4cc627f7eaf7f638a7b9bb67d58243585104e54ad08","bytes":{"egress":72,"ingress":110}}]}"#
     );
     assert_eq!(
         serde_json::to_string(&leaves[1]).unwrap(),
-        r#"{"epoch_seq":42,"kind":"raw_flow","flow":{"proto":17,"local":"[2001:db8::2]:53","remote":"[2001:db8::9]:40000"},"input":{"offset":0,"len":3,"sha3_256":"3a985da74fe225b2045c172d6bd390bd855f086e3e9d525b46bfe24511431532"},"output":{"offset":0,"len":0,"sha3_256":"a7ffc6f8bf1ed76651c14756a061d662f580ff4de43b49fa82d80a4b80f8434a"},"overhead":{"egress":0,"ingress":48}}"#
+        r#"{"epoch_seq":42,"kind":"raw_flow","flow":{"proto":17,"local":"[2001:db8::2]:53","remote":"[2001:db8::9]:40000"},"input":{"offset":0,"len":3,"sha3_256":"3a985da74fe225b2045c172d6bd390bd855f086e3e9d525b46bfe24511431532"},"output":{"offset":0,"len":0,"sha3_256":"a7ffc6f8bf1ed76651c14756a061d662f580ff4de43b49fa82d80a4b80f8434a"},"wire":{"egress":0,"ingress":51}}"#
     );
     let extra = serde_json::to_string(&root)
         .unwrap()
@@ -755,21 +805,290 @@ fn openings_travel_as_json() {
     assert!(serde_json::from_str::<TrafficRoot>(&extra).is_err());
 }
 
+// ---- what a statement carries -------------------------------------------------------------
+
+/// The summary example of docs/traffic-format.md: the worked example's root, one ingress
+/// frame of 1500 bytes lost to a full ring, 1448 ingress bytes held at the cut.
+#[test]
+fn the_documented_summary() {
+    let summary = TrafficSummary {
+        root: SumTree::build(&kat_leaves()).unwrap().root(),
+        passed: [112, 1674],
+        unaccounted: [0, 1500],
+        tap_drops: TapDrops {
+            ring_full: DropCount {
+                frames: [0, 1],
+                bytes: [0, 1500],
+            },
+            ..TapDrops::default()
+        },
+        held: [0, 1448],
+        start: EpochStart::Resumed,
+    };
+    summary.check().unwrap();
+    let j = serde_json::to_string(&summary).unwrap();
+    assert_eq!(
+        j,
+        concat!(
+            r#"{"root":{"sha3_256":"dcb5aacd9169bac0be35bce7115aa03277804517dc57d13a858ca0cf1013764f","#,
+            r#""bytes":{"egress":112,"ingress":174},"records":3},"#,
+            r#""passed":{"egress":112,"ingress":1674},"unaccounted":{"egress":0,"ingress":1500},"#,
+            r#""tap_drops":{"ring_full":{"frames":{"egress":0,"ingress":1},"bytes":{"egress":0,"ingress":1500}},"#,
+            r#""too_large":{"frames":{"egress":0,"ingress":0},"bytes":{"egress":0,"ingress":0}},"#,
+            r#""unreadable":{"frames":{"egress":0,"ingress":0},"bytes":{"egress":0,"ingress":0}}},"#,
+            r#""held":{"egress":0,"ingress":1448},"start":"resumed"}"#
+        )
+    );
+    assert_eq!(serde_json::from_str::<TrafficSummary>(&j).unwrap(), summary);
+    assert!(serde_json::from_str::<TrafficSummary>(&j.replacen('{', r#"{"x":1,"#, 1)).is_err());
+    let mut short = summary;
+    short.unaccounted[1] = 1400;
+    assert_eq!(
+        short.check(),
+        Err(SummaryError::Unaccounted {
+            dir: I,
+            passed: 1674,
+            tapped: 174,
+            expected: 1500,
+            got: 1400
+        })
+    );
+}
+
+// ---- openings as the host sends them ------------------------------------------------------
+
+/// The payload bytes of the known-answer records, (input, output).
+const KAT_BYTES: [(&[u8], &[u8]); 3] = [(b"hello", b"world!"), (b"abc", b""), (b"part", b"")];
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The host's answer for `offset` in `dir` of the known-answer epoch.
+fn kat_opening(dir: Direction, offset: u64) -> (Opening, TrafficRoot) {
+    let leaves = kat_leaves();
+    let tree = SumTree::build(&leaves).unwrap();
+    let i = tree.locate(dir, offset).unwrap();
+    let (input, output) = KAT_BYTES[i];
+    let opening = Opening {
+        epoch_seq: 42,
+        direction: dir,
+        offset,
+        leaf: leaves[i],
+        path: tree.open(i).unwrap(),
+        input_base64: b64(input),
+        output_base64: b64(output),
+    };
+    (opening, tree.root())
+}
+
+#[test]
+fn a_good_opening_passes_and_gives_the_bytes() {
+    // The first two sampled ingress offsets of the worked example: 50 (record A), 161 (C).
+    let (a, root) = kat_opening(I, 50);
+    assert_eq!(a.path.index, 0);
+    assert_eq!(a.input_base64, "aGVsbG8=");
+    assert_eq!(
+        a.check(&root, 42).unwrap(),
+        (b"hello".to_vec(), b"world!".to_vec())
+    );
+    let (c, root) = kat_opening(I, 161);
+    assert_eq!(c.path.index, 2);
+    assert_eq!(c.check(&root, 42).unwrap(), (b"part".to_vec(), vec![]));
+    // Every egress and ingress offset of the epoch opens with its own record's bytes.
+    for dir in Direction::ALL {
+        for offset in 0..root.bytes[idx(dir)] {
+            let (o, root) = kat_opening(dir, offset);
+            o.check(&root, 42).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_changed_byte_is_refused() {
+    let (good, root) = kat_opening(I, 50);
+    let mut o = good.clone();
+    o.output_base64 = b64(b"world?");
+    assert_eq!(
+        o.check(&root, 42),
+        Err(OpeningError::BytesDigest { which: "output" })
+    );
+    let mut o = good;
+    o.input_base64 = b64(b"hellO");
+    assert_eq!(
+        o.check(&root, 42),
+        Err(OpeningError::BytesDigest { which: "input" })
+    );
+}
+
+#[test]
+fn another_records_bytes_are_refused() {
+    let (good, root) = kat_opening(I, 50);
+    // Record C's input ("part") under record A.
+    let mut o = good.clone();
+    o.input_base64 = b64(KAT_BYTES[2].0);
+    assert_eq!(
+        o.check(&root, 42),
+        Err(OpeningError::BytesLength {
+            which: "input",
+            expected: 5,
+            got: 4
+        })
+    );
+    // Input and output swapped.
+    let mut o = good.clone();
+    std::mem::swap(&mut o.input_base64, &mut o.output_base64);
+    assert_eq!(
+        o.check(&root, 42),
+        Err(OpeningError::BytesLength {
+            which: "input",
+            expected: 5,
+            got: 6
+        })
+    );
+    // Bytes of the same length from another exchange.
+    let mut o = good.clone();
+    o.output_base64 = b64(b"error!");
+    assert_eq!(
+        o.check(&root, 42),
+        Err(OpeningError::BytesDigest { which: "output" })
+    );
+    // Another record, bytes and all, for this offset: the tree places A there.
+    let (c, _) = kat_opening(I, 161);
+    let o = Opening { offset: 50, ..c };
+    assert_eq!(
+        o.check(&root, 42),
+        Err(OpeningError::OffsetOutside {
+            offset: 50,
+            start: 110,
+            end: 174
+        })
+    );
+    // And undecodable bytes.
+    let mut o = good;
+    o.output_base64 = "d29ybGQh
+"
+    .into();
+    assert!(matches!(
+        o.check(&root, 42),
+        Err(OpeningError::Base64 {
+            which: "output",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn an_opening_for_another_epoch_is_refused() {
+    let (good, root) = kat_opening(I, 50);
+    assert_eq!(
+        good.check(&root, 43),
+        Err(OpeningError::Epoch {
+            expected: 43,
+            got: 42
+        })
+    );
+    let mut o = good.clone();
+    o.epoch_seq = 41;
+    assert_eq!(
+        o.check(&root, 42),
+        Err(OpeningError::Epoch {
+            expected: 42,
+            got: 41
+        })
+    );
+    // The record's own epoch is checked too (it is also inside the leaf hash).
+    let mut o = good;
+    o.leaf.epoch_seq = 41;
+    assert_eq!(
+        o.check(&root, 42),
+        Err(OpeningError::Epoch {
+            expected: 42,
+            got: 41
+        })
+    );
+}
+
+#[test]
+fn an_opening_with_a_forged_path_is_refused() {
+    let (good, root) = kat_opening(I, 50);
+    for s in 0..good.path.siblings.len() {
+        let mut o = good.clone();
+        o.path.siblings[s].sha3_256[0] ^= 1;
+        assert!(matches!(
+            o.check(&root, 42),
+            Err(OpeningError::HashMismatch { .. })
+        ));
+        let mut o = good.clone();
+        o.path.siblings[s].bytes[1] += 1;
+        assert!(matches!(
+            o.check(&root, 42),
+            Err(OpeningError::HashMismatch { .. })
+        ));
+    }
+    // A record with more frame bytes than it committed to, to cover a wider range.
+    let mut o = good;
+    o.leaf.wire[1] += 100;
+    assert!(matches!(
+        o.check(&root, 42),
+        Err(OpeningError::HashMismatch { .. })
+    ));
+}
+
+#[test]
+fn openings_travel_as_json_and_unknown_fields_are_refused() {
+    let (c, root) = kat_opening(I, 161);
+    let j = serde_json::to_string(&c).unwrap();
+    assert_eq!(
+        j,
+        concat!(
+            r#"{"epoch_seq":42,"direction":"ingress","offset":161,"#,
+            r#""leaf":{"epoch_seq":42,"kind":"partial","flow":{"proto":6,"local":"10.0.0.2:8000","remote":"10.0.0.10:50000"},"#,
+            r#""input":{"offset":1000,"len":4,"sha3_256":"267e7a7cdf907f155cd01c106c93155571369c3670c6aebee9176828ce9e7b3e"},"#,
+            r#""output":{"offset":6,"len":0,"sha3_256":"a7ffc6f8bf1ed76651c14756a061d662f580ff4de43b49fa82d80a4b80f8434a"},"#,
+            r#""wire":{"egress":40,"ingress":64}},"#,
+            r#""path":{"index":2,"leaves":3,"siblings":[{"sha3_256":"54f48a388d4d594689ada4cc627f7eaf7f638a7b9bb67d58243585104e54ad08","bytes":{"egress":72,"ingress":110}}]},"#,
+            r#""input_base64":"cGFydA==","output_base64":""}"#
+        )
+    );
+    let back: Opening = serde_json::from_str(&j).unwrap();
+    assert_eq!(back, c);
+    assert_eq!(back.check(&root, 42).unwrap(), (b"part".to_vec(), vec![]));
+    for bad in [
+        j.replacen('{', r#"{"x":1,"#, 1),
+        j.replace(r#""leaf":{"#, r#""leaf":{"x":1,"#),
+        j.replace(r#""path":{"#, r#""path":{"x":1,"#),
+        j.replace(r#""ingress","offset""#, r#""Ingress","offset""#),
+        j.replace(r#","output_base64":"""#, ""),
+    ] {
+        assert!(serde_json::from_str::<Opening>(&bad).is_err(), "{bad}");
+    }
+}
+
 // ---- properties -------------------------------------------------------------------------
 
 fn arb_leaves() -> impl Strategy<Value = Vec<TrafficLeaf>> {
     prop::collection::vec(
-        (0u64..2000, 0u64..2000, 0u64..100, 0u64..100, any::<bool>()),
+        (
+            0u64..2000,
+            0u64..2000,
+            0u64..2100,
+            0u64..2100,
+            any::<bool>(),
+        ),
         1..60,
     )
     .prop_map(|v| {
+        // The frame bytes are drawn independently of the payload: above it, below it (held
+        // bytes entered the stream), or zero.
         v.into_iter()
             .enumerate()
-            .map(|(i, (e, g, oe, og, zero))| {
+            .map(|(i, (e, g, we, wg, zero))| {
                 if zero {
-                    record(i as u64, 0, 0, [0, 0])
+                    record(i as u64, e, g, [0, 0])
                 } else {
-                    record(i as u64, e, g, [oe, og])
+                    record(i as u64, e, g, [we, wg])
                 }
             })
             .collect()

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
-use super::{TrafficError, idx, wire};
+use super::{idx, wire};
 use crate::{Digest, Sha3_256, evidence::Direction};
 
 /// The first bytes of every leaf encoding (`rackwarden/traffic-leaf/v1` and a NUL).
@@ -100,10 +100,18 @@ pub struct TrafficLeaf {
     pub input: StreamPart,
     /// Payload the host sent (egress): the response of an exchange.
     pub output: StreamPart,
-    /// Per direction (egress, ingress), frame bytes that are not stream payload: headers,
-    /// retransmitted bytes, handshakes, acknowledgements.
+    /// Per direction (egress, ingress), the frame bytes of this record's frames in this
+    /// epoch, as the kernel charged them (`skb->len`): the record's weight in the sum tree.
+    ///
+    /// Beyond the payload, this counts link, IP and transport headers, handshakes,
+    /// acknowledgements and retransmitted bytes. It is not payload plus something: TCP bytes
+    /// that arrived out of order before the previous epoch's cut were held there and enter
+    /// the stream in this epoch, while their frames were counted in the epoch they arrived
+    /// in. So `wire` can be less than the record's stream bytes in that direction, and
+    /// `wire - payload` is the header and retransmission count only for a record with
+    /// nothing held across a cut.
     #[serde(with = "wire::per_dir")]
-    pub overhead: [u64; 2],
+    pub wire: [u64; 2],
 }
 
 impl TrafficLeaf {
@@ -127,8 +135,8 @@ impl TrafficLeaf {
             w.put(&p.len.to_be_bytes());
             w.put(&p.sha3_256);
         }
-        w.put(&self.overhead[0].to_be_bytes());
-        w.put(&self.overhead[1].to_be_bytes());
+        w.put(&self.wire[0].to_be_bytes());
+        w.put(&self.wire[1].to_be_bytes());
         debug_assert_eq!(w.at, LEAF_LEN);
         out
     }
@@ -138,29 +146,16 @@ impl TrafficLeaf {
         Sha3_256::digest(self.encode()).into()
     }
 
-    /// The frame bytes this record accounts for in `dir`: the payload in that direction
-    /// (output for egress, input for ingress) plus the overhead.
-    pub fn wire_bytes(&self, dir: Direction) -> Result<u64, TrafficError> {
-        let payload = match dir {
-            Direction::Egress => self.output.len,
-            Direction::Ingress => self.input.len,
-        };
-        let overhead = self.overhead[idx(dir)];
-        payload
-            .checked_add(overhead)
-            .ok_or(TrafficError::WireBytesOverflow {
-                dir,
-                payload,
-                overhead,
-            })
+    /// The frame bytes this record accounts for in `dir`: `wire` in that direction, its
+    /// weight in the sum tree (see [`TrafficLeaf::wire`] for why it is not derived from the
+    /// payload).
+    pub fn wire_bytes(&self, dir: Direction) -> u64 {
+        self.wire[idx(dir)]
     }
 
     /// [`TrafficLeaf::wire_bytes`] for both directions, egress first.
-    pub fn wire_bytes_both(&self) -> Result<[u64; 2], TrafficError> {
-        Ok([
-            self.wire_bytes(Direction::Egress)?,
-            self.wire_bytes(Direction::Ingress)?,
-        ])
+    pub fn wire_bytes_both(&self) -> [u64; 2] {
+        self.wire
     }
 }
 
@@ -204,7 +199,7 @@ mod tests {
             },
             input: StreamPart::of_bytes(0, b"GET / HTTP/1.1\r\n\r\n"),
             output: StreamPart::of_bytes(0, b"HTTP/1.1 200 OK\r\n\r\n"),
-            overhead: [120, 80],
+            wire: [139, 98],
         }
     }
 
@@ -225,8 +220,8 @@ mod tests {
                 .octets()
         );
         assert_eq!(&e[53..55], &8000u16.to_be_bytes());
-        assert_eq!(&e[169..177], &120u64.to_be_bytes());
-        assert_eq!(&e[177..185], &80u64.to_be_bytes());
+        assert_eq!(&e[169..177], &139u64.to_be_bytes());
+        assert_eq!(&e[177..185], &98u64.to_be_bytes());
         assert_eq!(l.leaf_hash(), <[u8; 32]>::from(Sha3_256::digest(e)));
     }
 
@@ -262,7 +257,7 @@ mod tests {
         v.output.sha3_256[31] ^= 1;
         variants.push(v);
         let mut v = base;
-        v.overhead[1] += 1;
+        v.wire[1] += 1;
         variants.push(v);
         for v in variants {
             assert_ne!(v.leaf_hash(), h, "{v:?}");
@@ -270,21 +265,20 @@ mod tests {
     }
 
     #[test]
-    fn wire_bytes_per_direction_and_overflow() {
+    fn wire_bytes_are_the_wire_field_not_derived_from_the_payload() {
         let l = leaf();
-        assert_eq!(l.wire_bytes(Direction::Egress).unwrap(), 19 + 120);
-        assert_eq!(l.wire_bytes(Direction::Ingress).unwrap(), 18 + 80);
-        let mut big = l;
-        big.overhead[0] = u64::MAX;
-        assert_eq!(
-            big.wire_bytes(Direction::Egress),
-            Err(TrafficError::WireBytesOverflow {
-                dir: Direction::Egress,
-                payload: 19,
-                overhead: u64::MAX
-            })
-        );
-        assert_eq!(big.wire_bytes(Direction::Ingress).unwrap(), 98);
+        assert_eq!(l.wire_bytes(Direction::Egress), 139);
+        assert_eq!(l.wire_bytes(Direction::Ingress), 98);
+        assert_eq!(l.wire_bytes_both(), [139, 98]);
+        // Bytes held out of order at the previous cut entered the stream in this epoch: the
+        // record's 18 input bytes, but only 10 frame bytes of it were charged this epoch.
+        let mut held = l;
+        held.wire = [139, 10];
+        assert!(held.wire_bytes(Direction::Ingress) < held.input.len);
+        assert_eq!(held.wire_bytes(Direction::Ingress), 10);
+        let mut all = l;
+        all.wire = [u64::MAX, 0];
+        assert_eq!(all.wire_bytes_both(), [u64::MAX, 0]);
     }
 
     #[test]
@@ -293,14 +287,13 @@ mod tests {
         let j = serde_json::to_string(&l).unwrap();
         assert!(j.contains(r#""kind":"exchange""#), "{j}");
         assert!(j.contains(r#""local":"10.0.0.2:8000""#), "{j}");
-        assert!(
-            j.contains(r#""overhead":{"egress":120,"ingress":80}"#),
-            "{j}"
-        );
+        assert!(j.contains(r#""wire":{"egress":139,"ingress":98}"#), "{j}");
         let back: TrafficLeaf = serde_json::from_str(&j).unwrap();
         assert_eq!(back, l);
         let extra = j.replacen("{", r#"{"extra":1,"#, 1);
         assert!(serde_json::from_str::<TrafficLeaf>(&extra).is_err());
+        let old = j.replace(r#""wire":"#, r#""overhead":"#);
+        assert!(serde_json::from_str::<TrafficLeaf>(&old).is_err());
         let raw = j.replace("exchange", "raw_flow");
         assert_eq!(
             serde_json::from_str::<TrafficLeaf>(&raw).unwrap().kind,

@@ -4,7 +4,9 @@
 //!
 //! 1. At epoch close the daemon partitions every frame byte its tap saw, per direction, into
 //!    *records* ([`TrafficLeaf`]): an HTTP exchange on a TCP connection, the leftover bytes of
-//!    such a connection ([`RecordKind::Partial`]), or a raw flow per 5-tuple.
+//!    such a connection ([`RecordKind::Partial`]), or a raw flow per 5-tuple. Each record
+//!    carries its frame bytes in the epoch per direction ([`TrafficLeaf::wire`]), as the
+//!    kernel charged them.
 //! 2. The records, in the host's order, are the leaves of a Merkle *sum* tree ([`SumTree`],
 //!    RFC 6962 shape): every node commits its children's hashes and byte counts per
 //!    direction, so the root ([`TrafficRoot`]) fixes each leaf's byte range in each direction
@@ -12,23 +14,31 @@
 //! 3. After storing the root, the verifier draws 32 random bytes and derives `k` offsets per
 //!    direction, uniform over the epoch's bytes ([`sample_offsets`]).
 //! 4. The host opens the leaf covering each offset ([`SumTree::locate`], [`SumTree::open`]);
-//!    the verifier checks it ([`verify_opening`]). The left siblings' byte counts place the
+//!    the verifier checks it ([`verify_opening`]; [`Opening::check`] for an opening as sent,
+//!    with the record's bytes). The left siblings' byte counts place the
 //!    leaf, so no other record, however its stream offsets are drawn, can be opened for that
 //!    offset: the host cannot choose what is looked at.
+//!
+//! What a statement says of the epoch's traffic besides the root (the kernel's counts, the
+//! tap's drops, the bytes held across the cut) is [`TrafficSummary`].
 //!
 //! Everything here is pure: no I/O, no clock, no randomness of its own.
 
 mod leaf;
+mod report;
 mod sample;
 mod sum_tree;
+mod summary;
 mod wire;
 
 pub use leaf::{FlowKey, LEAF_DOMAIN, LEAF_LEN, RecordKind, StreamPart, TrafficLeaf};
+pub use report::{SpoolState, TrafficReport};
 pub use sample::{SAMPLE_DOMAIN, sample_offsets};
 pub use sum_tree::{
     EMPTY_DOMAIN, NODE_DOMAIN, OpeningError, SumPath, SumSibling, SumTree, TrafficRoot, empty_root,
     node_hash, verify_opening,
 };
+pub use summary::{DropCount, EpochStart, Opening, SummaryError, TapDrops, TrafficSummary};
 
 use crate::evidence::Direction;
 
@@ -36,15 +46,6 @@ use crate::evidence::Direction;
 /// wrapped (a wrapped count would commit to byte ranges the host never saw).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrafficError {
-    #[error(
-        "the {} wire bytes of a record overflow a u64: payload {payload} + overhead {overhead}",
-        .dir.name()
-    )]
-    WireBytesOverflow {
-        dir: Direction,
-        payload: u64,
-        overhead: u64,
-    },
     #[error("the epoch's {} bytes overflow a u64 at record {index}", .dir.name())]
     SumOverflow { dir: Direction, index: u64 },
 }
