@@ -282,6 +282,8 @@ struct Epoch {
     trigger: EpochTrigger,
     /// The key the host rotates to (`next_key`), if it announces one.
     next_key: Option<NextKey>,
+    /// What the host's tap committed of the epoch's traffic, if it runs one.
+    traffic: Option<rackwarden_attest::traffic::TrafficReport>,
 }
 
 impl Default for Epoch {
@@ -303,6 +305,7 @@ impl Default for Epoch {
             downtime_ms: None,
             trigger: EpochTrigger::Interval,
             next_key: None,
+            traffic: None,
         }
     }
 }
@@ -424,6 +427,7 @@ impl Host {
             next_key: e.next_key,
             root_of_trust: None,
             storage: None,
+            traffic: e.traffic,
         }
     }
 }
@@ -934,6 +938,110 @@ fn restart_and_recheck(
         "{text}"
     );
     s
+}
+
+/// A committed traffic report for an epoch that passed `passed` bytes each way, of which
+/// `unaccounted` egress bytes are in no record; the records are kept.
+fn traffic_report(passed: u64, unaccounted: u64) -> rackwarden_attest::traffic::TrafficReport {
+    use rackwarden_attest::traffic::*;
+    TrafficReport::Committed {
+        summary: Box::new(TrafficSummary {
+            root: TrafficRoot {
+                sha3_256: [0x5a; 32],
+                bytes: [passed - unaccounted, passed],
+                records: 4,
+            },
+            passed: [passed, passed],
+            unaccounted: [unaccounted, 0],
+            tap_drops: TapDrops::default(),
+            held: [0, 0],
+            start: EpochStart::Resumed,
+        }),
+        spool: SpoolState::Kept { bytes: 2 * passed },
+    }
+}
+
+/// Issue 27: a statement's traffic report is judged under `[policy.taps]`. Bytes the policer
+/// passed that no record covers, within `max_unaccounted`, leave the epoch affirming with a
+/// traffic aspect in its vector; above it, the stored verdict is contraindicated
+/// (`traffic_unaccounted`), the page says what was committed, and recheck re-derives it. A
+/// statement without a report has no traffic aspect (the policy does not require one).
+#[test]
+fn traffic_reports_are_judged_under_the_taps_policy() {
+    let (dir, config, port) = setup("traffic", "1 h", None);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace(
+            "[racks.rack-a]",
+            "[policy.taps]\nmax_unaccounted = \"100 B\"\n\n[racks.rack-a]",
+        ),
+    )
+    .unwrap();
+    let k = enroll(&config, &dir, "rack-a", "h1");
+    let s = Server::start(&dir, &config, port);
+    let mut h = Host::new(k, "rack-a", "h1");
+    let with_traffic = |unaccounted: u64| Epoch {
+        traffic: Some(traffic_report(1_000_000, unaccounted)),
+        ..Default::default()
+    };
+    let r = post_challenged(&s, &mut h, with_traffic(0));
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+    assert_eq!(
+        r["result"]["trustworthiness"]["traffic"], "affirming",
+        "{r}"
+    );
+    let r = post_challenged(&s, &mut h, with_traffic(100));
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+    let r = post_challenged(&s, &mut h, with_traffic(300));
+    assert_eq!(r["result"]["status"], "contraindicated", "{r}");
+    assert_eq!(codes(&r), vec!["traffic_unaccounted"], "{r}");
+    // The verdict as stored.
+    let stored = get(&s, "/v1/hosts/rack-a/h1/statements/2");
+    assert_eq!(stored[0]["status"], "contraindicated", "{stored}");
+    let f = &stored[0]["result"]["findings"][0];
+    assert_eq!(f["code"], "traffic_unaccounted", "{stored}");
+    assert_eq!(f["aspect"], "traffic", "{stored}");
+    assert_eq!(
+        f["detail"],
+        "no record covers egress 300 B of 1 MB passed, ingress 0 B of 1 MB passed; the policy allows 100 B per direction"
+    );
+    assert_eq!(
+        stored[0]["result"]["trustworthiness"]["traffic"],
+        "contraindicated"
+    );
+    // No report, not required: judged as before, without the aspect.
+    let r = post_challenged(&s, &mut h, Epoch::default());
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+    assert!(
+        r["result"]["trustworthiness"].get("traffic").is_none(),
+        "{r}"
+    );
+    let page = client()
+        .get(s.url("/racks/rack-a"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        page.contains("data-code=\"traffic_unaccounted\"")
+            && page
+                .contains("traffic committed: 4 records, tapped egress 976.27 KiB, ingress 1 MB"),
+        "{page}"
+    );
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["recheck"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("0 differences"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Issue 43: the residue each host's wipe leaves, within `max_residue_host`, still adds up

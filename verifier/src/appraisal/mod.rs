@@ -19,6 +19,7 @@
 //! | images | `images` | were only manifest images loaded |
 //! | root_of_trust | `tpm` | is it quoted by the enrolled AK, and does its IMA list replay and pass |
 //! | storage | `storage` | can state survive the wipe on a disk, in swap or a persistent filesystem |
+//! | traffic | `traffic` | did the tap commit every byte the policer passed, and are the records kept |
 
 pub(crate) mod budget;
 mod chain;
@@ -30,6 +31,7 @@ mod limiter;
 pub mod state_bound;
 mod storage;
 pub mod tpm;
+pub(crate) mod traffic;
 mod wipe;
 
 use std::collections::BTreeMap;
@@ -133,11 +135,13 @@ impl Judge<'_> {
         st: &Statement,
         root_of_trust: Option<TrustLevel>,
         storage: bool,
+        traffic: bool,
     ) -> AttestationResult {
         let mut tw: BTreeMap<Aspect, Status> = Aspect::ALL
             .iter()
             .filter(|a| root_of_trust.is_some() || **a != Aspect::RootOfTrust)
             .filter(|a| storage || **a != Aspect::Storage)
+            .filter(|a| traffic || **a != Aspect::Traffic)
             .map(|a| (*a, Status::Affirming))
             .collect();
         for f in &self.findings {
@@ -192,8 +196,13 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
     if storage {
         storage::check(&mut j, st);
     }
+    // After the storage, for the same reason.
+    let traffic = traffic::in_play(&j, st);
+    if traffic {
+        traffic::check(&mut j, st);
+    }
     Appraisal {
-        result: j.result(st, root_of_trust, storage),
+        result: j.result(st, root_of_trust, storage, traffic),
         effects: Effects {
             consume_nonce: fresh,
             wipe_counts,

@@ -45,6 +45,9 @@
 //! #                                   # (refused: the BPF LSM guard; default: not checked)
 //! # manifest = "/etc/rackwarden-verifier/manifest.dsse.json"
 //! # manifest_key = "/etc/rackwarden-verifier/verifier.pub"
+//! # [policy.taps]                  # the tap's traffic commitment (at the end of [policy])
+//! # required = false               # true: a statement without a traffic report is contraindicated
+//! # max_unaccounted = "0 B"        # bytes passed that no record covers, per direction (default)
 //!
 //! [racks.rack-a17]
 //! egress = "10 MB/s"
@@ -135,6 +138,28 @@ pub struct Policy {
     /// where workloads cannot reach raw block devices. Left out of the digest when false.
     #[serde(skip_serializing_if = "is_false")]
     pub credit_erase_by_key: bool,
+    /// `[policy.taps]`: how a statement's traffic report is judged. Left out of the digest at
+    /// its defaults, so policies written before it keep theirs.
+    #[serde(skip_serializing_if = "TapsPolicy::is_default")]
+    pub taps: TapsPolicy,
+}
+
+/// `[policy.taps]`: what the host's tap must commit of the bytes its policer passed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TapsPolicy {
+    /// A statement without a traffic report is contraindicated (`traffic_missing`), and one
+    /// whose records were not kept too (`traffic_not_kept`). Default false: hosts without
+    /// the tap and daemons older than it are judged as before.
+    pub required: bool,
+    /// The most bytes per direction an epoch may pass that no committed record covers
+    /// (`max_unaccounted`, default 0).
+    pub max_unaccounted_bytes: u64,
+}
+
+impl TapsPolicy {
+    fn is_default(&self) -> bool {
+        *self == TapsPolicy::default()
+    }
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -271,6 +296,14 @@ struct RawPolicy {
     require_storage_inventory: Option<bool>,
     storage_exclude: Option<BTreeMap<String, Spanned<String>>>,
     credit_erase_by_key: Option<bool>,
+    taps: Option<RawTaps>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTaps {
+    required: Option<bool>,
+    max_unaccounted: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -563,6 +596,21 @@ fn policy(src: &Source, p: &RawPolicy, checked: CheckedFirst) -> Result<Policy, 
         require_storage_inventory: p.require_storage_inventory.unwrap_or(false),
         storage_exclude: storage_exclude(src, &p.storage_exclude)?,
         credit_erase_by_key: p.credit_erase_by_key.unwrap_or(false),
+        taps: taps(src, &p.taps)?,
+    })
+}
+
+/// `[policy.taps]`, with its defaults when absent.
+fn taps(src: &Source, raw: &Option<RawTaps>) -> Result<TapsPolicy, ConfigError> {
+    let Some(t) = raw else {
+        return Ok(TapsPolicy::default());
+    };
+    Ok(TapsPolicy {
+        required: t.required.unwrap_or(false),
+        max_unaccounted_bytes: match &t.max_unaccounted {
+            None => 0,
+            Some(v) => src.size("policy.taps.max_unaccounted", v)?,
+        },
     })
 }
 
@@ -758,6 +806,43 @@ mod tests {
     }
 
     #[test]
+    fn taps_policy_parses_and_leaves_old_digests_alone() {
+        let plain = VerifierConfig::parse(Path::new("v.toml"), GOOD).unwrap();
+        assert_eq!(plain.policy.taps, TapsPolicy::default());
+        let with = |table: &str| {
+            VerifierConfig::parse(
+                Path::new("v.toml"),
+                &GOOD.replace(
+                    "min_root_of_trust = \"none\"",
+                    &format!("min_root_of_trust = \"none\"\n[policy.taps]\n{table}"),
+                ),
+            )
+            .unwrap()
+            .policy
+        };
+        let t = with("required = true\nmax_unaccounted = \"64 KiB\"\n");
+        assert_eq!(
+            t.taps,
+            TapsPolicy {
+                required: true,
+                max_unaccounted_bytes: 64 << 10,
+            }
+        );
+        assert_ne!(t.digest(), plain.policy.digest());
+        // At its defaults, written out or not, the table is not in the digest: verdicts
+        // stored before it existed recheck under the same policy.
+        let defaults = with("required = false\nmax_unaccounted = \"0 B\"\n");
+        assert_eq!(defaults.taps, TapsPolicy::default());
+        assert_eq!(defaults.digest(), plain.policy.digest());
+        assert!(
+            !String::from_utf8(serde_json::to_vec(&plain.policy).unwrap())
+                .unwrap()
+                .contains("taps")
+        );
+        assert_eq!(with("").taps, TapsPolicy::default());
+    }
+
+    #[test]
     fn the_log_key_lies_beside_the_database_and_the_origin_names_the_listener() {
         let c = VerifierConfig::parse(Path::new("v.toml"), GOOD).unwrap();
         assert_eq!(c.log_key, PathBuf::from("/tmp/tlog.key"));
@@ -894,6 +979,16 @@ mod tests {
                 "max_epoch_fraction = 0.01",
                 "max_epoch_fraction = 0.01\nreference_bandwidth = \"fast\"",
                 "v.toml:13: `policy.reference_bandwidth`",
+            ),
+            (
+                "min_root_of_trust = \"none\"",
+                "min_root_of_trust = \"none\"\n[policy.taps]\nrequired = true\nmax_unaccounted = \"a few\"",
+                "v.toml:16: `policy.taps.max_unaccounted`",
+            ),
+            (
+                "min_root_of_trust = \"none\"",
+                "min_root_of_trust = \"none\"\n[policy.taps]\nrequried = true",
+                "v.toml:15: unknown field `requried`",
             ),
         ] {
             let e = VerifierConfig::parse(Path::new("v.toml"), &GOOD.replace(from, to))

@@ -120,9 +120,10 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "unconfigured_drops" | "contention_drops" | "bytes_total" | "bytes_filled"
         | "bytes_verified" | "mismatches" | "residue_bytes" | "refusals" | "qdisc_bypass"
         | "xdp_umem_reg" | "af_xdp_sockets" | "objects" | "bpf_hook_args" | "size" | "seq"
-        | "offset" | "length" | "generation" | "size_bytes" | "used_bytes" | "writable_bytes" => {
-            Counter
-        }
+        | "offset" | "length" | "generation" | "size_bytes" | "used_bytes" | "writable_bytes"
+        // The traffic summary's counts: records, and bytes or frames per direction
+        // (`{"egress": n, "ingress": n}`).
+        | "records" | "bytes" | "egress" | "ingress" => Counter,
         "ms" => Time,
         l if l.ends_with("_ms") => Time,
         "rate_bytes_per_s"
@@ -149,6 +150,7 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "read_only"
         | "removable"
         | "class"
+        | "start"
         | "status" => Setting,
         "detail" | "reason" | "finding" | "why" | "error" | "unreadable" => Diagnostic,
         _ => return None,

@@ -45,6 +45,9 @@ pub struct EpochPoint {
     pub missing_before: u64,
     /// Another statement with the same seq is stored.
     pub forked: bool,
+    /// What the statement says its tap committed of the epoch's traffic (`None`: it
+    /// carries no traffic report).
+    pub traffic: Option<rackwarden_attest::traffic::TrafficReport>,
 }
 
 impl EpochPoint {

@@ -3,14 +3,17 @@
 //! itself every 30 s. Timelines are inline SVG.
 
 use maud::{DOCTYPE, Markup, PreEscaped, html};
-use rackwarden_attest::units::{fmt_bytes, fmt_duration, fmt_rate, fmt_size, fmt_unix_ms};
+use rackwarden_attest::{
+    traffic::{EpochStart, SpoolState, TrafficReport},
+    units::{fmt_bytes, fmt_duration, fmt_rate, fmt_size, fmt_unix_ms},
+};
 
 use super::{
     inventory::{Disclosure, VERIFIER_HOLDS},
     scorecard::{InferenceOverhead, SLOWDOWN_TARGET, TrainingBound},
     view::{EpochPoint, HostView, RackView, RootOfTrustView},
 };
-use crate::appraisal::{Status, state_bound::StateBound};
+use crate::appraisal::{Status, state_bound::StateBound, traffic::drops_detail};
 
 const STYLE: &str = r#"
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1b1f24;max-width:1100px}
@@ -416,7 +419,36 @@ fn epoch_tooltip(e: &EpochPoint, eg: Option<f64>, ing: Option<f64>, down: Option
     if let (Some(d), Some(f)) = (e.downtime_ms, down) {
         s += &format!("; downtime {d} ms ({:.2}% of the epoch)", f * 100.0);
     }
+    if let Some(t) = &e.traffic {
+        s += &format!("; {}", traffic_line(t));
+    }
     s
+}
+
+/// What an epoch's statement says its tap committed: the records, the bytes they cover per
+/// direction, the bytes no record covers, and the tap's drops.
+fn traffic_line(t: &TrafficReport) -> String {
+    let (s, spool) = match t {
+        TrafficReport::Failed { reason } => return format!("traffic not committed: {reason}"),
+        TrafficReport::Committed { summary, spool } => (summary, spool),
+    };
+    let mut line = format!(
+        "traffic committed: {} record{}, tapped egress {}, ingress {}; unaccounted egress {}, ingress {}; tap drops: {}",
+        s.root.records,
+        if s.root.records == 1 { "" } else { "s" },
+        fmt_size(s.root.bytes[0]),
+        fmt_size(s.root.bytes[1]),
+        fmt_size(s.unaccounted[0]),
+        fmt_size(s.unaccounted[1]),
+        drops_detail(&s.tap_drops).unwrap_or_else(|| "none".into())
+    );
+    if s.start == EpochStart::FirstStart {
+        line += "; the first epoch since the daemon started counting: bytes passed before it are in no epoch";
+    }
+    if let SpoolState::NotKept { reason } = spool {
+        line += &format!("; records not kept, none can be opened: {reason}");
+    }
+    line
 }
 
 /// The host's root of trust: the level verified, what the host said, and what stays on the
@@ -482,6 +514,9 @@ fn host_section(rack: &str, h: &HostView, boot_judged: bool) -> Markup {
                 }
             }
             (root_of_trust_line(&h.root_of_trust, boot_judged))
+            @if let Some((seq, t)) = h.epochs.last().and_then(|e| Some((e.seq, e.traffic.as_ref()?))) {
+                p.meta.traffic data-seq=(seq) { "seq " (seq) ": " (traffic_line(t)) }
+            }
             @if !s.clearances.is_empty() {
                 ul.clearances {
                     @for c in &s.clearances {
@@ -588,6 +623,7 @@ mod tests {
             wipe_interval_ms: Some(900_000),
             missing_before: 0,
             forked: false,
+            traffic: None,
         }
     }
 
@@ -612,6 +648,51 @@ mod tests {
             .collect();
         assert!(heights.len() >= 4, "{svg}");
         assert!(heights.iter().all(|h| *h >= 0.5), "{heights:?}");
+    }
+
+    /// Each epoch's tooltip says what its statement committed of its traffic: records, tapped
+    /// and unaccounted bytes per direction, and the tap's drops.
+    #[test]
+    fn an_epoch_with_traffic_says_what_was_committed() {
+        use rackwarden_attest::traffic::{DropCount, TapDrops, TrafficRoot, TrafficSummary};
+        let mut e = epoch(7, 3_000);
+        e.traffic = Some(TrafficReport::Committed {
+            summary: Box::new(TrafficSummary {
+                root: TrafficRoot {
+                    sha3_256: [0x5a; 32],
+                    bytes: [1 << 20, 3 << 20],
+                    records: 12,
+                },
+                passed: [(1 << 20) + 300, 3 << 20],
+                unaccounted: [300, 0],
+                tap_drops: TapDrops {
+                    ring_full: DropCount {
+                        frames: [2, 0],
+                        bytes: [300, 0],
+                    },
+                    ..TapDrops::default()
+                },
+                held: [0, 0],
+                start: EpochStart::FirstStart,
+            }),
+            spool: SpoolState::Kept { bytes: 4 << 20 },
+        });
+        let svg = svg_timeline(&[epoch(6, 3_000), e.clone()]).into_string();
+        assert!(
+            svg.contains(
+                "traffic committed: 12 records, tapped egress 1 MiB, ingress 3 MiB; unaccounted egress 300 B, ingress 0 B; tap drops: ring full: egress 2 frames (300 B)"
+            ) && svg.contains("the first epoch since the daemon started counting"),
+            "{svg}"
+        );
+        // Only the epoch that carries a report says so.
+        assert_eq!(svg.matches("traffic committed").count(), 1, "{svg}");
+        e.traffic = Some(TrafficReport::Failed {
+            reason: "the reader thread exited".into(),
+        });
+        assert!(
+            epoch_tooltip(&e, None, None, None)
+                .ends_with("; traffic not committed: the reader thread exited")
+        );
     }
 
     /// Issue 42: a TPM host that runs no guard was told its guard's sealed state rests on the

@@ -176,6 +176,7 @@ fn epochs(parsed: &[Row], agreement: Option<&RackAgreement>, window: u32) -> Vec
                     .map(|r| r.wipe_interval_ms),
                 missing_before: base.map_or(0, |(p, _, _)| row.seq - p.seq - 1),
                 forked,
+                traffic: st.as_ref().and_then(|s| s.predicate.traffic.clone()),
             });
         }
         if base.is_some() || prev.is_none() {
