@@ -193,10 +193,6 @@ mod layout {
     const _: () = assert!(size_of::<GuardRefusals>() == 9 * U64 + 2 * U32);
     const _: () = assert!(size_of::<TamperEvent>() == 2 * U32 + U64);
     const _: () = assert!(size_of::<crate::tap::TapChunkHeader>() == 6 * U32 + 2 * U64);
-    const _: () = assert!(
-        size_of::<crate::tap::TapChunk>()
-            == size_of::<crate::tap::TapChunkHeader>() + crate::tap::TAP_CHUNK_BYTES as usize
-    );
     const _: () = assert!(size_of::<crate::tap::TapStats>() == 7 * U64);
 }
 

@@ -1,8 +1,9 @@
 //! The tap: how the policer hands every packet it passes to the daemon. Shared by the tapped
 //! policer object (`ebpf/src/tap.rs`) and the daemon's reader (`daemon/src/taps/ring.rs`).
 //!
-//! A passed frame is copied into the ring buffer `RW_TAP` as one or more chunks of at most
-//! [`TAP_CHUNK_BYTES`], each a [`TapChunkHeader`] followed by the chunk's bytes. The chunks of
+//! A passed frame is copied into the ring buffer `RW_TAP` as one or more chunks, each a slot
+//! reserved in the ring: a [`TapChunkHeader`] followed by room for 128, 1,536 or
+//! [`TAP_CHUNK_BYTES`] bytes, of which the header's `chunk_len` are the frame's. The chunks of
 //! one frame are written by one program run on one CPU, in order, so the reader puts a frame
 //! together per (CPU, direction) and knows it whole when the bytes add up to `frame_len`. A
 //! frame the ring cannot take whole is dropped by the policer (fail closed): the kernel's
@@ -43,14 +44,6 @@ pub struct TapChunkHeader {
     pub frame_seq: u64,
     /// `bpf_ktime_get_ns` when the frame was charged.
     pub ktime_ns: u64,
-}
-
-/// One chunk as the program assembles it before `bpf_ringbuf_output`: a per-CPU scratch slot.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct TapChunk {
-    pub header: TapChunkHeader,
-    pub data: [u8; TAP_CHUNK_BYTES as usize],
 }
 
 /// Per CPU and direction, what the tap could not record (each such frame was dropped) and

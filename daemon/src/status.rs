@@ -437,6 +437,48 @@ fn render_epoch(s: &mut String, e: &crate::epoch::EpochStatus) {
         let _ = writeln!(s, "VERIFIER LOG CHECK FAILED: {f}");
     }
     render_root_of_trust(s, e);
+    if let Some(t) = &e.taps {
+        render_taps(s, t);
+    }
+}
+
+/// The tap: what the epoch in progress has read, the spool, the last commit.
+fn render_taps(s: &mut String, t: &crate::taps::runner::TapStatus) {
+    use rackwarden_attest::units::fmt_size;
+    let _ = writeln!(
+        s,
+        "tap: epoch in progress {} egress, {} ingress tapped ({} held in memory); spool {} of {}",
+        fmt_size(t.tapped_bytes[0]),
+        fmt_size(t.tapped_bytes[1]),
+        fmt_size(t.buffered_bytes),
+        fmt_size(t.spool_bytes),
+        fmt_size(t.spool_limit)
+    );
+    if let Some(l) = &t.last {
+        let unaccounted = l.unaccounted_bytes[0] + l.unaccounted_bytes[1];
+        let _ = writeln!(
+            s,
+            "  last commit: seq {}, {} records, root {}..., {} egress + {} ingress; {}{}",
+            l.seq,
+            l.records,
+            l.root.get(..16).unwrap_or(&l.root),
+            fmt_size(l.tapped_bytes[0]),
+            fmt_size(l.tapped_bytes[1]),
+            if unaccounted == 0 {
+                "unaccounted 0".to_string()
+            } else {
+                format!("UNACCOUNTED {} bytes", unaccounted)
+            },
+            if l.dropped_frames == 0 {
+                String::new()
+            } else {
+                format!(", tap DROPPED {} frames (fail closed)", l.dropped_frames)
+            }
+        );
+    }
+    if let Some(err) = &t.error {
+        let _ = writeln!(s, "  TAP COMMIT FAILED: {err}");
+    }
 }
 
 /// What every statement of this run says of the root of trust, and the AK's enrolment.

@@ -15,7 +15,7 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        generated::{bpf_ringbuf_output, bpf_skb_load_bytes},
+        generated::bpf_skb_load_bytes,
     },
     macros::{classifier, map},
     maps::{PerCpuArray, RingBuf},
@@ -25,7 +25,7 @@ use rackwarden_common::{
     DIR_EGRESS, DIR_INGRESS, NUM_BUCKETS,
     tap::{
         TAP_CHUNK_BYTES, TAP_CHUNK_MAGIC, TAP_MAX_CHUNKS, TAP_MAX_FRAME, TAP_RING_BYTES,
-        TapChunk, TapChunkHeader, TapStats,
+        TapChunkHeader, TapStats,
     },
 };
 
@@ -39,12 +39,6 @@ static RW_TAP: RingBuf = RingBuf::pinned(TAP_RING_BYTES, 0);
 
 #[map(name = "RW_TAP_STATS")]
 static RW_TAP_STATS: PerCpuArray<TapStats> = PerCpuArray::pinned(NUM_BUCKETS, 0);
-
-/// One chunk's worth of scratch per CPU: the frame's bytes are loaded here, then copied into
-/// the ring with the header in one `bpf_ringbuf_output`. Not pinned: it holds nothing
-/// between runs.
-#[map(name = "RW_TAP_SCRATCH")]
-static RW_TAP_SCRATCH: PerCpuArray<TapChunk> = PerCpuArray::with_max_entries(1, 0);
 
 #[classifier]
 pub fn rw_egress(ctx: TcContext) -> i32 {
@@ -86,19 +80,45 @@ fn tap(ctx: &TcContext, dir: u32, len: u64) -> Result<(), TapFailure> {
     result
 }
 
+/// A ring slot: the header and room for `N` bytes of the frame. Three sizes, so that an ACK
+/// does not take a 4 KiB slot and a full-MTU frame takes one slot.
+#[repr(C)]
+struct Slot<const N: usize> {
+    header: TapChunkHeader,
+    data: [u8; N],
+}
+
+/// Frames up to this size take one small slot (ACKs, token messages).
+const TINY: usize = 128;
+/// Frames up to this size take one MTU slot.
+const MTU: usize = 1536;
+
+/// Copies the frame into the ring: reserved in place and loaded straight into the slot (one
+/// copy), in the smallest slot it fits, or in chunks of `TAP_CHUNK_BYTES`.
 #[inline(always)]
 fn copy_frame(ctx: &TcContext, dir: u32, len: u64, seq: u64) -> Result<(), TapFailure> {
     if len == 0 || len > TAP_MAX_FRAME as u64 {
         return Err(TapFailure::TooLarge);
     }
     let frame_len = len as u32;
-    let Some(chunk) = RW_TAP_SCRATCH.get_ptr_mut(0) else {
-        return Err(TapFailure::Unreadable);
-    };
-    // SAFETY: per-CPU scratch, only this CPU touches it while this program runs.
-    let chunk = unsafe { &mut *chunk };
     // SAFETY: helpers without preconditions.
     let (cpu, now) = unsafe { (bpf_get_smp_processor_id(), bpf_ktime_get_ns()) };
+    let head = TapChunkHeader {
+        magic: TAP_CHUNK_MAGIC,
+        dir,
+        cpu,
+        frame_len,
+        chunk_offset: 0,
+        chunk_len: 0,
+        frame_seq: seq,
+        ktime_ns: now,
+    };
+    if frame_len as usize <= TINY {
+        return put::<TINY>(ctx, head, 0, frame_len);
+    }
+    if frame_len as usize <= MTU {
+        return put::<MTU>(ctx, head, 0, frame_len);
+    }
     let mut offset: u32 = 0;
     for _ in 0..TAP_MAX_CHUNKS {
         if offset >= frame_len {
@@ -108,45 +128,7 @@ fn copy_frame(ctx: &TcContext, dir: u32, len: u64, seq: u64) -> Result<(), TapFa
         if n > TAP_CHUNK_BYTES {
             n = TAP_CHUNK_BYTES;
         }
-        // `n` is 1..=TAP_CHUNK_BYTES here, but LLVM drops a check it can prove and the
-        // verifier then cannot: write the bound as arithmetic the verifier follows (an
-        // identity for every such `n`), behind a barrier the compiler does not see through.
-        let n = (core::hint::black_box(n).wrapping_sub(1) & (TAP_CHUNK_BYTES - 1)) + 1;
-        // SAFETY: `chunk.data` has TAP_CHUNK_BYTES bytes and `n` is at most that.
-        let loaded = unsafe {
-            bpf_skb_load_bytes(
-                ctx.skb.skb as *const _,
-                offset,
-                chunk.data.as_mut_ptr() as *mut _,
-                n,
-            )
-        };
-        if loaded != 0 {
-            return Err(TapFailure::Unreadable);
-        }
-        chunk.header = TapChunkHeader {
-            magic: TAP_CHUNK_MAGIC,
-            dir,
-            cpu,
-            frame_len,
-            chunk_offset: offset,
-            chunk_len: n,
-            frame_seq: seq,
-            ktime_ns: now,
-        };
-        let size = core::mem::size_of::<TapChunkHeader>() as u64 + n as u64;
-        // SAFETY: `chunk` is a map value of size_of::<TapChunk>() >= `size` bytes.
-        let out = unsafe {
-            bpf_ringbuf_output(
-                &raw const RW_TAP as *mut _,
-                chunk as *mut TapChunk as *mut _,
-                size,
-                0,
-            )
-        };
-        if out != 0 {
-            return Err(TapFailure::RingFull);
-        }
+        put::<{ TAP_CHUNK_BYTES as usize }>(ctx, head, offset, n)?;
         offset += n;
     }
     if offset == frame_len {
@@ -154,6 +136,45 @@ fn copy_frame(ctx: &TcContext, dir: u32, len: u64, seq: u64) -> Result<(), TapFa
     } else {
         Err(TapFailure::TooLarge)
     }
+}
+
+/// Reserves an `N`-byte slot, loads `n` (1..=N) bytes of the frame from `offset` into it and
+/// submits it; a failed load discards the slot.
+#[inline(always)]
+fn put<const N: usize>(
+    ctx: &TcContext,
+    head: TapChunkHeader,
+    offset: u32,
+    n: u32,
+) -> Result<(), TapFailure> {
+    // `n` is 1..=N here, but LLVM drops a check it can prove and the verifier then cannot:
+    // write the bound as arithmetic the verifier follows (an identity for every such `n`),
+    // behind a barrier the compiler does not see through. N is a power of two.
+    let n = (core::hint::black_box(n).wrapping_sub(1) & (N as u32 - 1)) + 1;
+    let Some(mut slot) = RW_TAP.reserve::<Slot<N>>(0) else {
+        return Err(TapFailure::RingFull);
+    };
+    let p = slot.as_mut_ptr();
+    // SAFETY: `p` is the reserved slot, `size_of::<Slot<N>>()` bytes, and `n <= N`.
+    let loaded = unsafe {
+        (*p).header = TapChunkHeader {
+            chunk_offset: offset,
+            chunk_len: n,
+            ..head
+        };
+        bpf_skb_load_bytes(
+            ctx.skb.skb as *const _,
+            offset,
+            (&raw mut (*p).data) as *mut _,
+            n,
+        )
+    };
+    if loaded != 0 {
+        slot.discard(0);
+        return Err(TapFailure::Unreadable);
+    }
+    slot.submit(0);
+    Ok(())
 }
 
 mod panic;

@@ -525,6 +525,7 @@ fn bare_evidence() -> statement::EpochEvidence {
         incidents: vec![],
         epoch: None,
         storage: Default::default(),
+        traffic: None,
     }
 }
 

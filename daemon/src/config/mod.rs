@@ -194,7 +194,16 @@ impl Config {
             },
         )?;
         let tpm = tpm::validate(&err, raw.tpm.map(Spanned::into_inner))?;
+        let taps_span = raw.taps.as_ref().map(|t| t.span());
         let taps = taps::validate(&err, raw.taps.map(Spanned::into_inner))?;
+        if matches!(taps, taps::Taps::On(_)) && epoch.is_none() {
+            // The reader runs with the epoch loop; without it the ring would fill and the
+            // tapped policer would drop every frame.
+            return Err(err(
+                taps_span,
+                "`[taps]` needs `[epoch]`: the tapped traffic is committed in each epoch's statement".into(),
+            ));
+        }
         Ok(Config {
             path: path.to_path_buf(),
             rack_id,
@@ -514,6 +523,20 @@ burst = "256 KiB"
         Config::parse(Path::new("/etc/rackwarden/rackwarden.toml"), text)
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn taps_name_their_key_and_line_and_need_the_epoch_loop() {
+        let bad = format!("{GOOD}\n[taps]\ninference = [\"udp:53\"]\n");
+        let e = err_of(&bad);
+        assert!(e.contains(":12: `taps.inference`: `udp:53`"), "{e}");
+        let small = format!("{GOOD}\n[taps]\nspool_limit = \"1 KiB\"\n");
+        assert!(err_of(&small).contains("`taps.spool_limit` must be at least 1 MiB"));
+        let alone = format!("{GOOD}\n[taps]\ninference = [\"tcp:8000\"]\n");
+        let e = err_of(&alone);
+        assert!(e.contains(":11: `[taps]` needs `[epoch]`"), "{e}");
+        let c = Config::parse(Path::new("x.toml"), GOOD).unwrap();
+        assert_eq!(c.taps, taps::Taps::Off);
     }
 
     #[test]

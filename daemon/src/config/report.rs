@@ -277,6 +277,8 @@ pub struct ConfigReport {
     pub check_interval: String,
     pub attach_mode: AttachMode,
     pub self_protection: GuardMode,
+    /// `[taps]` in words.
+    pub taps: String,
     pub epoch: Option<EpochSummary>,
     pub warnings: Vec<ConfigWarning>,
 }
@@ -503,11 +505,31 @@ pub fn report(
         check_interval: units::fmt_duration(cfg.check_interval),
         attach_mode: cfg.attach_mode,
         self_protection: cfg.self_protection,
+        taps: taps_text(&cfg.taps),
         epoch: cfg
             .epoch
             .as_ref()
             .map(|e| epoch_summary(e, &cfg.tpm, checked)),
         warnings,
+    }
+}
+
+fn taps_text(t: &super::taps::Taps) -> String {
+    match t {
+        super::taps::Taps::Off => "off (the plain policer: traffic is capped, not recorded)".into(),
+        super::taps::Taps::On(c) => format!(
+            "every passed frame recorded; HTTP/1.1 exchanges on {}; spool {}",
+            if c.inference.is_empty() {
+                "no endpoint (all raw flows)".to_string()
+            } else {
+                c.inference
+                    .iter()
+                    .map(|e| format!("tcp:{}", e.tcp_port))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            units::fmt_size(c.spool_limit)
+        ),
     }
 }
 
@@ -566,6 +588,7 @@ impl ConfigReport {
             "self-protection",
             guard_mode_name(self.self_protection).into(),
         );
+        line("taps", self.taps.clone());
         match &self.epoch {
             None => line(
                 "epoch loop",

@@ -166,6 +166,9 @@ pub struct EpochStatus {
     /// Where the AK's enrolment with the verifier stands; absent without a TPM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ak_enrolment: Option<AkEnrolment>,
+    /// The tap (`[taps]`): bytes read into the epoch in progress, the spool, the last commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taps: Option<crate::taps::runner::TapStatus>,
 }
 
 /// The AK's enrolment in this run: until it is enrolled, the verifier cannot check the
@@ -195,6 +198,8 @@ pub enum EpochCommand {
 
 #[derive(Debug, thiserror::Error)]
 pub enum EpochError {
+    #[error("{0}")]
+    Taps(crate::taps::TapError),
     #[error("epoch.signing_key {path}: {source}")]
     Key {
         path: PathBuf,
@@ -230,6 +235,8 @@ pub struct EpochHandle {
     /// Bytes the running wipe has filled or verified: a wipe of 2 TB takes a while, and this
     /// moving is how the watchdog knows it is not stuck.
     pub wipe_progress: Arc<AtomicU64>,
+    /// The tap's thread, where `[taps]` is configured.
+    pub taps: Option<Arc<crate::taps::runner::TapHandle>>,
 }
 
 impl EpochHandle {
@@ -238,6 +245,7 @@ impl EpochHandle {
         if let Ok(d) = self.delivery_status.lock() {
             s.delivery = d.clone();
         }
+        s.taps = self.taps.as_ref().map(|t| t.status());
         Some(s)
     }
 }
@@ -279,6 +287,8 @@ struct EpochLoop {
     /// crash tests can `kill -9` the daemon inside any state. It only adds a pause; nothing
     /// the epoch does or signs changes. Never set outside tests.
     test_hold: Option<(String, Duration)>,
+    /// The tap's thread, committing each epoch's traffic at its statement (`[taps]`).
+    taps: Option<Arc<crate::taps::runner::TapHandle>>,
 }
 
 /// How one epoch ended, short of a statement.

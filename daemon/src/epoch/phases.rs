@@ -301,6 +301,25 @@ impl EpochLoop {
         })
     }
 
+    /// The epoch's traffic, committed by the tap's thread (`[taps]`): a commit that fails is
+    /// said in the statement, never left out.
+    fn commit_traffic(&self, seq: u64) -> Option<rackwarden_attest::traffic::TrafficReport> {
+        use rackwarden_attest::traffic::TrafficReport;
+        let taps = self.taps.as_ref()?;
+        Some(match taps.commit(seq) {
+            Ok((summary, spool)) => TrafficReport::Committed {
+                summary: Box::new(summary),
+                spool,
+            },
+            Err(e) => {
+                log::error!("epoch {seq}: the tap could not commit the epoch's traffic: {e}");
+                TrafficReport::Failed {
+                    reason: e.to_string(),
+                }
+            }
+        })
+    }
+
     /// Signing -> Waiting: the statement is signed, appended, fsynced and handed to delivery.
     fn sign(
         &mut self,
@@ -324,6 +343,7 @@ impl EpochLoop {
         // statement, with both checkpoints.
         let keeper = super::tlog::LogKeeper::new(&self.cfg.state_paths());
         let (log_incidents, failures_recorded) = keeper.undisclosed();
+        let traffic = self.commit_traffic(seq);
         let ev = EpochEvidence {
             challenge: ch.statement_challenge(),
             wipe,
@@ -331,6 +351,7 @@ impl EpochLoop {
             incidents: self.carried.iter().cloned().chain(log_incidents).collect(),
             epoch: Some(run),
             storage: std::mem::take(&mut epoch.storage),
+            traffic,
         };
         // A key written by `keygen --rotate` since the last statement is announced in this one.
         if let Err(e) = self.keys.refresh_next() {

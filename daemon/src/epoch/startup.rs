@@ -152,6 +152,23 @@ fn open_root_of_trust(cfg: &Config) -> Result<Attestor, EpochError> {
     Ok(attestor)
 }
 
+/// The tap's reader, where `[taps]` is configured: it must see the tapped policer's ring, which
+/// the limiter loaded before the epoch loop starts.
+fn start_taps(cfg: &Config) -> Result<Option<Arc<crate::taps::runner::TapHandle>>, EpochError> {
+    let crate::config::taps::Taps::On(tc) = &cfg.taps else {
+        return Ok(None);
+    };
+    let pins = crate::pins::PinPaths::new(&cfg.pin_root);
+    let handle = crate::taps::runner::TapHandle::start(&pins, &cfg.state_paths(), tc)
+        .map_err(EpochError::Taps)?;
+    log::info!(
+        "tap: reading every frame the policer passes; inference endpoints {:?}, spool {} bytes",
+        tc.inference.iter().map(|e| e.tcp_port).collect::<Vec<_>>(),
+        tc.spool_limit
+    );
+    Ok(Some(Arc::new(handle)))
+}
+
 /// Opens the log, recovers an interrupted epoch, and starts the epoch and delivery threads.
 /// `ecfg` is `cfg.epoch`. Fails (before anything runs) on an unusable key or log.
 pub fn start(
@@ -214,6 +231,7 @@ pub fn start(
             next_keyid: keys.next_keyid(),
             root_of_trust: Some(attestor.root_of_trust().clone()),
             ak_enrolment: None,
+            taps: None,
         })),
         delivery_status: Arc::new(Mutex::new(DeliveryStatus::default())),
         epoch_heartbeat_ms: Arc::new(AtomicU64::new(now)),
@@ -222,6 +240,7 @@ pub fn start(
         durable_len: Arc::new(AtomicU64::new(log.durable_len())),
         endpoint: Arc::new(Mutex::new(ecfg.verifier.clone())),
     };
+    let taps = start_taps(cfg)?;
     let kick = start_delivery(cfg, keys.ring(), &shared, stop)?;
     let (cmd_tx, cmd_rx) = mpsc::channel();
     let lp = EpochLoop {
@@ -247,6 +266,7 @@ pub fn start(
         heartbeat_ms: shared.epoch_heartbeat_ms.clone(),
         wipe_progress: shared.wipe_progress.clone(),
         test_hold: test_hold_from_env(),
+        taps: taps.clone(),
     };
     std::thread::Builder::new()
         .name("epoch".into())
@@ -262,5 +282,6 @@ pub fn start(
         epoch_heartbeat_ms: shared.epoch_heartbeat_ms,
         delivery_heartbeat_ms: shared.delivery_heartbeat_ms,
         wipe_progress: shared.wipe_progress,
+        taps,
     })
 }

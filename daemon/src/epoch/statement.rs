@@ -95,6 +95,8 @@ pub struct EpochEvidence {
     /// What the epoch did to storage before the wipe (swap turned off, volumes erased by
     /// key): the storage inventory carries it.
     pub storage: crate::storage::EpochStorage,
+    /// The epoch's traffic as the tap committed it (`[taps]`); `None` without the tap.
+    pub traffic: Option<rackwarden_attest::traffic::TrafficReport>,
 }
 
 /// Signs the next statement of `log` with `key`, quotes it where `log` has a TPM, appends it
@@ -147,6 +149,7 @@ pub fn sign_and_append<L: StatementLog>(
         root_of_trust,
         // Taken now, after the wipe: what could carry state into the next epoch.
         storage: Some(crate::storage::take(ev.storage)),
+        traffic: ev.traffic,
     };
     let st = Statement::new(subject, predicate);
     let payload = st

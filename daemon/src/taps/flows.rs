@@ -153,8 +153,8 @@ pub struct FlowEpoch {
     pub flow: FlowId,
     pub egress: EpochPart,
     pub ingress: EpochPart,
-    /// Bytes held out of order at the cut in either direction (not yet in the stream).
-    pub held: u64,
+    /// Bytes held out of order at the cut, egress and ingress (not yet in the streams).
+    pub held: [u64; 2],
 }
 
 #[derive(Default)]
@@ -211,7 +211,7 @@ impl FlowTable {
                     flow: *id,
                     egress: std::mem::take(&mut e.epoch),
                     ingress: std::mem::take(&mut i.epoch),
-                    held: (e.held() + i.held()) as u64,
+                    held: [e.held() as u64, i.held() as u64],
                 });
             }
             let keep = f.active || f.streams.iter().any(|s| s.held() > 0);
@@ -276,12 +276,12 @@ mod tests {
         }
         let out = t.cut();
         assert_eq!(out[0].egress.bytes, b"ab");
-        assert_eq!(out[0].held, 2);
+        assert_eq!(out[0].held, [2, 0]);
         let f = frame(3, 0x10, b"cd");
         t.push(Direction::Egress, &f, &parse(&f, Direction::Egress));
         let out = t.cut();
         assert_eq!(out[0].egress.bytes, b"cdef");
-        assert_eq!(out[0].held, 0);
+        assert_eq!(out[0].held, [0, 0]);
     }
 
     #[test]

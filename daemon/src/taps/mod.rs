@@ -14,7 +14,11 @@ pub mod cut;
 pub mod flows;
 pub mod frame;
 pub mod http;
+pub mod records;
 pub mod ring;
+pub mod runner;
+pub mod spool;
+mod summary;
 
 use std::{path::PathBuf, time::Instant};
 
@@ -36,6 +40,12 @@ pub enum TapError {
     Counters(String),
     #[error("tap cut file {path}: {detail}")]
     CutFile { path: PathBuf, detail: String },
+    #[error("tap spool {path}: {detail}")]
+    Spool { path: PathBuf, detail: String },
+    #[error("tap records: {0}")]
+    Records(String),
+    #[error("tap thread: {0}")]
+    Thread(String),
 }
 
 /// One epoch's traffic as the tap saw it.
@@ -45,8 +55,8 @@ pub struct TapEpoch {
     pub totals: CutTotals,
     /// Frame bytes the reader took into this epoch, per direction (egress, ingress).
     pub tapped: [u64; 2],
-    /// The tap's drops since it was loaded, per direction (cumulative kernel counts).
-    pub drops: [TapStats; 2],
+    /// What the tap dropped in the epoch, by reason.
+    pub drops: rackwarden_attest::traffic::TapDrops,
     pub discards: ReaderDiscards,
     /// Whether the epoch's start is the last committed cut (`Resumed`) or this process's
     /// first look at the counters with nothing committed before (`FirstStart`: bytes passed
@@ -54,12 +64,7 @@ pub struct TapEpoch {
     pub start: EpochStart,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EpochStart {
-    Resumed,
-    FirstStart,
-}
+pub use rackwarden_attest::traffic::EpochStart;
 
 /// The reading side of the tap: frames into flows, and the epoch cut.
 pub struct TapReader {
@@ -70,6 +75,8 @@ pub struct TapReader {
     cut_file: PathBuf,
     start: EpochStart,
     tapped: [u64; 2],
+    /// The kernel's drop counts at the previous cut (at open: now).
+    drops_before: [TapStats; 2],
     /// Payload bytes the flows may hold before the reader stops taking frames (the ring then
     /// fills and the policer drops: fail closed).
     buffer_limit: u64,
@@ -85,7 +92,12 @@ impl TapReader {
             Some(at) => (Ledger::starting_at(at), EpochStart::Resumed),
             None => (Ledger::starting_at(passed(&maps)?), EpochStart::FirstStart),
         };
+        let drops_before = [
+            reader.stats(Direction::Egress)?,
+            reader.stats(Direction::Ingress)?,
+        ];
         Ok(TapReader {
+            drops_before,
             reader,
             maps,
             flows: FlowTable::default(),
@@ -95,6 +107,16 @@ impl TapReader {
             tapped: [0; 2],
             buffer_limit,
         })
+    }
+
+    /// Frame bytes read into the epoch in progress (egress, ingress).
+    pub fn tapped_so_far(&self) -> [u64; 2] {
+        self.tapped
+    }
+
+    /// Payload bytes the flows hold in memory for the epoch in progress.
+    pub fn buffered(&self) -> u64 {
+        self.flows.buffered()
     }
 
     /// Waits up to `timeout` for frames, then takes what the ring holds. Returns the number
@@ -143,16 +165,24 @@ impl TapReader {
                 last_progress = Instant::now();
             }
         }
-        let totals = self.ledger.close(&target, &taken_next);
+        let mut totals = self.ledger.close(&target, &taken_next);
+        // The statement's identity, per direction: unaccounted = passed - tapped. (Per CPU the
+        // ledger agrees; this also holds where a reader ran past a counter it never caught.)
+        for d in 0..2 {
+            totals.unaccounted[d] = totals.passed[d].saturating_sub(self.tapped[d]);
+        }
         write_cut(&self.cut_file, &target)?;
+        let drops_now = [
+            self.reader.stats(Direction::Egress)?,
+            self.reader.stats(Direction::Ingress)?,
+        ];
+        let drops = summary::drops(&drops_now, &self.drops_before);
+        self.drops_before = drops_now;
         let epoch = TapEpoch {
             flows: self.flows.cut(),
             totals,
             tapped: std::mem::take(&mut self.tapped),
-            drops: [
-                self.reader.stats(Direction::Egress)?,
-                self.reader.stats(Direction::Ingress)?,
-            ],
+            drops,
             discards: self.reader.discards,
             start: self.start,
         };

@@ -49,6 +49,9 @@ fn main() {
     if all || what.iter().any(|w| w == "epoch") {
         bench_epoch();
     }
+    if all || what.iter().any(|w| w == "taps") {
+        bench_taps();
+    }
     if all || what.iter().any(|w| w == "tpm") {
         rackwarden_tests::tpmbench::bench_tpm();
     }
@@ -1086,6 +1089,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
         next_key: None,
         root_of_trust: None,
         storage: None,
+        traffic: None,
     }
 }
 
@@ -1562,6 +1566,139 @@ fn classifier_ns_per_packet() {
     drop(drop_prog);
     drop(limiter);
     let _ = pins.remove_all();
+}
+
+// ---- taps: the tapped policer against the plain one, and what the records cost ----
+
+fn bench_taps() {
+    use rackwarden::limiter::loader::PolicerVariant;
+    println!("== bench taps ==");
+    let pid = std::process::id();
+    let spec = |rate| CapSpec {
+        rate_bytes_per_s: rate,
+        burst_bytes: 1 << 20,
+        small_reserve_bytes: 16_384,
+        small_max_len: 1024,
+    };
+    let pass = CapSlot::Cap(spec(1_000_000_000_000));
+    let plain_pins = PinPaths::new(format!("/sys/fs/bpf/rwbench-plain-{pid}"));
+    let tapped_pins = PinPaths::new(format!("/sys/fs/bpf/rwbench-tapped-{pid}"));
+    let plain = Limiter::load_or_adopt(&plain_pins, &[pass, pass], PolicerVariant::Plain)
+        .expect("load the plain policer");
+    let tapped = Limiter::load_or_adopt(&tapped_pins, &[pass, pass], PolicerVariant::Tapped)
+        .expect("load the tapped policer");
+    let prog = |pins: &PinPaths| {
+        aya::programs::SchedClassifier::from_pin(pins.prog(Direction::Egress.prog_name())).unwrap()
+    };
+    let (plain_prog, tapped_prog) = (prog(&plain_pins), prog(&tapped_pins));
+    let plain_fd = plain_prog.fd().unwrap().as_fd().as_raw_fd();
+    let tapped_fd = tapped_prog.fd().unwrap().as_fd().as_raw_fd();
+    let mut reader = rackwarden::taps::ring::FrameReader::open(&tapped_pins).unwrap();
+    // 20,000 runs of a 1400-byte frame fill 29 MB of the 32 MiB ring: the ring is drained
+    // between rounds (outside the timing), so every timed run takes the tap's pass path.
+    let (rounds, repeat) = (15, 20_000u32);
+    let (mut a, mut o, mut r) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        reader.drain(|_| {});
+        let (p_ns, p_v) = test_run(plain_fd, repeat);
+        let (t_ns, t_v) = test_run(tapped_fd, repeat);
+        assert_eq!((p_v, t_v), (TC_ACT_OK, TC_ACT_OK), "both pass the frame");
+        let frames = reader.drain(|f| assert_eq!(f.bytes.len(), 1400));
+        assert_eq!(frames, repeat as usize, "the tap recorded every run");
+        a.push(p_ns);
+        o.push(t_ns);
+        r.push(t_ns / p_ns);
+    }
+    println!(
+        "-- per packet via BPF_PROG_TEST_RUN, 1400-byte frame, {rounds} alternating rounds of {repeat} runs, medians --"
+    );
+    println!(
+        "{:<44} {:>8.1} {:>8.1} {:>8.2}x   (goal <= 1.5x)",
+        "policer + tap vs policer alone (pass)",
+        median(&mut a),
+        median(&mut o),
+        median(&mut r)
+    );
+    drop((plain_prog, tapped_prog, plain, tapped));
+    let _ = plain_pins.remove_all();
+    let _ = tapped_pins.remove_all();
+    taps_records_and_reader_cpu();
+}
+
+/// Real TCP at 10 MB/s through the tapped policer in network namespaces: the reader's CPU
+/// while it keeps up, and what the epoch's records and spool cost per byte.
+fn taps_records_and_reader_cpu() {
+    use rackwarden::taps::{TapReader, records::RecordMaker, spool};
+    let net = Net::new("btap");
+    let cap = CapSlot::Cap(CapSpec {
+        rate_bytes_per_s: 10_000_000,
+        burst_bytes: 1 << 20,
+        small_reserve_bytes: 16_384,
+        small_max_len: 1024,
+    });
+    let pins = net.attach_tapped_limiter([cap, cap]);
+    let reader = TapReader::open(&pins, net.dir.join("tap-cut.json"), 1 << 30).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let polling = std::thread::spawn(move || {
+        let mut reader = reader;
+        let t0 = thread_cpu();
+        let w0 = std::time::Instant::now();
+        while !s2.load(std::sync::atomic::Ordering::SeqCst) {
+            reader.poll(Duration::from_millis(20));
+        }
+        (reader, thread_cpu() - t0, w0.elapsed().as_secs_f64())
+    });
+    let secs = 5.0;
+    let (port, sink) = rackwarden_tests::tcp_sink(&net.out_ns, rackwarden_tests::OUT_ADDR);
+    let dst: SocketAddr = format!("{}:{port}", rackwarden_tests::OUT_ADDR)
+        .parse()
+        .unwrap();
+    rackwarden_tests::tcp_send(&net.rack_ns, dst, secs)
+        .join()
+        .unwrap();
+    let (got, _) = sink.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut reader, cpu, wall) = polling.join().unwrap();
+    let e = reader.cut().unwrap();
+    let tapped = e.tapped[0] + e.tapped[1];
+    let mut maker = RecordMaker::new(vec![]);
+    let records = maker.records(1, e.flows.clone());
+    let spooled: usize = records
+        .iter()
+        .map(|r| spool::encode(r).unwrap().len())
+        .sum();
+    println!(
+        "-- 10 MB/s cap, one TCP transfer of {secs} s ({got} bytes delivered), the reader on its own thread --"
+    );
+    println!(
+        "{:<44} {:>8.2}%  of one core ({cpu:.3} s CPU in {wall:.1} s; goal <= 5%)",
+        "reader CPU while the rack sends at the cap",
+        100.0 * cpu / wall
+    );
+    println!(
+        "{:<44} {:>8} B  (fixed-width leaf; goal <= 200 B)",
+        "commitment bytes per record",
+        rackwarden_attest::traffic::LEAF_LEN
+    );
+    println!(
+        "{:<44} {:>8.3}   ({spooled} spool bytes for {tapped} tapped bytes, {} records; goal <= 1.05)",
+        "spool bytes per tapped byte",
+        spooled as f64 / tapped as f64,
+        records.len()
+    );
+    assert_eq!(e.totals.unaccounted, [0, 0], "every passed byte was tapped");
+}
+
+/// CPU seconds this thread has used.
+fn thread_cpu() -> f64 {
+    // SAFETY: a zeroed rusage is valid, and getrusage fills it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_THREAD on the calling thread, a valid out pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
 }
 
 // ---- 2. veth throughput with the cap far above the offered load, with and without us ----

@@ -114,6 +114,7 @@ pub fn attest(config: &Path, key: &Path, log: &Path, nonce: Option<Nonce>) -> an
             incidents: vec![],
             epoch: None,
             storage: Default::default(),
+            traffic: None,
         },
         None,
     )?;
