@@ -15,7 +15,7 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        generated::bpf_skb_load_bytes,
+        generated::{bpf_ringbuf_output, bpf_skb_load_bytes},
     },
     macros::{classifier, map},
     maps::{PerCpuArray, RingBuf},
@@ -39,6 +39,13 @@ static RW_TAP: RingBuf = RingBuf::pinned(TAP_RING_BYTES, 0);
 
 #[map(name = "RW_TAP_STATS")]
 static RW_TAP_STATS: PerCpuArray<TapStats> = PerCpuArray::pinned(NUM_BUCKETS, 0);
+
+/// One chunk of scratch per CPU for frames larger than an MTU slot: loaded here, then copied
+/// into the ring with its header by one `bpf_ringbuf_output`. Not pinned: it holds nothing
+/// between runs.
+#[map(name = "RW_TAP_SCRATCH")]
+static RW_TAP_SCRATCH: PerCpuArray<Slot<{ TAP_CHUNK_BYTES as usize }>> =
+    PerCpuArray::with_max_entries(1, 0);
 
 #[classifier]
 pub fn rw_egress(ctx: TcContext) -> i32 {
@@ -93,8 +100,9 @@ const TINY: usize = 128;
 /// Frames up to this size take one MTU slot.
 const MTU: usize = 1536;
 
-/// Copies the frame into the ring: reserved in place and loaded straight into the slot (one
-/// copy), in the smallest slot it fits, or in chunks of `TAP_CHUNK_BYTES`.
+/// Copies the frame into the ring: a frame up to an MTU is loaded straight into a slot
+/// reserved in the ring (one copy), in the smallest slot it fits; a larger one goes in chunks
+/// of `TAP_CHUNK_BYTES` through the scratch.
 #[inline(always)]
 fn copy_frame(ctx: &TcContext, dir: u32, len: u64, seq: u64) -> Result<(), TapFailure> {
     if len == 0 || len > TAP_MAX_FRAME as u64 {
@@ -119,6 +127,14 @@ fn copy_frame(ctx: &TcContext, dir: u32, len: u64, seq: u64) -> Result<(), TapFa
     if frame_len as usize <= MTU {
         return put::<MTU>(ctx, head, 0, frame_len);
     }
+    // Larger frames (GSO super-packets) go through a per-CPU scratch chunk and
+    // `bpf_ringbuf_output`: a reservation held across loop iterations makes the 6.1
+    // verifier explore every path of the loop (over its million-instruction limit).
+    let Some(chunk) = RW_TAP_SCRATCH.get_ptr_mut(0) else {
+        return Err(TapFailure::Unreadable);
+    };
+    // SAFETY: per-CPU scratch, only this CPU touches it while this program runs.
+    let chunk = unsafe { &mut *chunk };
     let mut offset: u32 = 0;
     for _ in 0..TAP_MAX_CHUNKS {
         if offset >= frame_len {
@@ -128,7 +144,38 @@ fn copy_frame(ctx: &TcContext, dir: u32, len: u64, seq: u64) -> Result<(), TapFa
         if n > TAP_CHUNK_BYTES {
             n = TAP_CHUNK_BYTES;
         }
-        put::<{ TAP_CHUNK_BYTES as usize }>(ctx, head, offset, n)?;
+        // See `put` for why the bound is written this way.
+        let n = (core::hint::black_box(n).wrapping_sub(1) & (TAP_CHUNK_BYTES - 1)) + 1;
+        // SAFETY: `chunk.data` has TAP_CHUNK_BYTES bytes and `n` is at most that.
+        let loaded = unsafe {
+            bpf_skb_load_bytes(
+                ctx.skb.skb as *const _,
+                offset,
+                chunk.data.as_mut_ptr() as *mut _,
+                n,
+            )
+        };
+        if loaded != 0 {
+            return Err(TapFailure::Unreadable);
+        }
+        chunk.header = TapChunkHeader {
+            chunk_offset: offset,
+            chunk_len: n,
+            ..head
+        };
+        let size = core::mem::size_of::<TapChunkHeader>() as u64 + n as u64;
+        // SAFETY: `chunk` is a map value of size_of::<Chunk>() >= `size` bytes.
+        let out = unsafe {
+            bpf_ringbuf_output(
+                &raw const RW_TAP as *mut _,
+                chunk as *mut Slot<{ TAP_CHUNK_BYTES as usize }> as *mut _,
+                size,
+                0,
+            )
+        };
+        if out != 0 {
+            return Err(TapFailure::RingFull);
+        }
         offset += n;
     }
     if offset == frame_len {
@@ -149,8 +196,13 @@ fn put<const N: usize>(
 ) -> Result<(), TapFailure> {
     // `n` is 1..=N here, but LLVM drops a check it can prove and the verifier then cannot:
     // write the bound as arithmetic the verifier follows (an identity for every such `n`),
-    // behind a barrier the compiler does not see through. N is a power of two.
-    let n = (core::hint::black_box(n).wrapping_sub(1) & (N as u32 - 1)) + 1;
+    // behind a barrier the compiler does not see through. The mask is the power of two at or
+    // above N (N = 1536 is not one), so the comparison after it is needed and kept.
+    let mask = (N as u32).next_power_of_two() - 1;
+    let n = (core::hint::black_box(n).wrapping_sub(1) & mask) + 1;
+    if n > N as u32 {
+        return Err(TapFailure::TooLarge);
+    }
     let Some(mut slot) = RW_TAP.reserve::<Slot<N>>(0) else {
         return Err(TapFailure::RingFull);
     };

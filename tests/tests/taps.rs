@@ -63,6 +63,12 @@ const RESPONSE_BODY: usize = 70_000;
 const BULK: usize = 4 << 20;
 const DATAGRAMS: usize = 200;
 
+/// Datagram `i`: sizes spread over 1 to 1,472 bytes, so that frames of every ring slot size
+/// (small, MTU) and every length within them cross the tap.
+fn datagram(i: usize) -> Vec<u8> {
+    pattern(4 + (i % 7) as u8, 1 + (i * 7 + i / 3) % 1472)
+}
+
 fn request() -> Vec<u8> {
     let body = pattern(1, REQUEST_BODY);
     let mut r = format!(
@@ -133,8 +139,7 @@ fn traffic(net: &Net, lossy: bool) {
         s.shutdown(std::net::Shutdown::Write).unwrap();
         let u = UdpSocket::bind((RACK_ADDR, 0)).unwrap();
         for i in 0..DATAGRAMS {
-            u.send_to(&pattern(4 + (i % 7) as u8, 1000), (OUT_ADDR, 9001))
-                .unwrap();
+            u.send_to(&datagram(i), (OUT_ADDR, 9001)).unwrap();
             thread::sleep(Duration::from_micros(200));
         }
     });
@@ -248,9 +253,7 @@ fn every_passed_byte_is_tapped_and_each_stream_is_what_was_sent() {
     );
 
     let udp = flow(&e, PROTO_UDP, None, Some(9001));
-    let sent: Vec<u8> = (0..DATAGRAMS)
-        .flat_map(|i| pattern(4 + (i % 7) as u8, 1000))
-        .collect();
+    let sent: Vec<u8> = (0..DATAGRAMS).flat_map(datagram).collect();
     assert_eq!(udp.egress.bytes, sent, "the datagrams' payloads, in order");
     assert_eq!(udp.egress.frames, DATAGRAMS as u64);
 }

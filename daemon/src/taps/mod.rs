@@ -14,6 +14,7 @@ pub mod cut;
 pub mod flows;
 pub mod frame;
 pub mod http;
+pub mod openings;
 pub mod records;
 pub mod ring;
 pub mod runner;
