@@ -1574,13 +1574,7 @@ fn bench_taps() {
     use rackwarden::limiter::loader::PolicerVariant;
     println!("== bench taps ==");
     let pid = std::process::id();
-    let spec = |rate| CapSpec {
-        rate_bytes_per_s: rate,
-        burst_bytes: 1 << 20,
-        small_reserve_bytes: 16_384,
-        small_max_len: 1024,
-    };
-    let pass = CapSlot::Cap(spec(1_000_000_000_000));
+    let pass = CapSlot::Cap(tap_bench_cap(1_000_000_000_000));
     let plain_pins = PinPaths::new(format!("/sys/fs/bpf/rwbench-plain-{pid}"));
     let tapped_pins = PinPaths::new(format!("/sys/fs/bpf/rwbench-tapped-{pid}"));
     let plain = Limiter::load_or_adopt(&plain_pins, &[pass, pass], PolicerVariant::Plain)
@@ -1630,12 +1624,7 @@ fn bench_taps() {
 fn taps_records_and_reader_cpu() {
     use rackwarden::taps::{TapReader, records::RecordMaker, spool};
     let net = Net::new("btap");
-    let cap = CapSlot::Cap(CapSpec {
-        rate_bytes_per_s: 10_000_000,
-        burst_bytes: 1 << 20,
-        small_reserve_bytes: 16_384,
-        small_max_len: 1024,
-    });
+    let cap = CapSlot::Cap(tap_bench_cap(10_000_000));
     let pins = net.attach_tapped_limiter([cap, cap]);
     let reader = TapReader::open(&pins, net.dir.join("tap-cut.json"), 1 << 30).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1689,6 +1678,16 @@ fn taps_records_and_reader_cpu() {
         records.len()
     );
     assert_eq!(e.totals.unaccounted, [0, 0], "every passed byte was tapped");
+}
+
+/// The taps rows' cap: `rate`, a 1 MiB burst, the default small-packet reserve.
+fn tap_bench_cap(rate: u64) -> CapSpec {
+    CapSpec {
+        rate_bytes_per_s: rate,
+        burst_bytes: 1 << 20,
+        small_reserve_bytes: 16_384,
+        small_max_len: 1024,
+    }
 }
 
 /// CPU seconds this thread has used.
