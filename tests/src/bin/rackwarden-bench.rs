@@ -1617,6 +1617,74 @@ fn bench_taps() {
     let _ = plain_pins.remove_all();
     let _ = tapped_pins.remove_all();
     taps_records_and_reader_cpu();
+    taps_tcp_throughput();
+}
+
+/// TCP over one veth pair with the cap far above the load, the tapped policer against the
+/// plain one: the same pair and pins, the variant switched between rounds the way a daemon
+/// switches it (a no-gap upgrade), the reader draining the ring on its own thread.
+fn taps_tcp_throughput() {
+    use rackwarden::limiter::loader::PolicerVariant;
+    let net = Net::new("btpt");
+    let far = CapSlot::Cap(CapSpec {
+        burst_bytes: 1 << 24,
+        ..tap_bench_cap(100_000_000_000)
+    });
+    let pins = net.attach_bare_limiter([far, far]);
+    let switch = |variant: PolicerVariant| {
+        let (p2, ifc) = (pins.clone(), net.rack_if.clone());
+        in_netns(&net.rack_ns, move || {
+            let mut l = Limiter::load_or_adopt(&p2, &[far, far], variant).expect("load");
+            l.choose_kind(rackwarden::config::AttachMode::Auto, &ifc);
+            l.replace_attached(std::slice::from_ref(&ifc))
+                .expect("replace the policer");
+        });
+    };
+    // The tapped object once, so its ring exists for the reader.
+    switch(PolicerVariant::Tapped);
+    let mut reader = rackwarden::taps::ring::FrameReader::open(&pins).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let draining = std::thread::spawn(move || {
+        while !s2.load(std::sync::atomic::Ordering::SeqCst) {
+            reader.wait(Duration::from_millis(10));
+            reader.drain(|_| {});
+        }
+    });
+    let (rounds, secs) = (7, 2.0);
+    let transfer = || {
+        let (port, sink) = rackwarden_tests::tcp_sink(&net.out_ns, rackwarden_tests::OUT_ADDR);
+        let dst: SocketAddr = format!("{}:{port}", rackwarden_tests::OUT_ADDR)
+            .parse()
+            .unwrap();
+        rackwarden_tests::tcp_send(&net.rack_ns, dst, secs)
+            .join()
+            .unwrap();
+        let (got, t) = sink.join().unwrap();
+        got as f64 / t
+    };
+    let (mut plain, mut tapped, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        switch(PolicerVariant::Plain);
+        let p = transfer();
+        switch(PolicerVariant::Tapped);
+        let t = transfer();
+        plain.push(p);
+        tapped.push(t);
+        ratio.push(t / p);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    draining.join().unwrap();
+    println!(
+        "-- TCP over veth, cap far above the load, {rounds} alternating rounds of {secs} s, medians --"
+    );
+    println!(
+        "{:<44} {:>8.3} {:>8.3} {:>8.3}x   (GB/s plain, tapped; goal >= 0.98x)",
+        "TCP throughput with the tap vs without",
+        median(&mut plain) / 1e9,
+        median(&mut tapped) / 1e9,
+        median(&mut ratio)
+    );
 }
 
 /// Real TCP at 10 MB/s through the tapped policer in network namespaces: the reader's CPU
