@@ -76,10 +76,4 @@ impl TapStats {
         self.unreadable_bytes = self.unreadable_bytes.wrapping_add(o.unreadable_bytes);
         self.next_frame_seq = self.next_frame_seq.wrapping_add(o.next_frame_seq);
     }
-    /// Frames the tap dropped, for any reason.
-    pub fn dropped_frames(&self) -> u64 {
-        self.ring_full_frames
-            .wrapping_add(self.too_large_frames)
-            .wrapping_add(self.unreadable_frames)
-    }
 }

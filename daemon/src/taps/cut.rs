@@ -12,16 +12,22 @@ use std::time::{Duration, Instant};
 
 use rackwarden_attest::evidence::Direction;
 
+use rackwarden_attest::traffic::idx;
+
 use super::ring::TappedFrame;
 
 /// Kernel passed bytes, per direction (egress, ingress) and CPU.
 pub type PerCpuBytes = [Vec<u64>; 2];
 
-pub fn slot(dir: Direction) -> usize {
-    match dir {
-        Direction::Egress => 0,
-        Direction::Ingress => 1,
+/// `v`'s count for `dir` and `cpu`, the row grown to reach it (CPUs appear as frames and
+/// counters name them).
+pub fn cell(v: &mut PerCpuBytes, dir: Direction, cpu: u32) -> &mut u64 {
+    let row = &mut v[idx(dir)];
+    let i = cpu as usize;
+    if row.len() <= i {
+        row.resize(i + 1, 0);
     }
+    &mut row[i]
 }
 
 /// The reader's side of the count: cumulative bytes taken, per direction and CPU, on the
@@ -52,28 +58,16 @@ impl Ledger {
         }
     }
 
-    fn cell(v: &mut PerCpuBytes, dir: Direction, cpu: u32) -> &mut u64 {
-        let row = &mut v[slot(dir)];
-        let i = cpu as usize;
-        if row.len() <= i {
-            row.resize(i + 1, 0);
-        }
-        &mut row[i]
-    }
-
     /// Counts a frame taken outside a cut.
     pub fn take(&mut self, f: &TappedFrame) {
-        *Self::cell(&mut self.taken, f.dir, f.cpu) += f.bytes.len() as u64;
+        *cell(&mut self.taken, f.dir, f.cpu) += f.bytes.len() as u64;
     }
 
     /// Counts a frame taken during a cut towards `target`: the ending epoch's while its CPU
     /// has not reached the target, the next one's after.
     pub fn take_towards(&mut self, f: &TappedFrame, target: &PerCpuBytes) -> Belongs {
-        let goal = target[slot(f.dir)]
-            .get(f.cpu as usize)
-            .copied()
-            .unwrap_or(0);
-        let taken = Self::cell(&mut self.taken, f.dir, f.cpu);
+        let goal = target[idx(f.dir)].get(f.cpu as usize).copied().unwrap_or(0);
+        let taken = cell(&mut self.taken, f.dir, f.cpu);
         let belongs = if *taken < goal {
             Belongs::Ending
         } else {
@@ -109,7 +103,8 @@ impl Ledger {
     /// `target`. Frames never reached are written off here, so they are disclosed once.
     pub fn close(&mut self, target: &PerCpuBytes, taken_next: &PerCpuBytes) -> CutTotals {
         let mut totals = CutTotals::default();
-        for d in 0..2 {
+        for dir in Direction::ALL {
+            let d = idx(dir);
             for (c, &t) in target[d].iter().enumerate() {
                 let start = self.epoch_start[d].get(c).copied().unwrap_or(0);
                 let next = taken_next[d].get(c).copied().unwrap_or(0);
@@ -121,19 +116,12 @@ impl Ledger {
                 totals.passed[d] += t.saturating_sub(start);
                 totals.unaccounted[d] += t.saturating_sub(taken);
                 if taken < t {
-                    *Self::cell_at(&mut self.taken, d, c) = t + next;
+                    *cell(&mut self.taken, dir, c as u32) = t + next;
                 }
             }
         }
         self.epoch_start = target.clone();
         totals
-    }
-
-    fn cell_at(v: &mut PerCpuBytes, d: usize, c: usize) -> &mut u64 {
-        if v[d].len() <= c {
-            v[d].resize(c + 1, 0);
-        }
-        &mut v[d][c]
     }
 }
 

@@ -164,13 +164,6 @@ pub struct FlowTable {
     buffered: u64,
 }
 
-fn slot(dir: Direction) -> usize {
-    match dir {
-        Direction::Egress => 0,
-        Direction::Ingress => 1,
-    }
-}
-
 impl FlowTable {
     /// Adds one tapped frame (`frame_len` bytes as charged) to its flow.
     pub fn push(&mut self, dir: Direction, frame: &[u8], parsed: &ParsedFrame) {
@@ -182,7 +175,7 @@ impl FlowTable {
             f
         });
         flow.active = true;
-        let s = &mut flow.streams[slot(dir)];
+        let s = &mut flow.streams[rackwarden_attest::traffic::idx(dir)];
         s.epoch.wire += frame.len() as u64;
         s.epoch.frames += 1;
         let payload = frame.get(parsed.payload.clone()).unwrap_or(&[]);

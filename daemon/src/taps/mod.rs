@@ -154,11 +154,7 @@ impl TapReader {
                 .drain(|f| match ledger.take_towards(&f, &target) {
                     Belongs::Ending => add(flows, tapped, &f),
                     Belongs::Next => {
-                        let row = &mut taken_next[cut::slot(f.dir)];
-                        if row.len() <= f.cpu as usize {
-                            row.resize(f.cpu as usize + 1, 0);
-                        }
-                        row[f.cpu as usize] += f.bytes.len() as u64;
+                        *cut::cell(&mut taken_next, f.dir, f.cpu) += f.bytes.len() as u64;
                         next.push(f);
                     }
                 });
@@ -196,7 +192,7 @@ impl TapReader {
 }
 
 fn add(flows: &mut FlowTable, tapped: &mut [u64; 2], f: &TappedFrame) {
-    tapped[cut::slot(f.dir)] += f.bytes.len() as u64;
+    tapped[rackwarden_attest::traffic::idx(f.dir)] += f.bytes.len() as u64;
     let parsed = frame::parse(&f.bytes, f.dir);
     flows.push(f.dir, &f.bytes, &parsed);
 }

@@ -22,7 +22,7 @@ use rackwarden_attest::{
     traffic::{Opening, SumTree, TrafficRoot, sample_offsets},
 };
 
-use super::spool;
+use super::spool::{self, path_for};
 
 /// What the verifier demanded for one epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,13 +57,6 @@ pub enum OpeningsError {
     },
     #[error("the epoch's sum tree: {0}")]
     Tree(String),
-}
-
-/// The spool file of epoch `seq` under `spool_dir`.
-///
-/// This must match `TapSpool::path` in `spool.rs` (private there): `<seq:020>.records`.
-pub fn path_for(spool_dir: &Path, seq: u64) -> PathBuf {
-    spool_dir.join(format!("{seq:020}.records"))
 }
 
 /// Opens, from the spool file of `demand.seq`, the record covering each demanded offset, in

@@ -19,6 +19,14 @@ use super::{TapError, records::Record};
 pub struct TapSpool {
     dir: PathBuf,
     limit: u64,
+    /// Bytes in the spool as of the last look at the directory (at open and at each epoch's
+    /// write): what `status` shows without reading the directory every time it is asked.
+    used: u64,
+}
+
+/// The spool file of epoch `seq` under `spool_dir`: the one place the name is made.
+pub fn path_for(spool_dir: &Path, seq: u64) -> PathBuf {
+    spool_dir.join(format!("{seq:020}.records"))
 }
 
 /// Whether an epoch's records are in the spool (the statement's word for it).
@@ -35,11 +43,17 @@ impl TapSpool {
                 path: dir.clone(),
                 detail: e.to_string(),
             })?;
-        Ok(TapSpool { dir, limit })
+        let mut spool = TapSpool {
+            dir,
+            limit,
+            used: 0,
+        };
+        spool.used = spool.epochs().iter().map(|(_, n)| n).sum();
+        Ok(spool)
     }
 
     fn path(&self, seq: u64) -> PathBuf {
-        self.dir.join(format!("{seq:020}.records"))
+        path_for(&self.dir, seq)
     }
 
     /// The spooled epochs, oldest first, with their sizes.
@@ -56,7 +70,7 @@ impl TapSpool {
     }
 
     pub fn bytes(&self) -> u64 {
-        self.epochs().iter().map(|(_, n)| n).sum()
+        self.used
     }
 
     /// Writes epoch `seq`'s records, making room by removing the oldest epochs.
@@ -90,8 +104,12 @@ impl TapSpool {
                 used -= n;
             }
         }
+        self.used = used;
         match write_private(&self.path(seq), &text) {
-            Ok(()) => Kept::Kept { bytes: size },
+            Ok(()) => {
+                self.used += size;
+                Kept::Kept { bytes: size }
+            }
             Err(e) => Kept::NotKept {
                 reason: format!("{}: {e}", self.path(seq).display()),
             },
