@@ -94,6 +94,11 @@ pub enum IngestItem<R = AttestationResult> {
         /// rejected statement, and from verifiers without a log).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         log: Option<LogEntry>,
+        /// The sample the verifier drew for the statement's traffic root (absent when the
+        /// statement commits no traffic or the policy samples none): the host answers it
+        /// with `POST /v1/openings` by its deadline.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sample: Option<crate::traffic::SampleDemand>,
     },
     /// The verifier failed on this statement; nothing of it was kept (no `result` key).
     Failed {
@@ -105,7 +110,7 @@ pub enum IngestItem<R = AttestationResult> {
 
 impl IngestItem {
     pub fn judged(index: usize, outcome: IngestOutcome) -> IngestItem {
-        Self::judged_logged(index, outcome, None)
+        Self::judged_logged(index, outcome, None, None)
     }
 
     /// An item for a stored statement with its log entry.
@@ -113,6 +118,7 @@ impl IngestItem {
         index: usize,
         outcome: IngestOutcome,
         log: Option<LogEntry>,
+        sample: Option<crate::traffic::SampleDemand>,
     ) -> IngestItem {
         IngestItem::Judged {
             index,
@@ -120,6 +126,7 @@ impl IngestItem {
             result: outcome.result,
             reason: outcome.reason,
             log,
+            sample,
         }
     }
 

@@ -246,6 +246,10 @@ pub fn example_statement() -> Statement {
             }),
             spool: SpoolState::Kept { bytes: 0 },
         }),
+        openings: vec![crate::traffic::OpeningsRef {
+            epoch_seq: 0,
+            sha3_256: [0; 32],
+        }],
     };
     Statement::new(
         vec![Subject {

@@ -119,6 +119,11 @@ pub struct EpochPredicate {
     /// tap (`[taps]`). Absent on hosts without it and in statements of older daemons.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic: Option<crate::traffic::TrafficReport>,
+    /// The openings of sampled epochs the verifier acknowledged since the host's previous
+    /// statement (issue 27): each epoch and the SHA3-256 of the envelope sent. Absent when
+    /// there are none, and in statements of older daemons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub openings: Vec<crate::traffic::OpeningsRef>,
 }
 
 /// The key a host rotates to (see [`EpochPredicate::next_key`]).

@@ -46,6 +46,7 @@ fn statement(seq: u64, prev: String) -> Statement {
             root_of_trust: None,
             storage: None,
             traffic: None,
+            openings: Vec::new(),
         },
     )
 }

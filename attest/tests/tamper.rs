@@ -40,6 +40,7 @@ fn predicate(seq: u64, prev: String, start: u64, end: u64) -> EpochPredicate {
         root_of_trust: None,
         storage: None,
         traffic: None,
+        openings: Vec::new(),
     }
 }
 

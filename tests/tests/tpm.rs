@@ -526,6 +526,7 @@ fn bare_evidence() -> statement::EpochEvidence {
         epoch: None,
         storage: Default::default(),
         traffic: None,
+        openings: Vec::new(),
     }
 }
 

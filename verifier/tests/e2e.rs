@@ -284,6 +284,8 @@ struct Epoch {
     next_key: Option<NextKey>,
     /// What the host's tap committed of the epoch's traffic, if it runs one.
     traffic: Option<rackwarden_attest::traffic::TrafficReport>,
+    /// The openings the statement names as acknowledged.
+    openings: Vec<rackwarden_attest::traffic::OpeningsRef>,
 }
 
 impl Default for Epoch {
@@ -306,6 +308,7 @@ impl Default for Epoch {
             trigger: EpochTrigger::Interval,
             next_key: None,
             traffic: None,
+            openings: Vec::new(),
         }
     }
 }
@@ -428,6 +431,7 @@ impl Host {
             root_of_trust: None,
             storage: None,
             traffic: e.traffic,
+            openings: e.openings,
         }
     }
 }

@@ -25,6 +25,7 @@
 //! Everything here is pure: no I/O, no clock, no randomness of its own.
 
 mod leaf;
+mod openings;
 mod report;
 mod sample;
 mod sum_tree;
@@ -32,11 +33,15 @@ mod summary;
 mod wire;
 
 pub use leaf::{FlowKey, LEAF_DOMAIN, LEAF_LEN, RecordKind, StreamPart, TrafficLeaf};
+pub use openings::{
+    CheckedRecord, EpochOpenings, OPENINGS_PAYLOAD_TYPE, OpenedRecord, OpeningsOutcome, OpeningsReceipt,
+    OpeningsRef, OpeningsRefused, SampleDemand,
+};
 pub use report::{SpoolState, TrafficReport};
 pub use sample::{SAMPLE_DOMAIN, sample_offsets};
 pub use sum_tree::{
     EMPTY_DOMAIN, NODE_DOMAIN, OpeningError, SumPath, SumSibling, SumTree, TrafficRoot, empty_root,
-    node_hash, verify_opening,
+    node_hash, verified_ranges, verify_opening,
 };
 pub use summary::{DropCount, EpochStart, Opening, SummaryError, TapDrops, TrafficSummary};
 

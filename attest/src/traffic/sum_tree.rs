@@ -320,6 +320,30 @@ pub fn verify_opening(
     dir: Direction,
     offset: u64,
 ) -> Result<(), OpeningError> {
+    let ranges = verified_ranges(root, leaf, path)?;
+    let total = root.bytes[idx(dir)];
+    if offset >= total {
+        return Err(OpeningError::OffsetBeyondEpoch {
+            dir,
+            offset,
+            bytes: total,
+        });
+    }
+    let Range { start, end } = ranges[idx(dir)].clone();
+    if !(start..end).contains(&offset) {
+        return Err(OpeningError::OffsetOutside { offset, start, end });
+    }
+    Ok(())
+}
+
+/// Checks 1 to 3 of [`verify_opening`] (the leaf and its path lead to `root`) and returns
+/// the leaf's byte range in each direction (egress, ingress), which the left siblings' byte
+/// counts fix: the bytes of the epoch only this record can be opened for.
+pub fn verified_ranges(
+    root: &TrafficRoot,
+    leaf: &TrafficLeaf,
+    path: &SumPath,
+) -> Result<[Range<u64>; 2], OpeningError> {
     if path.leaves != root.records {
         return Err(OpeningError::TreeSize {
             path: path.leaves,
@@ -344,13 +368,16 @@ pub fn verify_opening(
         sha3_256: leaf.leaf_hash(),
         bytes: weight,
     };
-    let mut start = 0u64;
+    let mut start = [0u64; 2];
     for (sibling, side) in path.siblings.iter().zip(sides) {
         node = match side {
             Side::Left => {
-                start = start
-                    .checked_add(sibling.bytes[idx(dir)])
-                    .ok_or(OpeningError::Overflow)?;
+                for d in Direction::ALL {
+                    let i = idx(d);
+                    start[i] = start[i]
+                        .checked_add(sibling.bytes[i])
+                        .ok_or(OpeningError::Overflow)?;
+                }
                 parent(sibling, &node)
             }
             Side::Right => parent(&node, sibling),
@@ -373,21 +400,13 @@ pub fn verify_opening(
             });
         }
     }
-    let total = root.bytes[idx(dir)];
-    if offset >= total {
-        return Err(OpeningError::OffsetBeyondEpoch {
-            dir,
-            offset,
-            bytes: total,
-        });
-    }
-    let end = start
-        .checked_add(weight[idx(dir)])
-        .ok_or(OpeningError::Overflow)?;
-    if !(start..end).contains(&offset) {
-        return Err(OpeningError::OffsetOutside { offset, start, end });
-    }
-    Ok(())
+    let range = |i: usize| -> Result<Range<u64>, OpeningError> {
+        let end = start[i]
+            .checked_add(weight[i])
+            .ok_or(OpeningError::Overflow)?;
+        Ok(start[i]..end)
+    };
+    Ok([range(0)?, range(1)?])
 }
 
 #[cfg(test)]

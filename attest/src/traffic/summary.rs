@@ -169,7 +169,7 @@ impl Opening {
 }
 
 /// The bytes of `encoded`, if they are exactly the bytes `part` describes.
-fn bytes_of(
+pub(super) fn bytes_of(
     which: &'static str,
     encoded: &str,
     part: &super::StreamPart,

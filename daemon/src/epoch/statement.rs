@@ -97,6 +97,8 @@ pub struct EpochEvidence {
     pub storage: crate::storage::EpochStorage,
     /// The epoch's traffic as the tap committed it (`[taps]`); `None` without the tap.
     pub traffic: Option<rackwarden_attest::traffic::TrafficReport>,
+    /// The openings the verifier acknowledged since the previous statement.
+    pub openings: Vec<rackwarden_attest::traffic::OpeningsRef>,
 }
 
 /// Signs the next statement of `log` with `key`, quotes it where `log` has a TPM, appends it
@@ -150,6 +152,7 @@ pub fn sign_and_append<L: StatementLog>(
         // Taken now, after the wipe: what could carry state into the next epoch.
         storage: Some(crate::storage::take(ev.storage)),
         traffic: ev.traffic,
+        openings: ev.openings,
     };
     let st = Statement::new(subject, predicate);
     let payload = st

@@ -1090,6 +1090,7 @@ fn sample_predicate(seq: u64, prev: String) -> rackwarden_attest::statement::Epo
         root_of_trust: None,
         storage: None,
         traffic: None,
+        openings: Vec::new(),
     }
 }
 

@@ -624,6 +624,7 @@ mod tests {
             missing_before: 0,
             forked: false,
             traffic: None,
+            openings: Vec::new(),
         }
     }
 

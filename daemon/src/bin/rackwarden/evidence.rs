@@ -115,6 +115,7 @@ pub fn attest(config: &Path, key: &Path, log: &Path, nonce: Option<Nonce>) -> an
             epoch: None,
             storage: Default::default(),
             traffic: None,
+            openings: Vec::new(),
         },
         None,
     )?;
