@@ -158,10 +158,17 @@ pub enum FindingCode {
     /// The host did not keep the epoch's records (`SpoolState::NotKept`): none can be opened.
     /// Contraindicated when the policy requires traffic, a warning otherwise.
     TrafficNotKept,
+    /// A sampled epoch's openings were not received by their deadline.
+    TrafficOpeningMissing,
+    /// A sampled epoch's openings were refused: a record's bytes, path or epoch does not
+    /// match what was committed, or a drawn offset went unanswered.
+    TrafficOpeningRefused,
+    /// The statement names openings the verifier never received (another digest, or none).
+    TrafficOpeningUnknown,
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 76] = [
+    pub const ALL: [FindingCode; 79] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -238,6 +245,9 @@ impl FindingCode {
         FindingCode::TrafficUnaccounted,
         FindingCode::TrafficTapDrops,
         FindingCode::TrafficNotKept,
+        FindingCode::TrafficOpeningMissing,
+        FindingCode::TrafficOpeningRefused,
+        FindingCode::TrafficOpeningUnknown,
     ];
 
     pub fn aspect(self) -> Aspect {
@@ -317,7 +327,10 @@ impl FindingCode {
             | FindingCode::TrafficInconsistent
             | FindingCode::TrafficUnaccounted
             | FindingCode::TrafficTapDrops
-            | FindingCode::TrafficNotKept => Aspect::Traffic,
+            | FindingCode::TrafficNotKept
+            | FindingCode::TrafficOpeningMissing
+            | FindingCode::TrafficOpeningRefused
+            | FindingCode::TrafficOpeningUnknown => Aspect::Traffic,
         }
     }
 
@@ -400,6 +413,9 @@ impl FindingCode {
             FindingCode::TrafficUnaccounted => "traffic_unaccounted",
             FindingCode::TrafficTapDrops => "traffic_tap_drops",
             FindingCode::TrafficNotKept => "traffic_not_kept",
+            FindingCode::TrafficOpeningMissing => "traffic_opening_missing",
+            FindingCode::TrafficOpeningRefused => "traffic_opening_refused",
+            FindingCode::TrafficOpeningUnknown => "traffic_opening_unknown",
         }
     }
 
@@ -589,6 +605,15 @@ impl FindingCode {
             }
             FindingCode::TrafficNotKept => {
                 "the host did not keep this epoch's traffic records: none of them can be opened when sampled"
+            }
+            FindingCode::TrafficOpeningMissing => {
+                "the records sampled from an earlier epoch were not opened by their deadline: what the host sent then cannot be checked"
+            }
+            FindingCode::TrafficOpeningRefused => {
+                "the records opened for a sampled epoch do not match what the host committed (bytes, path or epoch), or leave a drawn offset unanswered"
+            }
+            FindingCode::TrafficOpeningUnknown => {
+                "the statement names openings this verifier never received"
             }
         }
     }

@@ -7,6 +7,10 @@
 //!   `GET /v1/racks/{rack}`, `GET /v1/hosts/{rack}/{host}/statements?limit=N`
 //! - `GET /v1/hosts/{rack}/{host}/statements/{seq}` the statements stored at that seq (two
 //!   for a fork)
+//! - `POST /v1/openings` a DSSE envelope (`application/vnd.rackwarden.traffic-openings+json`)
+//!   of the records a sample drawn for one epoch landed in, signed by the host's key ->
+//!   `OpeningsReceipt` (matched or refused, kept either way); 404 for an epoch with no
+//!   sample, 409 when the epoch was answered with other bytes, 403 for a bad signature
 //! - `POST /v1/tpm/enroll` a DSSE envelope (`application/vnd.rackwarden.tpm-enroll+json`) of a
 //!   `TpmEnrollRequest`, signed by the host's enrolled key -> `TpmCredential` (a credential
 //!   for the AK under the certified EK); 409 when `[tpm] ek_roots` is not configured; counts
@@ -54,6 +58,7 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
     Router::new()
         .route("/v1/challenges", post(challenge))
         .route("/v1/statements", post(statements))
+        .route("/v1/openings", post(openings))
         .route("/v1/tpm/enroll", post(tpm_enroll))
         .route("/v1/tpm/activate", post(tpm_activate))
         .route("/v1/racks", get(racks))
@@ -163,11 +168,36 @@ async fn statements(State(st): State<Arc<AppState>>, headers: HeaderMap, body: B
                 .into_iter()
                 .enumerate()
                 .map(|(i, o)| match o {
-                    Ok(Ingested { outcome, log }) => IngestItem::judged_logged(i, outcome, log),
+                    Ok(Ingested {
+                        outcome,
+                        log,
+                        sample,
+                    }) => IngestItem::judged_logged(i, outcome, log, sample),
                     Err(e) => IngestItem::failed(i, e.to_string()),
                 })
                 .collect(),
         }),
+    }
+}
+
+async fn openings(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    use crate::service::OpeningsError as E;
+    if let Err(r) = require_json(&headers) {
+        return r;
+    }
+    match with_verifier(&st, move |v| v.accept_openings(&body, now_ms())).await {
+        Err(r) => r,
+        Ok(Ok(receipt)) => json(&receipt),
+        Ok(Err(e)) => {
+            let code = match &e {
+                E::NotEnvelope(_) | E::Malformed(_) => StatusCode::BAD_REQUEST,
+                E::UnknownKey | E::Signature(_) => StatusCode::FORBIDDEN,
+                E::NoSample { .. } => StatusCode::NOT_FOUND,
+                E::AlreadyAnswered { .. } => StatusCode::CONFLICT,
+                E::Verifier(_) => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            error(code, e.to_string())
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use rackwarden_attest::statement::{Challenge, Statement};
 use rackwarden_attest::tpm::TpmSidecar;
 
 use crate::{
-    appraisal::{Context, NonceLookup, tpm::TpmContext},
+    appraisal::{Context, NonceLookup, tpm::TpmContext, traffic::TrafficContext},
     store::{DbError, HostKey, JudgingQuery, Store},
 };
 
@@ -65,6 +65,19 @@ pub fn load(
     // rotated away from by an earlier statement) while the service runs is retired at once.
     let row = rows.key.as_ref().unwrap_or(hk);
     let next_key_enrolled = rows.next_key;
+    // The samples whose deadline fell in this epoch: after the last stored statement before
+    // this one ended, up to this one's end.
+    let after_ms = baseline
+        .as_ref()
+        .map_or(0, |b| b.predicate.epoch_end_unix_ms);
+    let traffic = TrafficContext {
+        due: store.samples_due(&hk.rack, &hk.host, after_ms, p.epoch_end_unix_ms)?,
+        named: p
+            .openings
+            .iter()
+            .map(|r| Ok((*r, store.openings(&hk.rack, &hk.host, r.epoch_seq)?)))
+            .collect::<Result<_, DbError>>()?,
+    };
     Ok(Context {
         keyid: hk.keyid.clone(),
         retired_ms: row.retired_ms,
@@ -94,5 +107,6 @@ pub fn load(
             position: rows.tpm_position,
             statement_digest: pae_sha3,
         },
+        traffic,
     })
 }

@@ -137,6 +137,15 @@ pub fn recheck(store: &Store, policy: &Policy) -> Result<RecheckReport, Verifier
     for n in store.all_nonces()? {
         fresh.insert_nonce(&n.nonce, &n.rack, &n.host, n.issued_ms, n.expires_ms)?;
     }
+    // The samples as drawn and the openings as received: ingest keeps a stored sample
+    // rather than drawing again, and the traffic aspect reads both by their times.
+    let (samples, openings) = store.all_samples_and_openings()?;
+    for s in &samples {
+        fresh.insert_sample(s)?;
+    }
+    for o in &openings {
+        fresh.insert_openings(o)?;
+    }
     let digest = policy.digest();
     let mut v = Verifier::new(fresh, policy.clone())?;
     let all = store.all_statements()?;

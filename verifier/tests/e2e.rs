@@ -3174,3 +3174,276 @@ fn an_instance_with_another_log_key_refuses_to_serve_the_shared_log() {
     s.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One epoch's records as a host commits them: three records whose frame bytes add up to
+/// 1 MB each way (the epoch's `egress_delta`/`ingress_delta`), with their payload bytes.
+struct CommittedEpoch {
+    leaves: Vec<rackwarden_attest::traffic::TrafficLeaf>,
+    bytes: Vec<(Vec<u8>, Vec<u8>)>,
+    tree: rackwarden_attest::traffic::SumTree,
+}
+
+impl CommittedEpoch {
+    fn new(seq: u64) -> CommittedEpoch {
+        use rackwarden_attest::traffic::*;
+        let bytes: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (
+                b"POST /v1/completions HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello".to_vec(),
+                b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nworld!".to_vec(),
+            ),
+            (vec![0x42; 2000], vec![0x17; 300]),
+            (b"GET /health HTTP/1.1\r\n\r\n".to_vec(), b"".to_vec()),
+        ];
+        let wire = [[400_000, 300_000], [500_000, 600_000], [100_000, 100_000]];
+        let leaves: Vec<TrafficLeaf> = bytes
+            .iter()
+            .zip(wire)
+            .enumerate()
+            .map(|(i, ((input, output), wire))| TrafficLeaf {
+                epoch_seq: seq,
+                kind: if i == 1 {
+                    RecordKind::RawFlow
+                } else {
+                    RecordKind::Exchange
+                },
+                flow: FlowKey {
+                    proto: 6,
+                    local: "10.0.0.2:8000".parse().unwrap(),
+                    remote: format!("10.0.0.9:{}", 40000 + i).parse().unwrap(),
+                },
+                input: StreamPart::of_bytes(0, input),
+                output: StreamPart::of_bytes(0, output),
+                wire,
+            })
+            .collect();
+        let tree = SumTree::build(&leaves).unwrap();
+        CommittedEpoch {
+            leaves,
+            bytes,
+            tree,
+        }
+    }
+
+    fn report(&self) -> rackwarden_attest::traffic::TrafficReport {
+        use rackwarden_attest::traffic::*;
+        let root = self.tree.root();
+        TrafficReport::Committed {
+            summary: Box::new(TrafficSummary {
+                root,
+                passed: root.bytes,
+                unaccounted: [0, 0],
+                tap_drops: TapDrops::default(),
+                held: [0, 0],
+                start: EpochStart::Resumed,
+            }),
+            spool: SpoolState::Kept { bytes: 4096 },
+        }
+    }
+
+    /// The honest answer to `demand` (a JSON `SampleDemand`), signed by `h`'s key; `tamper`
+    /// edits it before signing.
+    fn openings(
+        &self,
+        h: &Host,
+        demand: &Value,
+        tamper: impl FnOnce(&mut rackwarden_attest::traffic::EpochOpenings),
+    ) -> Vec<u8> {
+        use base64::Engine as _;
+        use rackwarden_attest::traffic::*;
+        let demand: SampleDemand = serde_json::from_value(demand.clone()).unwrap();
+        let root = self.tree.root();
+        let mut wanted: Vec<usize> = demand
+            .offsets(&root)
+            .iter()
+            .flat_map(|(d, offs)| offs.iter().map(|o| self.tree.locate(*d, *o).unwrap()))
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let mut o = EpochOpenings {
+            rack: h.rack.clone(),
+            host: h.host.clone(),
+            epoch_seq: demand.epoch_seq,
+            root,
+            records: wanted
+                .into_iter()
+                .map(|i| OpenedRecord {
+                    leaf: self.leaves[i],
+                    path: self.tree.open(i).unwrap(),
+                    input_base64: b64(&self.bytes[i].0),
+                    output_base64: b64(&self.bytes[i].1),
+                })
+                .collect(),
+        };
+        tamper(&mut o);
+        dsse::sign(
+            &h.key,
+            OPENINGS_PAYLOAD_TYPE,
+            &serde_json::to_vec(&o).unwrap(),
+        )
+        .to_json()
+        .unwrap()
+    }
+}
+
+fn openings_ref(seq: u64, envelope: &[u8]) -> rackwarden_attest::traffic::OpeningsRef {
+    rackwarden_attest::traffic::OpeningsRef {
+        epoch_seq: seq,
+        sha3_256: rackwarden_attest::sha3(envelope),
+    }
+}
+
+/// Issue 27, sampling after commitment: the verifier answers a stored traffic root with a
+/// sample; the host's openings are checked against it and kept; the next statement names
+/// them. An opening with a byte changed is refused and so is the statement naming it; a
+/// sample left unanswered past its deadline contraindicates the statement whose epoch the
+/// deadline falls in; a statement naming openings the verifier never got is contraindicated;
+/// an epoch takes one answer. The page says what was sampled and opened, and recheck
+/// re-derives every verdict.
+#[test]
+fn sampled_epochs_are_opened_checked_and_judged() {
+    let (dir, config, port) = setup("openings", "1 h", None);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace(
+            "[racks.rack-a]",
+            "[policy.taps]\nrequired = true\nsamples = 6\nopening_deadline = \"2 s\"\n\n[racks.rack-a]",
+        ),
+    )
+    .unwrap();
+    let k = enroll(&config, &dir, "rack-a", "h1");
+    let s = Server::start(&dir, &config, port);
+    let mut h = Host::new(k, "rack-a", "h1");
+
+    // Epoch 0: committed, sampled.
+    let e0 = CommittedEpoch::new(0);
+    let r = post_challenged(
+        &s,
+        &mut h,
+        Epoch {
+            traffic: Some(e0.report()),
+            ..Default::default()
+        },
+    );
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+    let demand = r["sample"].clone();
+    assert_eq!(demand["epoch_seq"], 0, "{r}");
+    assert_eq!(demand["per_direction"], 6, "{r}");
+    // An epoch with no sample takes no openings.
+    let stray = e0.openings(&h, &json!({"epoch_seq": 7, "randomness": "00".repeat(32), "per_direction": 1, "deadline_ms": 0}), |_| {});
+    let (code, v) = post(&s, "/v1/openings", stray);
+    assert_eq!(code, 404, "{v}");
+    // The honest answer matches; the same bytes again get the same receipt; other bytes
+    // for the same epoch are refused.
+    let good0 = e0.openings(&h, &demand, |_| {});
+    let (code, v) = post(&s, "/v1/openings", good0.clone());
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["outcome"]["status"], "matched", "{v}");
+    assert_eq!(v["sha3_256"], hex::encode(rackwarden_attest::sha3(&good0)));
+    let (code, again) = post(&s, "/v1/openings", good0.clone());
+    assert_eq!((code, &again), (200, &v));
+    let other = e0.openings(&h, &demand, |o| o.records.reverse());
+    let (code, v) = post(&s, "/v1/openings", other);
+    assert_eq!(code, 409, "{v}");
+
+    // Epoch 1 names epoch 0's openings: affirming. Its own sample is answered with one byte
+    // changed: kept, refused.
+    let e1 = CommittedEpoch::new(1);
+    let r = post_challenged(
+        &s,
+        &mut h,
+        Epoch {
+            traffic: Some(e1.report()),
+            openings: vec![openings_ref(0, &good0)],
+            ..Default::default()
+        },
+    );
+    assert_eq!(r["result"]["status"], "affirming", "{r}");
+    let bad1 = e1.openings(&h, &r["sample"], |o| {
+        let r = &mut o.records[0];
+        let mut b =
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &r.input_base64)
+                .unwrap();
+        b[0] ^= 1;
+        r.input_base64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &b);
+    });
+    let (code, v) = post(&s, "/v1/openings", bad1.clone());
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["outcome"]["status"], "refused", "{v}");
+    assert!(
+        v["outcome"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("do not have the record's SHA3-256 digest"),
+        "{v}"
+    );
+
+    // Epoch 2 names the refused openings: contraindicated. Its own sample goes unanswered.
+    let e2 = CommittedEpoch::new(2);
+    let r = post_challenged(
+        &s,
+        &mut h,
+        Epoch {
+            traffic: Some(e2.report()),
+            openings: vec![openings_ref(1, &bad1)],
+            ..Default::default()
+        },
+    );
+    assert_eq!(codes(&r), vec!["traffic_opening_refused"], "{r}");
+    assert_eq!(r["result"]["status"], "contraindicated", "{r}");
+    let demand2 = r["sample"].clone();
+
+    // Past epoch 1's and 2's deadlines, epoch 3 ends: 1 was answered (refused), 2 not at
+    // all. It also names openings the verifier never got.
+    std::thread::sleep(Duration::from_millis(2_500));
+    let duration_ms = now() - h.last_end;
+    let r = post_challenged(
+        &s,
+        &mut h,
+        Epoch {
+            traffic: Some(CommittedEpoch::new(3).report()),
+            openings: vec![openings_ref(2, b"never sent")],
+            duration_ms,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        codes(&r),
+        vec![
+            "traffic_opening_refused",
+            "traffic_opening_missing",
+            "traffic_opening_unknown"
+        ],
+        "{r}"
+    );
+    // Answered late: kept and matched, but the deadline had passed; recheck, which sees
+    // the late answer, still re-derives epoch 3's verdict from the receipt times.
+    let (code, v) = post(&s, "/v1/openings", e2.openings(&h, &demand2, |_| {}));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["outcome"]["status"], "matched", "{v}");
+    let page = client()
+        .get(s.url("/racks/rack-a"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        page.contains("data-code=\"traffic_opening_missing\"")
+            && page.contains("sampled 6 offsets per direction"),
+        "{page}"
+    );
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["recheck"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("0 differences"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

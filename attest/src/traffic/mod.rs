@@ -34,8 +34,8 @@ mod wire;
 
 pub use leaf::{FlowKey, LEAF_DOMAIN, LEAF_LEN, RecordKind, StreamPart, TrafficLeaf};
 pub use openings::{
-    CheckedRecord, EpochOpenings, OPENINGS_PAYLOAD_TYPE, OpenedRecord, OpeningsOutcome, OpeningsReceipt,
-    OpeningsRef, OpeningsRefused, SampleDemand,
+    CheckedRecord, EpochOpenings, OPENINGS_PAYLOAD_TYPE, OpenedRecord, OpeningsOutcome,
+    OpeningsReceipt, OpeningsRef, OpeningsRefused, SampleDemand,
 };
 pub use report::{SpoolState, TrafficReport};
 pub use sample::{SAMPLE_DOMAIN, sample_offsets};

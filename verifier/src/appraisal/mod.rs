@@ -76,6 +76,8 @@ pub struct Context {
     pub last_wipe_ms: Option<u64>,
     /// The quote that came with the statement and what it is checked against.
     pub tpm: tpm::TpmContext,
+    /// The host's samples due in this epoch and the openings the statement names.
+    pub traffic: traffic::TrafficContext,
 }
 
 /// What the store says about the statement's nonce.
@@ -197,9 +199,9 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
         storage::check(&mut j, st);
     }
     // After the storage, for the same reason.
-    let traffic = traffic::in_play(&j, st);
+    let traffic = traffic::in_play(&j, st, &ctx.traffic);
     if traffic {
-        traffic::check(&mut j, st);
+        traffic::check(&mut j, st, &ctx.traffic, now_ms);
     }
     Appraisal {
         result: j.result(st, root_of_trust, storage, traffic),

@@ -5,23 +5,55 @@
 //! the records must be kept so that sampled ones can be opened. A statement without a report
 //! (a host without the tap, a daemon older than it) is judged as before unless the policy
 //! requires one.
+//!
+//! Sampling: each epoch the verifier drew offsets for must be answered with its openings by
+//! the sample's deadline. The statement whose epoch the deadline falls in (after the host's
+//! previous stored statement ended, up to this one's end) carries the finding when no
+//! openings were received by then, or when they were refused; a statement that names
+//! openings the verifier does not hold, or holds refused, carries one too. Both rest on
+//! stored rows (the samples, the openings with their receipt times), so `recheck`
+//! re-derives them.
 
 use rackwarden_attest::{
     evidence::Direction,
     statement::Statement,
-    traffic::{SpoolState, TapDrops, TrafficReport, TrafficSummary, idx},
+    traffic::{
+        OpeningsOutcome, OpeningsRef, SpoolState, TapDrops, TrafficReport, TrafficSummary, idx,
+    },
     units::fmt_size,
 };
 
 use super::{FindingCode as C, Judge, Status};
+use crate::store::{OpeningsRow, SampleAndAnswer};
 
-/// Whether the traffic aspect is in a verdict: the statement carries a report, or the policy
-/// requires one.
-pub(super) fn in_play(j: &Judge, st: &Statement) -> bool {
-    st.predicate.traffic.is_some() || j.policy.taps.required
+/// What the store holds of the host's samples that this statement is judged on.
+#[derive(Debug, Clone, Default)]
+pub struct TrafficContext {
+    /// The host's samples whose deadline fell in this statement's epoch, each with the
+    /// openings received for it.
+    pub due: Vec<SampleAndAnswer>,
+    /// Each openings the statement names, with what the verifier holds for that epoch.
+    pub named: Vec<(OpeningsRef, Option<OpeningsRow>)>,
 }
 
-pub(super) fn check(j: &mut Judge, st: &Statement) {
+impl TrafficContext {
+    fn is_empty(&self) -> bool {
+        self.due.is_empty() && self.named.is_empty()
+    }
+}
+
+/// Whether the traffic aspect is in a verdict: the statement carries a report, the policy
+/// requires one, or a sample is due or named.
+pub(super) fn in_play(j: &Judge, st: &Statement, ctx: &TrafficContext) -> bool {
+    st.predicate.traffic.is_some() || j.policy.taps.required || !ctx.is_empty()
+}
+
+pub(super) fn check(j: &mut Judge, st: &Statement, ctx: &TrafficContext, now_ms: u64) {
+    check_report(j, st);
+    check_samples(j, ctx, now_ms);
+}
+
+fn check_report(j: &mut Judge, st: &Statement) {
     let required = j.policy.taps.required;
     let Some(report) = &st.predicate.traffic else {
         if required {
@@ -58,6 +90,75 @@ pub(super) fn check(j: &mut Judge, st: &Statement) {
                 summary.root.records
             ),
         );
+    }
+}
+
+/// The samples due in this epoch and the openings the statement names. `now_ms` is the
+/// statement's receipt: openings received after it were not there when it was judged.
+fn check_samples(j: &mut Judge, ctx: &TrafficContext, now_ms: u64) {
+    for due in &ctx.due {
+        let d = &due.sample.demand;
+        let by = d.deadline_ms.min(now_ms);
+        match &due.answer {
+            Some(a) if a.received_ms <= by => {
+                if let OpeningsOutcome::Refused { reason } = &a.outcome {
+                    j.add(
+                        C::TrafficOpeningRefused,
+                        Status::Contraindicated,
+                        format!("epoch {}: the openings were refused: {reason}", d.epoch_seq),
+                    );
+                }
+            }
+            late => j.add(
+                C::TrafficOpeningMissing,
+                Status::Contraindicated,
+                format!(
+                    "epoch {}: {} offsets per direction drawn at {} ms were not opened by the deadline, {} ms{}",
+                    d.epoch_seq,
+                    d.per_direction,
+                    due.sample.drawn_ms,
+                    d.deadline_ms,
+                    match late {
+                        Some(a) if a.received_ms <= now_ms =>
+                            format!(" (they came at {} ms)", a.received_ms),
+                        _ => String::new(),
+                    }
+                ),
+            ),
+        }
+    }
+    for (named, held) in &ctx.named {
+        let seq = named.epoch_seq;
+        match held {
+            Some(h) if h.sha3_256 == named.sha3_256 && h.received_ms <= now_ms => {
+                if let OpeningsOutcome::Refused { reason } = &h.outcome {
+                    j.add(
+                        C::TrafficOpeningRefused,
+                        Status::Contraindicated,
+                        format!(
+                            "epoch {seq}: the openings this statement names were refused: {reason}"
+                        ),
+                    );
+                }
+            }
+            Some(h) if h.received_ms <= now_ms => j.add(
+                C::TrafficOpeningUnknown,
+                Status::Contraindicated,
+                format!(
+                    "epoch {seq}: the statement names openings {}, but the verifier holds {}",
+                    hex::encode(named.sha3_256),
+                    hex::encode(h.sha3_256)
+                ),
+            ),
+            _ => j.add(
+                C::TrafficOpeningUnknown,
+                Status::Contraindicated,
+                format!(
+                    "epoch {seq}: the statement names openings {} that the verifier never received",
+                    hex::encode(named.sha3_256)
+                ),
+            ),
+        }
     }
 }
 
@@ -153,11 +254,12 @@ mod tests {
             policy: &cfg.policy,
             findings: vec![],
         };
+        let ctx = TrafficContext::default();
         assert_eq!(
-            in_play(&j, &st),
+            in_play(&j, &st, &ctx),
             st.predicate.traffic.is_some() || cfg.policy.taps.required
         );
-        check(&mut j, &st);
+        check(&mut j, &st, &ctx, 0);
         j.findings
             .into_iter()
             .map(|f| {

@@ -48,6 +48,9 @@
 //! # [policy.taps]                  # the tap's traffic commitment (at the end of [policy])
 //! # required = false               # true: a statement without a traffic report is contraindicated
 //! # max_unaccounted = "0 B"        # bytes passed that no record covers, per direction (default)
+//! # samples = 8                    # byte offsets drawn per direction of each epoch (default)
+//! # opening_deadline = "10 min"    # how long a host has to open them (default)
+//! # keep_openings = "168 h"        # how long the opened bytes are kept (default: 7 days)
 //!
 //! [racks.rack-a17]
 //! egress = "10 MB/s"
@@ -144,8 +147,9 @@ pub struct Policy {
     pub taps: TapsPolicy,
 }
 
-/// `[policy.taps]`: what the host's tap must commit of the bytes its policer passed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+/// `[policy.taps]`: what the host's tap must commit of the bytes its policer passed, and
+/// how much of it the host must open.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TapsPolicy {
     /// A statement without a traffic report is contraindicated (`traffic_missing`), and one
     /// whose records were not kept too (`traffic_not_kept`). Default false: hosts without
@@ -154,6 +158,28 @@ pub struct TapsPolicy {
     /// The most bytes per direction an epoch may pass that no committed record covers
     /// (`max_unaccounted`, default 0).
     pub max_unaccounted_bytes: u64,
+    /// Byte offsets drawn per direction of every committed epoch with bytes (`samples`,
+    /// default 8; 0 draws none).
+    pub samples: u32,
+    /// How long after the draw the host has to answer with the openings (`opening_deadline`,
+    /// default 10 min): a statement whose epoch ends after a deadline that passed unanswered
+    /// is contraindicated (`traffic_opening_missing`).
+    pub opening_deadline: Duration,
+    /// How long the opened bytes are kept (`keep_openings`, default 7 days); the digest and
+    /// the outcome are kept with the statements.
+    pub keep_openings: Duration,
+}
+
+impl Default for TapsPolicy {
+    fn default() -> Self {
+        TapsPolicy {
+            required: false,
+            max_unaccounted_bytes: 0,
+            samples: 8,
+            opening_deadline: Duration::from_secs(600),
+            keep_openings: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
 }
 
 impl TapsPolicy {
@@ -304,6 +330,9 @@ struct RawPolicy {
 struct RawTaps {
     required: Option<bool>,
     max_unaccounted: Option<Spanned<String>>,
+    samples: Option<u32>,
+    opening_deadline: Option<Spanned<String>>,
+    keep_openings: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -605,13 +634,39 @@ fn taps(src: &Source, raw: &Option<RawTaps>) -> Result<TapsPolicy, ConfigError> 
     let Some(t) = raw else {
         return Ok(TapsPolicy::default());
     };
-    Ok(TapsPolicy {
-        required: t.required.unwrap_or(false),
+    let d = TapsPolicy::default();
+    let dur = |key: &str, v: &Option<Spanned<String>>, default: Duration| match v {
+        None => Ok(default),
+        Some(v) => src.dur(key, v),
+    };
+    let policy = TapsPolicy {
+        required: t.required.unwrap_or(d.required),
         max_unaccounted_bytes: match &t.max_unaccounted {
-            None => 0,
+            None => d.max_unaccounted_bytes,
             Some(v) => src.size("policy.taps.max_unaccounted", v)?,
         },
-    })
+        samples: t.samples.unwrap_or(d.samples),
+        opening_deadline: dur(
+            "policy.taps.opening_deadline",
+            &t.opening_deadline,
+            d.opening_deadline,
+        )?,
+        keep_openings: dur(
+            "policy.taps.keep_openings",
+            &t.keep_openings,
+            d.keep_openings,
+        )?,
+    };
+    // A deadline of zero would contraindicate every sampled epoch at its next statement.
+    if let Some(v) = &t.opening_deadline
+        && policy.opening_deadline.is_zero()
+    {
+        return Err(src.err(
+            Some(v.span()),
+            "`policy.taps.opening_deadline` must be above 0 (the host needs time to answer)".into(),
+        ));
+    }
+    Ok(policy)
 }
 
 /// The image digests the signed manifest allows, if one is configured (read and verified
@@ -826,6 +881,7 @@ mod tests {
             TapsPolicy {
                 required: true,
                 max_unaccounted_bytes: 64 << 10,
+                ..TapsPolicy::default()
             }
         );
         assert_ne!(t.digest(), plain.policy.digest());

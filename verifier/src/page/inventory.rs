@@ -121,6 +121,7 @@ pub fn classify(leaf: &str) -> Option<Disclosure> {
         | "bytes_verified" | "mismatches" | "residue_bytes" | "refusals" | "qdisc_bypass"
         | "xdp_umem_reg" | "af_xdp_sockets" | "objects" | "bpf_hook_args" | "size" | "seq"
         | "offset" | "length" | "generation" | "size_bytes" | "used_bytes" | "writable_bytes"
+        | "epoch_seq"
         // The traffic summary's counts: records, and bytes or frames per direction
         // (`{"egress": n, "ingress": n}`).
         | "records" | "bytes" | "egress" | "ingress" => Counter,

@@ -48,6 +48,9 @@ pub struct EpochPoint {
     /// What the statement says its tap committed of the epoch's traffic (`None`: it
     /// carries no traffic report).
     pub traffic: Option<rackwarden_attest::traffic::TrafficReport>,
+    /// The sample drawn for the epoch's traffic root and the openings received for it
+    /// (`None`: nothing was sampled).
+    pub sampling: Option<crate::store::SampleAndAnswer>,
 }
 
 impl EpochPoint {

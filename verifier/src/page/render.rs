@@ -422,7 +422,43 @@ fn epoch_tooltip(e: &EpochPoint, eg: Option<f64>, ing: Option<f64>, down: Option
     if let Some(t) = &e.traffic {
         s += &format!("; {}", traffic_line(t));
     }
+    if let Some(sa) = &e.sampling {
+        s += &format!("; {}", sampling_line(sa));
+    }
     s
+}
+
+/// What was sampled of an epoch's traffic and what became of it.
+fn sampling_line(sa: &crate::store::SampleAndAnswer) -> String {
+    use rackwarden_attest::traffic::OpeningsOutcome;
+    let d = &sa.sample.demand;
+    let sampled = format!("sampled {} offsets per direction", d.per_direction);
+    let late = |at: u64| {
+        if at > d.deadline_ms {
+            " after the deadline"
+        } else {
+            ""
+        }
+    };
+    match &sa.answer {
+        Some(a) => match &a.outcome {
+            OpeningsOutcome::Matched { records } => format!(
+                "{sampled}: opened{}, {records} record{} matched",
+                late(a.received_ms),
+                if *records == 1 { "" } else { "s" }
+            ),
+            OpeningsOutcome::Refused { reason } => {
+                format!(
+                    "{sampled}: openings refused{}: {reason}",
+                    late(a.received_ms)
+                )
+            }
+        },
+        None => format!(
+            "{sampled}: no openings received (due by {})",
+            fmt_unix_ms(d.deadline_ms)
+        ),
+    }
 }
 
 /// What an epoch's statement says its tap committed: the records, the bytes they cover per
@@ -516,6 +552,9 @@ fn host_section(rack: &str, h: &HostView, boot_judged: bool) -> Markup {
             (root_of_trust_line(&h.root_of_trust, boot_judged))
             @if let Some((seq, t)) = h.epochs.last().and_then(|e| Some((e.seq, e.traffic.as_ref()?))) {
                 p.meta.traffic data-seq=(seq) { "seq " (seq) ": " (traffic_line(t)) }
+            }
+            @if let Some((seq, sa)) = h.epochs.iter().rev().find_map(|e| Some((e.seq, e.sampling.as_ref()?))) {
+                p.meta.sampling data-seq=(seq) { "last sampled epoch, seq " (seq) ": " (sampling_line(sa)) }
             }
             @if !s.clearances.is_empty() {
                 ul.clearances {
@@ -624,7 +663,7 @@ mod tests {
             missing_before: 0,
             forked: false,
             traffic: None,
-            openings: Vec::new(),
+            sampling: None,
         }
     }
 

@@ -13,7 +13,7 @@ use crate::{
     appraisal::{AttestationResult, Status, budget},
     config::{Policy, RackAgreement},
     standing::{self, HostStanding, RackStanding},
-    store::{DbError, Store, StoredStatement},
+    store::{DbError, SampleAndAnswer, Store, StoredStatement},
 };
 
 /// Epochs per host the page draws by default, and at most.
@@ -100,7 +100,20 @@ pub fn rack_view(
                     .and_then(|(_, s, _)| s.as_ref())
                     .is_some_and(guard_sealed),
             },
-            epochs: epochs(&parsed, agreement, window),
+            epochs: {
+                let mut points = epochs(&parsed, agreement, window);
+                // Each epoch's sample and what became of it.
+                let from = points.first().map_or(0, |e| e.seq);
+                let mut sampled: HashMap<u64, SampleAndAnswer> = store
+                    .samples_since(rack, &hs.host, from)?
+                    .into_iter()
+                    .map(|s| (s.sample.demand.epoch_seq, s))
+                    .collect();
+                for e in &mut points {
+                    e.sampling = sampled.remove(&e.seq);
+                }
+                points
+            },
         });
     }
     Ok(RackView {
@@ -177,6 +190,7 @@ fn epochs(parsed: &[Row], agreement: Option<&RackAgreement>, window: u32) -> Vec
                 missing_before: base.map_or(0, |(p, _, _)| row.seq - p.seq - 1),
                 forked,
                 traffic: st.as_ref().and_then(|s| s.predicate.traffic.clone()),
+                sampling: None,
             });
         }
         if base.is_some() || prev.is_none() {

@@ -9,7 +9,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use rackwarden_attest::{keys, statement::Challenge};
+use rackwarden_attest::{keys, statement::Challenge, traffic::SampleDemand};
 
 pub use crate::appraisal::{AttestationResult, Finding, Status};
 pub use crate::envelope_check::{KeyTable, PrepareError, Prepared, PreparedItem, prepare};
@@ -24,10 +24,13 @@ use crate::{
 pub use rackwarden_attest::api::{IngestOutcome, IngestStatus};
 pub use tpm_enrol::TpmEnrolError;
 
+/// Sampling after commitment: the draw, and the openings (`/v1/openings`).
+mod openings;
 /// The transparency log: checkpoints, proofs and tiles of the stored statements.
 mod tlog;
 /// AK enrolment (`/v1/tpm/enroll`, `/v1/tpm/activate`): a child module, for the private fields.
 mod tpm_enrol;
+pub use openings::OpeningsError;
 pub use tlog::{Ingested, LogServeError};
 
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +116,10 @@ pub struct Verifier {
     /// appended, but no checkpoint is signed or served). Set with `with_log`.
     log: Option<rackwarden_attest::tlog::note::NoteSigner>,
 }
+
+/// What ingest made of one statement: the outcome, the leaf index of the statement stored
+/// (or stored before), and the sample drawn for its traffic root.
+pub(crate) type Judged = (IngestOutcome, Option<u64>, Option<SampleDemand>);
 
 /// Unused, unexpired nonces one host may hold: a daemon asks once per epoch.
 pub const MAX_OUTSTANDING_NONCES: u64 = 16;
@@ -306,7 +313,7 @@ impl Verifier {
         now_ms: u64,
     ) -> Result<Vec<Result<Ingested, VerifierError>>, VerifierError> {
         self.in_transaction(|v| {
-            let judged: Vec<Result<(IngestOutcome, Option<u64>), VerifierError>> = items
+            let judged: Vec<Result<Judged, VerifierError>> = items
                 .into_iter()
                 .map(|item| v.ingest_prepared(item, now_ms))
                 .collect();
@@ -324,7 +331,7 @@ impl Verifier {
             },
             now_ms,
         )
-        .map(|(o, _)| o)
+        .map(|(o, _, _)| o)
     }
 
     /// The database half of ingest, in a savepoint: everything the statement wrote is kept
@@ -333,7 +340,7 @@ impl Verifier {
         &mut self,
         item: PreparedItem,
         now_ms: u64,
-    ) -> Result<(IngestOutcome, Option<u64>), VerifierError> {
+    ) -> Result<Judged, VerifierError> {
         self.store.savepoint()?;
         let judged = self
             .judge(item, now_ms)
@@ -365,11 +372,7 @@ impl Verifier {
     /// (a rotation earlier in the same batch, or since it was prepared, adds the new key),
     /// after reloading it from the store (keys enrolled while the service runs) at most once
     /// a second.
-    fn judge(
-        &mut self,
-        item: PreparedItem,
-        now_ms: u64,
-    ) -> Result<(IngestOutcome, Option<u64>), VerifierError> {
+    fn judge(&mut self, item: PreparedItem, now_ms: u64) -> Result<Judged, VerifierError> {
         let PreparedItem { raw, prepared } = item;
         let prepared = match prepared {
             Err(PrepareError::UnknownKey) => {
@@ -381,17 +384,13 @@ impl Verifier {
             other => other,
         };
         match prepared {
-            Err(reason) => Ok((IngestOutcome::rejected(reason.to_string()), None)),
+            Err(reason) => Ok((IngestOutcome::rejected(reason.to_string()), None, None)),
             Ok(p) => self.judge_and_store(p, now_ms),
         }
     }
 
     /// The outcome, and the leaf index of the statement stored (or stored before).
-    fn judge_and_store(
-        &mut self,
-        pr: Prepared,
-        now_ms: u64,
-    ) -> Result<(IngestOutcome, Option<u64>), VerifierError> {
+    fn judge_and_store(&mut self, pr: Prepared, now_ms: u64) -> Result<Judged, VerifierError> {
         let Prepared {
             hk,
             raw,
@@ -403,6 +402,11 @@ impl Verifier {
         let p = &st.predicate;
         if let Some(prev) = self.store.by_pae(&hk.rack, &hk.host, &pae)? {
             let index = self.store.tlog_index_of(prev.id)?;
+            // The sample drawn when it was first stored: the host may not have got it.
+            let sample = self
+                .store
+                .sample(&hk.rack, &hk.host, p.seq)?
+                .map(|s| s.demand);
             return Ok((
                 IngestOutcome {
                     status: IngestStatus::Duplicate,
@@ -410,6 +414,7 @@ impl Verifier {
                     reason: None,
                 },
                 index,
+                sample,
             ));
         }
         let ctx = crate::appraisal_context::load(&self.store, &hk, &st, &pae, pae_sha3, tpm)?;
@@ -468,6 +473,9 @@ impl Verifier {
                 nk.keyid
             );
         }
+        // Drawn only now, with the root stored: the host learns what is sampled after it is
+        // bound to what it committed.
+        let sample = self.draw_sample(&hk.rack, &hk.host, &st, now_ms)?;
         Ok((
             IngestOutcome {
                 status: IngestStatus::Accepted,
@@ -475,6 +483,7 @@ impl Verifier {
                 reason: None,
             },
             Some(leaf_index),
+            sample,
         ))
     }
 

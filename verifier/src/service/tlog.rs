@@ -21,6 +21,8 @@ use super::{Verifier, VerifierError};
 pub struct Ingested {
     pub outcome: IngestOutcome,
     pub log: Option<LogEntry>,
+    /// The sample drawn for the statement's traffic root, if any.
+    pub sample: Option<rackwarden_attest::traffic::SampleDemand>,
 }
 
 /// Why a log request is not answered.
@@ -106,9 +108,9 @@ impl Verifier {
     /// statement is stored all the same).
     pub(super) fn with_log_entries(
         &self,
-        judged: Vec<Result<(IngestOutcome, Option<u64>), VerifierError>>,
+        judged: Vec<Result<super::Judged, VerifierError>>,
     ) -> Vec<Result<Ingested, VerifierError>> {
-        let wanted = judged.iter().any(|j| matches!(j, Ok((_, Some(_)))));
+        let wanted = judged.iter().any(|j| matches!(j, Ok((_, Some(_), _))));
         // One reader for the whole batch: its proofs and its checkpoint share their nodes.
         let nodes = tlog::Memo::new(&self.store);
         let checkpoint = if wanted && self.log.is_some() {
@@ -125,7 +127,7 @@ impl Verifier {
         judged
             .into_iter()
             .map(|j| {
-                j.map(|(outcome, index)| {
+                j.map(|(outcome, index, sample)| {
                     let log = match (index, &checkpoint) {
                         (Some(index), Some((size, note))) => {
                             match tlog::inclusion_proof(&nodes, index, *size) {
@@ -142,7 +144,11 @@ impl Verifier {
                         }
                         _ => None,
                     };
-                    Ingested { outcome, log }
+                    Ingested {
+                        outcome,
+                        log,
+                        sample,
+                    }
                 })
             })
             .collect()

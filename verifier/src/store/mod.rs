@@ -14,12 +14,14 @@ mod standing;
 pub mod testing;
 mod tlog;
 mod tpm;
+mod traffic;
 pub use db::{DatabaseUrl, DbError, Dialect};
 use db::{Db, Row, vals};
 pub use judging::{JudgingQuery, JudgingRows};
 pub use standing::StandingRow;
 pub use tlog::TlogAppendError;
 pub use tpm::{TpmChallengeRow, TpmEnrollment, TpmPosition};
+pub use traffic::{OpeningsRow, SampleAndAnswer, SampleRow};
 
 /// The database. Its connection is the store's alone: callers ask for rows and
 /// transactions by name, never for SQL.
@@ -309,7 +311,13 @@ impl Store {
         // Asked before the schema creates it: a database made before host standings were
         // kept has statements the new table must be filled from.
         let had_standing = self.has_standing_table()?;
-        let schema = [SCHEMA, standing::STANDING_SCHEMA, tlog::TLOG_SCHEMA].concat();
+        let schema = [
+            SCHEMA,
+            standing::STANDING_SCHEMA,
+            tlog::TLOG_SCHEMA,
+            traffic::TRAFFIC_SCHEMA,
+        ]
+        .concat();
         match self.db.dialect() {
             Dialect::Sqlite => self.db.batch(&schema)?,
             Dialect::Postgres => self.db.batch(&db::pg_schema(&schema))?,
