@@ -244,6 +244,11 @@ impl StatePaths {
     pub fn tap_spool(&self) -> PathBuf {
         self.dir.join("tap-spool")
     }
+    /// The verifier's samples not yet answered and the answers not yet named by a statement
+    /// (`crate::epoch::openings`).
+    pub fn tap_openings(&self) -> PathBuf {
+        self.dir.join("tap-openings.json")
+    }
     /// How many lines of `tlog-failures.jsonl` a signed statement has disclosed.
     pub fn tlog_failures_disclosed(&self) -> PathBuf {
         self.dir.join("tlog-failures.disclosed")

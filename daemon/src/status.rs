@@ -440,6 +440,17 @@ fn render_epoch(s: &mut String, e: &crate::epoch::EpochStatus) {
     if let Some(t) = &e.taps {
         render_taps(s, t);
     }
+    let o = &d.openings;
+    if o.pending > 0 || o.answered > 0 || o.last_failure.is_some() {
+        let _ = writeln!(
+            s,
+            "openings: {} sampled epoch(s) pending, {} answered since start",
+            o.pending, o.answered
+        );
+        if let Some(f) = &o.last_failure {
+            let _ = writeln!(s, "  LAST OPENINGS FAILURE: {f}");
+        }
+    }
 }
 
 /// The tap: what the epoch in progress has read, the spool, the last commit.

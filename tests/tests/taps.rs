@@ -349,6 +349,9 @@ fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
     let net = Net::new("tapd");
     let fx = EpochFixture::new(&net.dir, 1 << 20);
     let mut verifier = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
+    // 64 offsets per direction: a record holding a fifth of an epoch's bytes is missed
+    // with probability 0.8^64, under 1e-6.
+    verifier.extend_config("", "[policy.taps]\nrequired = true\nsamples = 64\n");
     let (rack, host) = ids(&net);
     verifier.enroll(&rack, &host, &fx.host_pub);
     verifier.start();
@@ -410,22 +413,80 @@ fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
         "the request crossed ingress"
     );
     assert_eq!(t["spool"]["state"], "kept");
-    // The spool holds the exchange, request and response whole, as one record.
-    let spool = net.dir.join("state").join("tap-spool");
-    let file = std::fs::read_dir(&spool)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.to_string_lossy()
-                .ends_with("00000000000000000001.records")
-        })
-        .unwrap_or_else(|| panic!("no spool file for seq 1 in {}", spool.display()));
-    let records = rackwarden::taps::spool::decode(&std::fs::read(file).unwrap()).unwrap();
-    let exchange = records
+
+    // The verifier sampled seq 1; the daemon answered with the records the sample landed in,
+    // the verifier matched them against the root, and the spool file was released.
+    let store = rackwarden_verifier::store::Store::connect(&verifier.database()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let held = loop {
+        if let Some(h) = store.openings(&rack, &host, 1).unwrap() {
+            break h;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no openings for seq 1 after 60 s"
+        );
+        thread::sleep(Duration::from_millis(100));
+    };
+    let st = wait_epoch(&sock, Duration::from_secs(60), "no sample pending", |e| {
+        e["delivery"]["openings"]["answered"].as_u64() >= Some(1)
+            && e["delivery"]["openings"]["pending"] == 0
+    });
+    println!("openings status: {:#}", st["delivery"]["openings"]);
+    let spool_file = net
+        .dir
+        .join("state")
+        .join("tap-spool")
+        .join("00000000000000000001.records");
+    assert!(!spool_file.exists(), "released: {}", spool_file.display());
+    assert!(
+        matches!(
+            held.outcome,
+            rackwarden_attest::traffic::OpeningsOutcome::Matched { .. }
+        ),
+        "{:?}",
+        held.outcome
+    );
+    // The opened exchange is the request and the response, whole, as one record.
+    let env: rackwarden_attest::dsse::Envelope =
+        serde_json::from_str(held.envelope.as_deref().unwrap()).unwrap();
+    let payload = rackwarden_attest::dsse::decode_base64(&env.payload).unwrap();
+    let opened: rackwarden_attest::traffic::EpochOpenings =
+        serde_json::from_slice(&payload).unwrap();
+    let exchange = opened
+        .records
         .iter()
         .find(|r| r.leaf.kind == rackwarden_attest::traffic::RecordKind::Exchange)
-        .expect("an exchange record");
-    assert_eq!(exchange.input, request());
-    assert_eq!(exchange.output, response());
+        .expect("the exchange was sampled");
+    let b64 =
+        |s: &str| base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).unwrap();
+    assert_eq!(b64(&exchange.input_base64), request());
+    assert_eq!(b64(&exchange.output_base64), response());
+    let sha3_1 = held.sha3_256;
+
+    // The next statement names the acknowledged openings, and the verifier finds them.
+    wipe_now(&sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 2 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 2
+    });
+    let h = verifier.history(&rack, &host);
+    let named = &predicate_of(&h[2])["openings"];
+    assert!(
+        named
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["epoch_seq"] == 1 && o["sha3_256"] == hex::encode(sha3_1)),
+        "{named:#}"
+    );
+    let codes: Vec<String> = h[2]["result"]["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| f["code"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(
+        !codes.iter().any(|c| c.starts_with("traffic")),
+        "seq 2: {codes:?}"
+    );
 }

@@ -238,9 +238,12 @@ mod tests {
 
     const SEQ: u64 = 9;
 
+    /// Each record's (input, output) bytes.
+    type Payloads = Vec<(Vec<u8>, Vec<u8>)>;
+
     /// Three records of one epoch with their bytes; the middle one weighs the most.
-    fn epoch() -> (Vec<TrafficLeaf>, Vec<(Vec<u8>, Vec<u8>)>) {
-        let bytes: Vec<(Vec<u8>, Vec<u8>)> = vec![
+    fn epoch() -> (Vec<TrafficLeaf>, Payloads) {
+        let bytes: Payloads = vec![
             (
                 b"GET / HTTP/1.1\r\n\r\n".to_vec(),
                 b"HTTP/1.1 200 OK\r\n\r\n".to_vec(),

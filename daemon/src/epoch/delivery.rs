@@ -80,6 +80,9 @@ pub struct DeliveryStatus {
     /// The verifier instance in use: the one tried last (`url` or one of `fallback_urls`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// The traffic samples answered and pending.
+    #[serde(default)]
+    pub openings: super::openings::OpeningsStatus,
 }
 
 impl Default for DeliveryStatus {
@@ -91,6 +94,7 @@ impl Default for DeliveryStatus {
             last_verdict: None,
             log_failure: None,
             instance: None,
+            openings: Default::default(),
         }
     }
 }
@@ -109,6 +113,8 @@ pub struct Delivery {
     /// This host's ids, as the verifier's log leaves name them.
     pub rack: String,
     pub host: String,
+    /// The samples the verifier answers statements with, and their openings.
+    pub openings: super::openings::OpeningsWork,
 }
 
 /// What one attempt achieved.
@@ -195,10 +201,13 @@ impl Delivery {
                     Attempt::Nothing => {
                         (attempt, tried) = (0, 0);
                         self.set_state(DeliveryState::Idle);
+                        // The verifier is answering: the samples it drew are answered now.
+                        self.answer_samples(http, base);
                     }
                     // More may be pending (a backlog larger than one batch): go on at once.
                     Attempt::Acked => {
                         (attempt, tried) = (0, 0);
+                        self.answer_samples(http, base);
                         continue;
                     }
                     // Another instance not yet tried since one answered: at once. The order
@@ -240,6 +249,22 @@ impl Delivery {
                 Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
+        }
+    }
+
+    /// Answers the samples the verifier drew, with the openings status behind a lock of its
+    /// own (the answers may take a while).
+    fn answer_samples(&self, http: &reqwest::blocking::Client, base: &str) {
+        let st = Mutex::new(
+            self.status
+                .lock()
+                .map(|s| s.openings.clone())
+                .unwrap_or_default(),
+        );
+        self.openings
+            .answer_pending(http, base, &self.rack, &self.host, &st);
+        if let (Ok(mut s), Ok(o)) = (self.status.lock(), st.into_inner()) {
+            s.openings = o;
         }
     }
 
@@ -318,6 +343,11 @@ impl Delivery {
                 && st != "affirming"
             {
                 log::warn!("verifier: seq {seq} is {st}: {:?}", verdict.findings);
+            }
+            if let (Some(IngestItem::Judged { sample, .. }), Some((_, env))) =
+                (answer.item(i), &l.statement)
+            {
+                self.openings.acknowledged(*seq, env, *sample);
             }
             if let (Some(IngestItem::Judged { log: Some(e), .. }), Some((_, env))) =
                 (answer.item(i), &l.statement)

@@ -38,6 +38,7 @@ pub mod challenge;
 pub mod delivery;
 pub mod host_keys;
 pub mod journal;
+pub mod openings;
 mod phases;
 mod run;
 pub mod spool;
@@ -278,6 +279,8 @@ struct EpochLoop {
     next_at_ms: u64,
     durable_len: Arc<AtomicU64>,
     kick: mpsc::Sender<()>,
+    /// Shared with delivery, which signs openings with it: kept to the current key.
+    signer: Arc<Mutex<ed25519_dalek::SigningKey>>,
     /// The verifier as delivery sees it: a reload changes it for both loops.
     endpoint: Arc<Mutex<crate::config::epoch::VerifierEndpoint>>,
     status: Arc<Mutex<EpochStatus>>,
@@ -316,6 +319,9 @@ impl EpochLoop {
         if let Ok(mut st) = self.status.lock() {
             st.keyid = self.keys.keyid();
             st.next_keyid = self.keys.next_keyid();
+        }
+        if let Ok(mut k) = self.signer.lock() {
+            k.clone_from(self.keys.current());
         }
     }
 

@@ -344,6 +344,12 @@ impl EpochLoop {
         let keeper = super::tlog::LogKeeper::new(&self.cfg.state_paths());
         let (log_incidents, failures_recorded) = keeper.undisclosed();
         let traffic = self.commit_traffic(seq);
+        // The openings the verifier acknowledged since the last statement: named in this one.
+        let book = super::openings::OpeningsBook::new(self.cfg.state_paths().tap_openings());
+        let openings = book.acknowledged().unwrap_or_else(|e| {
+            log::error!("epoch {seq}: the acknowledged openings cannot be read, none named: {e}");
+            Vec::new()
+        });
         let ev = EpochEvidence {
             challenge: ch.statement_challenge(),
             wipe,
@@ -352,6 +358,7 @@ impl EpochLoop {
             epoch: Some(run),
             storage: std::mem::take(&mut epoch.storage),
             traffic,
+            openings: openings.clone(),
         };
         // A key written by `keygen --rotate` since the last statement is announced in this one.
         if let Err(e) = self.keys.refresh_next() {
@@ -382,6 +389,11 @@ impl EpochLoop {
         let durable = self.log()?.durable_len();
         self.durable_len.store(durable, Ordering::SeqCst);
         keeper.mark_disclosed(failures_recorded);
+        // Named by a durable statement: not again. (A crash before this names them twice,
+        // which the verifier checks the same way.)
+        if let Err(e) = book.named(&openings) {
+            log::warn!("epoch {seq}: {e}");
+        }
         if rotating && let Err(e) = self.keys.complete_rotation() {
             // The new key signs from now on regardless; the next start completes the files.
             log::error!("epoch {seq}: key rotation: {e}");

@@ -98,6 +98,8 @@ struct Shared {
     wipe_progress: Arc<AtomicU64>,
     durable_len: Arc<AtomicU64>,
     endpoint: Arc<Mutex<crate::config::epoch::VerifierEndpoint>>,
+    /// The key statements are signed with now: the delivery thread signs openings with it.
+    signer: Arc<Mutex<ed25519_dalek::SigningKey>>,
 }
 
 /// Starts the delivery thread and kicks it once: whatever is still undelivered from before
@@ -119,6 +121,11 @@ fn start_delivery(
         log: super::tlog::LogKeeper::new(&cfg.state_paths()),
         rack: cfg.rack_id.clone(),
         host: cfg.host_id.clone(),
+        openings: super::openings::OpeningsWork {
+            book: super::openings::OpeningsBook::new(cfg.state_paths().tap_openings()),
+            spool_dir: cfg.state_paths().tap_spool(),
+            signer: shared.signer.clone(),
+        },
     };
     delivery.spool.load_cursor()?;
     std::thread::Builder::new()
@@ -239,6 +246,7 @@ pub fn start(
         wipe_progress: Arc::new(AtomicU64::new(0)),
         durable_len: Arc::new(AtomicU64::new(log.durable_len())),
         endpoint: Arc::new(Mutex::new(ecfg.verifier.clone())),
+        signer: Arc::new(Mutex::new(keys.current().clone())),
     };
     let taps = start_taps(cfg)?;
     let kick = start_delivery(cfg, keys.ring(), &shared, stop)?;
@@ -262,6 +270,7 @@ pub fn start(
         durable_len: shared.durable_len.clone(),
         kick,
         endpoint: shared.endpoint.clone(),
+        signer: shared.signer.clone(),
         status: shared.status.clone(),
         heartbeat_ms: shared.epoch_heartbeat_ms.clone(),
         wipe_progress: shared.wipe_progress.clone(),

@@ -2,10 +2,9 @@
 //!
 //! After storing a statement, the verifier draws 32 random bytes and, from them and the
 //! committed root, `k` byte offsets per direction
-//! ([`sample_offsets`](rackwarden_attest::traffic::sample_offsets)). For each offset the host
-//! opens the record whose frame bytes cover it: the record as the epoch's spool file holds it
-//! ([`spool`](super::spool)), its path in the sum tree, and its bytes in base64
-//! (`docs/traffic-format.md`, section 12).
+//! ([`SampleDemand::offsets`]). The host opens each record some drawn offset lands in, once:
+//! the record as the epoch's spool file holds it ([`spool`](super::spool)), its path in the
+//! sum tree, and its bytes in base64 (`docs/traffic-format.md`, section 12).
 //!
 //! The spool's leaves must rebuild exactly the root the statement committed: a spool that does
 //! not is never opened from ([`OpeningsError::RootMismatch`]). The records' bytes are sent as
@@ -17,27 +16,13 @@
 use std::path::{Path, PathBuf};
 
 use base64::{Engine as _, engine::general_purpose::STANDARD};
-use rackwarden_attest::{
-    evidence::Direction,
-    traffic::{Opening, SumTree, TrafficRoot, sample_offsets},
-};
+use rackwarden_attest::traffic::{OpenedRecord, SampleDemand, SumTree, TrafficRoot};
 
 use super::spool::{self, path_for};
 
-/// What the verifier demanded for one epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SampleDemand {
-    /// The epoch.
-    pub seq: u64,
-    /// The verifier's randomness, drawn after it stored the epoch's statement.
-    pub randomness: [u8; 32],
-    /// Offsets drawn per direction (`k`).
-    pub per_direction: u32,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum OpeningsError {
-    #[error("epoch {seq}: its records are not in the tap spool ({}): removed to make room, or never kept", .path.display())]
+    #[error("epoch {seq}: its records are not in the tap spool ({}): never kept, or released once the verifier was done with them", .path.display())]
     SpoolMissing { seq: u64, path: PathBuf },
     #[error("epoch {seq}: the tap spool file {} cannot be read: {detail}", .path.display())]
     SpoolUnreadable {
@@ -59,19 +44,18 @@ pub enum OpeningsError {
     Tree(String),
 }
 
-/// Opens, from the spool file of `demand.seq`, the record covering each demanded offset, in
-/// direction order (egress then ingress) and draw order; `root` is the root the statement
-/// committed (the spool's leaves must rebuild it exactly, or
-/// [`RootMismatch`](OpeningsError::RootMismatch): never open from a spool that does not match
-/// what was signed).
+/// Opens, from the spool file of `demand.epoch_seq`, each record a drawn offset lands in,
+/// once, in leaf order; `root` is the root the statement committed (the spool's leaves must
+/// rebuild it exactly, or [`RootMismatch`](OpeningsError::RootMismatch): never open from a
+/// spool that does not match what was signed).
 ///
-/// A direction without bytes gets no openings; so does a demand of 0 per direction.
+/// A direction without bytes draws no offsets; a demand of 0 per direction opens nothing.
 pub fn open_epoch(
     spool_dir: &Path,
     root: &TrafficRoot,
     demand: &SampleDemand,
-) -> Result<Vec<Opening>, OpeningsError> {
-    let seq = demand.seq;
+) -> Result<Vec<OpenedRecord>, OpeningsError> {
+    let seq = demand.epoch_seq;
     let path = path_for(spool_dir, seq);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
@@ -99,36 +83,39 @@ pub fn open_epoch(
             got: describe(&tree.root()),
         });
     }
-    let mut out = Vec::new();
-    for dir in Direction::ALL {
-        for offset in sample_offsets(&demand.randomness, root, dir, demand.per_direction) {
+    let mut wanted = Vec::new();
+    for (dir, offsets) in demand.offsets(root) {
+        for offset in offsets {
             // The root matched and the offsets are below its counts, so every offset has a
-            // record; the errors below would be a bug in the tree.
-            let index = tree.locate(dir, offset).ok_or_else(|| {
+            // record; the error would be a bug in the tree.
+            wanted.push(tree.locate(dir, offset).ok_or_else(|| {
                 OpeningsError::Tree(format!(
                     "no record covers {} offset {offset} of {}",
                     dir.name(),
                     describe(root)
                 ))
-            })?;
+            })?);
+        }
+    }
+    wanted.sort_unstable();
+    wanted.dedup();
+    wanted
+        .into_iter()
+        .map(|index| {
             let (Some(record), Some(path)) = (records.get(index), tree.open(index)) else {
                 return Err(OpeningsError::Tree(format!(
                     "record {index} of {} cannot be opened",
                     describe(root)
                 )));
             };
-            out.push(Opening {
-                epoch_seq: seq,
-                direction: dir,
-                offset,
+            Ok(OpenedRecord {
                 leaf: record.leaf,
                 path,
                 input_base64: STANDARD.encode(&record.input),
                 output_base64: STANDARD.encode(&record.output),
-            });
-        }
-    }
-    Ok(out)
+            })
+        })
+        .collect()
 }
 
 /// A root in an error message: its hash, record count and bytes per direction.
@@ -146,8 +133,12 @@ fn describe(root: &TrafficRoot) -> String {
 mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use rackwarden_attest::traffic::{
-        FlowKey, OpeningError, RecordKind, StreamPart, TrafficLeaf, empty_root,
+    use rackwarden_attest::{
+        evidence::Direction,
+        traffic::{
+            EpochOpenings, FlowKey, OpeningError, OpeningsRefused, RecordKind, StreamPart,
+            TrafficLeaf, empty_root, sample_offsets,
+        },
     };
 
     use super::super::{records::Record, spool::TapSpool};
@@ -246,10 +237,27 @@ mod tests {
 
     fn demand(randomness: [u8; 32], per_direction: u32) -> SampleDemand {
         SampleDemand {
-            seq: SEQ,
+            epoch_seq: SEQ,
             randomness,
             per_direction,
+            deadline_ms: 0,
         }
+    }
+
+    /// The answer as the daemon sends it, checked as the verifier checks it.
+    fn check(
+        records: Vec<OpenedRecord>,
+        root: &TrafficRoot,
+        d: &SampleDemand,
+    ) -> Result<Vec<rackwarden_attest::traffic::CheckedRecord>, OpeningsRefused> {
+        EpochOpenings {
+            rack: "r".into(),
+            host: "h".into(),
+            epoch_seq: d.epoch_seq,
+            root: *root,
+            records,
+        }
+        .check("r", "h", root, d)
     }
 
     #[test]
@@ -265,43 +273,50 @@ mod tests {
     }
 
     #[test]
-    fn every_opening_checks_and_answers_a_drawn_offset_in_order() {
+    fn the_answer_opens_each_drawn_record_once_and_checks() {
         let dir = TempDir::new("good");
         let records = epoch();
         let root = keep(&dir, SEQ, &records);
         assert_eq!(root.bytes, [1_211, 1_161]);
         for r in [[0u8; 32], [7; 32], [0xa5; 32]] {
-            let k = 40;
-            let openings = open_epoch(&dir.0, &root, &demand(r, k)).unwrap();
-            assert_eq!(openings.len(), 2 * k as usize);
-            for (i, dir) in Direction::ALL.into_iter().enumerate() {
-                let ours = &openings[i * k as usize..(i + 1) * k as usize];
-                let drawn = sample_offsets(&r, &root, dir, k);
-                assert_eq!(
-                    ours.iter().map(|o| o.offset).collect::<Vec<_>>(),
-                    drawn,
-                    "draw order"
-                );
-                assert!(ours.iter().all(|o| o.direction == dir));
+            let d = demand(r, 40);
+            let opened = open_epoch(&dir.0, &root, &d).unwrap();
+            // Each record once, in leaf order, and only those drawn.
+            let indices: Vec<u64> = opened.iter().map(|o| o.path.index).collect();
+            let mut drawn: Vec<u64> = Direction::ALL
+                .into_iter()
+                .flat_map(|dir| {
+                    let tree = SumTree::build(&records.iter().map(|r| r.leaf).collect::<Vec<_>>())
+                        .unwrap();
+                    sample_offsets(&r, &root, dir, 40)
+                        .into_iter()
+                        .map(move |o| tree.locate(dir, o).unwrap() as u64)
+                })
+                .collect();
+            drawn.sort_unstable();
+            drawn.dedup();
+            assert_eq!(indices, drawn);
+            assert!(
+                !indices.contains(&2),
+                "the record that weighs nothing is never opened"
+            );
+            let checked = check(opened, &root, &d).unwrap();
+            for c in &checked {
+                let rec = &records[c.index as usize];
+                assert_eq!(c.leaf, rec.leaf);
+                assert_eq!((&c.input, &c.output), (&rec.input, &rec.output));
             }
-            for o in &openings {
-                assert_eq!(o.epoch_seq, SEQ);
-                let (input, output) = o.check(&root, SEQ).unwrap();
-                let rec = &records[o.path.index as usize];
-                assert_eq!(o.leaf, rec.leaf);
-                assert_eq!((input, output), (rec.input.clone(), rec.output.clone()));
-                assert_ne!(
-                    o.path.index, 2,
-                    "the record that weighs nothing is never opened"
-                );
-                // The JSON the verifier gets reads back the same.
-                let j = serde_json::to_string(o).unwrap();
-                assert_eq!(&serde_json::from_str::<Opening>(&j).unwrap(), o);
-            }
-            // The opening of another epoch is refused by the verifier.
+            // Records of this epoch as the answer for another are refused by the verifier.
+            let other = SampleDemand {
+                epoch_seq: SEQ + 1,
+                ..d
+            };
             assert!(matches!(
-                openings[0].check(&root, SEQ + 1),
-                Err(OpeningError::Epoch { .. })
+                check(open_epoch(&dir.0, &root, &d).unwrap(), &root, &other),
+                Err(OpeningsRefused::Record {
+                    error: OpeningError::Epoch { .. },
+                    ..
+                })
             ));
         }
     }
@@ -315,20 +330,20 @@ mod tests {
         // root) still matches, since the leaf holds only the bytes' digest.
         records[3].output[0] ^= 1;
         respool(&dir, SEQ, &records);
-        let openings = open_epoch(&dir.0, &root, &demand([3; 32], 32)).unwrap();
-        let mut hit = 0;
-        for o in &openings {
-            if o.path.index == 3 {
-                hit += 1;
-                assert_eq!(
-                    o.check(&root, SEQ),
-                    Err(OpeningError::BytesDigest { which: "output" })
-                );
-            } else {
-                o.check(&root, SEQ).unwrap();
+        let d = demand([3; 32], 32);
+        let opened = open_epoch(&dir.0, &root, &d).unwrap();
+        assert!(
+            opened.iter().any(|o| o.path.index == 3),
+            "the changed record was sampled"
+        );
+        match check(opened, &root, &d) {
+            Err(OpeningsRefused::Record {
+                index: 3, error, ..
+            }) => {
+                assert_eq!(error, OpeningError::BytesDigest { which: "output" })
             }
+            other => panic!("{other:?}"),
         }
-        assert!(hit > 0, "the changed record was sampled");
     }
 
     #[test]
@@ -373,7 +388,7 @@ mod tests {
         let dir = TempDir::new("missing");
         let root = keep(&dir, SEQ, &epoch());
         let next = SampleDemand {
-            seq: SEQ + 1,
+            epoch_seq: SEQ + 1,
             ..demand([1; 32], 8)
         };
         match open_epoch(&dir.0, &root, &next) {
@@ -412,12 +427,10 @@ mod tests {
         ];
         let root = keep(&dir, SEQ, &records);
         assert_eq!(root.bytes, [100, 0]);
-        let openings = open_epoch(&dir.0, &root, &demand([9; 32], 16)).unwrap();
-        assert_eq!(openings.len(), 16);
-        for o in &openings {
-            assert_eq!(o.direction, Direction::Egress);
-            o.check(&root, SEQ).unwrap();
-        }
+        let d = demand([9; 32], 16);
+        let opened = open_epoch(&dir.0, &root, &d).unwrap();
+        assert!(opened.iter().all(|o| o.leaf.wire[1] == 0));
+        check(opened, &root, &d).unwrap();
         // No demand, no openings.
         assert!(
             open_epoch(&dir.0, &root, &demand([9; 32], 0))
@@ -428,7 +441,7 @@ mod tests {
         let root = keep(&dir, SEQ + 1, &[]);
         assert_eq!(root, empty_root());
         let none = SampleDemand {
-            seq: SEQ + 1,
+            epoch_seq: SEQ + 1,
             ..demand([9; 32], 16)
         };
         assert!(open_epoch(&dir.0, &root, &none).unwrap().is_empty());

@@ -7,10 +7,13 @@
 //! input (`u64` big-endian length, then the bytes) and the output (the same). Binary, not
 //! base64: the spool holds about one byte per tapped byte (`cargo xtask bench taps`).
 //!
-//! The spool is bounded by `[taps] spool_limit`. Until the verifier acknowledges openings
-//! (the next step of the taps work), it keeps the newest epochs that fit and removes the
-//! oldest first; an epoch that cannot be kept at all (larger than the limit, or the disk is
-//! full) is not silently lost: the statement says `not_kept` and why.
+//! The spool is bounded by `[taps] spool_limit`. An epoch's file is removed only when the
+//! verifier no longer needs it: its statement was acknowledged without a sample, or its
+//! openings were acknowledged (`crate::epoch::openings`). Nothing is removed to make room:
+//! a statement already said its epoch was kept. An epoch that does not fit (the spool holds
+//! epochs not yet answered, the epoch is larger than the limit, or the disk is full) is not
+//! silently lost either: its own statement says `not_kept` and why, which the verifier
+//! judges (`traffic_not_kept`).
 
 use std::path::{Path, PathBuf};
 
@@ -73,7 +76,8 @@ impl TapSpool {
         self.used
     }
 
-    /// Writes epoch `seq`'s records, making room by removing the oldest epochs.
+    /// Writes epoch `seq`'s records if they fit beside the epochs the verifier may still ask
+    /// about.
     pub fn keep(&mut self, seq: u64, records: &[Record]) -> Kept {
         let mut text = Vec::new();
         for r in records {
@@ -95,16 +99,23 @@ impl TapSpool {
                 ),
             };
         }
-        let mut epochs = self.epochs();
-        let mut used: u64 = epochs.iter().map(|(_, n)| n).sum();
-        while used + size > self.limit && !epochs.is_empty() {
-            let (old, n) = epochs.remove(0);
-            if std::fs::remove_file(&old).is_ok() {
-                log::info!("tap spool: removed {} to make room", old.display());
-                used -= n;
-            }
-        }
+        // Read again: the delivery thread removes the files of epochs it is done with.
+        let held: Vec<(PathBuf, u64)> = self
+            .epochs()
+            .into_iter()
+            .filter(|(p, _)| *p != self.path(seq))
+            .collect();
+        let used: u64 = held.iter().map(|(_, n)| n).sum();
         self.used = used;
+        if used + size > self.limit {
+            return Kept::NotKept {
+                reason: format!(
+                    "the epoch's records take {size} bytes and the spool already holds {used} bytes of {} epochs the verifier may still sample; spool_limit is {} bytes",
+                    held.len(),
+                    self.limit
+                ),
+            };
+        }
         match write_private(&self.path(seq), &text) {
             Ok(()) => {
                 self.used += size;
