@@ -341,6 +341,179 @@ fn a_tap_that_cannot_keep_up_drops_and_nothing_passes_untapped() {
 
 /// The daemon runs the tapped policer and commits every epoch's traffic in its statement;
 /// the verifier stores it; `status` shows the tap.
+/// One inference exchange on port 8000 through the capped veth: [`request`] in,
+/// [`response`] out.
+fn one_exchange(net: &Net) {
+    let server = spawn_in(&net.rack_ns, || {
+        let l = TcpListener::bind((RACK_ADDR, 8000)).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let mut got = vec![0u8; request().len()];
+        s.read_exact(&mut got).unwrap();
+        s.write_all(&response()).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let _ = s.read(&mut [0u8; 1]);
+    });
+    thread::sleep(Duration::from_millis(200));
+    spawn_in(&net.out_ns, || {
+        let mut s = TcpStream::connect((RACK_ADDR, 8000)).unwrap();
+        s.write_all(&request()).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert_eq!(got, response());
+    })
+    .join()
+    .unwrap();
+    server.join().unwrap();
+}
+
+/// A small tmpfs mounted over a directory for the guard's life: a disk that fills.
+struct FullDisk(std::path::PathBuf);
+
+impl FullDisk {
+    fn mount(dir: &std::path::Path, size: &str) -> FullDisk {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount tmpfs on {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        FullDisk(dir.to_path_buf())
+    }
+}
+
+impl Drop for FullDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Issue 27: `kill -9` of the daemon in the middle of an epoch, then a spool disk that is
+/// full. What the dead daemon had read but not committed is in no record: the restarted
+/// daemon's first statement resumes at the last committed cut and says those bytes are
+/// unaccounted (the verifier finds `traffic_unaccounted`), never that they were covered. An
+/// epoch whose records the full disk refuses says `not_kept` with the reason (the verifier
+/// finds `traffic_not_kept`); once the disk has room, the next epoch is kept, sampled and
+/// opened again.
+#[test]
+fn kill_9_mid_epoch_and_a_full_spool_disk_are_disclosed() {
+    use rackwarden_tests::epoch::{
+        EpochFixture, Verifier, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config,
+    };
+    let net = Net::new("tapk");
+    let fx = EpochFixture::new(&net.dir, 1 << 20);
+    let mut verifier = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
+    verifier.extend_config("", "[policy.taps]\nrequired = true\nsamples = 8\n");
+    let (rack, host) = ids(&net);
+    verifier.enroll(&rack, &host, &fx.host_pub);
+    verifier.start();
+    let mut sections = fx.sections(&verifier.daemon_lines(), "1 h", "32 MiB");
+    sections += "\n[taps]\ninference = [\"tcp:8000\"]\nspool_limit = \"64 MiB\"\n";
+    let cfg = write_epoch_config(&net, &sections);
+    let sock = net.socket_path();
+    let mut d = Daemon::start(&cfg, &sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 0
+    });
+    // Mid-epoch: the reader takes the exchange's frames off the ring, and dies with them.
+    one_exchange(&net);
+    thread::sleep(Duration::from_millis(500));
+    d.kill9();
+    drop(d);
+
+    // The spool's disk is full when the daemon comes back.
+    let full = FullDisk::mount(&net.dir.join("state").join("tap-spool"), "4k");
+    let _d = Daemon::start(&cfg, &sock);
+    one_exchange(&net);
+    wipe_now(&sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 1 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 1
+    });
+    let h = verifier.history(&rack, &host);
+    let t = &predicate_of(&h[1])["traffic"];
+    println!("seq 1 traffic: {t:#}");
+    let s = &t["summary"];
+    assert_eq!(s["start"], "resumed", "{t:#}");
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    for dir in ["egress", "ingress"] {
+        assert_eq!(
+            n(&s["passed"][dir]),
+            n(&s["root"]["bytes"][dir]) + n(&s["unaccounted"][dir]),
+            "{dir}: passed = tapped + unaccounted"
+        );
+    }
+    assert!(
+        n(&s["unaccounted"]["ingress"]) >= request().len() as u64
+            && n(&s["unaccounted"]["egress"]) >= response().len() as u64,
+        "the dead daemon's exchange is unaccounted, not covered: {s:#}"
+    );
+    assert_eq!(t["spool"]["state"], "not_kept", "{t:#}");
+    let reason = t["spool"]["reason"].as_str().unwrap();
+    assert!(reason.contains("No space left on device"), "{reason}");
+    let codes = |i: usize| -> Vec<String> {
+        verifier.history(&rack, &host)[i]["result"]["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| f["code"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    let c1 = codes(1);
+    assert!(
+        c1.contains(&"traffic_unaccounted".to_string())
+            && c1.contains(&"traffic_not_kept".to_string()),
+        "seq 1: {c1:?}"
+    );
+
+    // Room again: the next epoch is kept, and its sample is answered.
+    drop(full);
+    one_exchange(&net);
+    wipe_now(&sock);
+    wait_epoch(&sock, Duration::from_secs(60), "seq 2 delivered", |e| {
+        e["delivery"]["delivered_seq"] == 2
+    });
+    let t = &predicate_of(&verifier.history(&rack, &host)[2])["traffic"];
+    assert_eq!(t["spool"]["state"], "kept", "{t:#}");
+    assert_eq!(
+        t["summary"]["unaccounted"],
+        serde_json::json!({"egress": 0, "ingress": 0})
+    );
+    let store = rackwarden_verifier::store::Store::connect(&verifier.database()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let held = loop {
+        if let Some(h) = store.openings(&rack, &host, 2).unwrap() {
+            break h;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no openings for seq 2 after 60 s"
+        );
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        matches!(
+            held.outcome,
+            rackwarden_attest::traffic::OpeningsOutcome::Matched { .. }
+        ),
+        "{:?}",
+        held.outcome
+    );
+}
+
 #[test]
 fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
     use rackwarden_tests::epoch::{
@@ -365,26 +538,7 @@ fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
     });
 
     // One inference exchange through the capped veth, then an epoch.
-    let server = spawn_in(&net.rack_ns, || {
-        let l = TcpListener::bind((RACK_ADDR, 8000)).unwrap();
-        let (mut s, _) = l.accept().unwrap();
-        let mut got = vec![0u8; request().len()];
-        s.read_exact(&mut got).unwrap();
-        s.write_all(&response()).unwrap();
-        s.shutdown(std::net::Shutdown::Write).unwrap();
-        let _ = s.read(&mut [0u8; 1]);
-    });
-    thread::sleep(Duration::from_millis(200));
-    spawn_in(&net.out_ns, || {
-        let mut s = TcpStream::connect((RACK_ADDR, 8000)).unwrap();
-        s.write_all(&request()).unwrap();
-        let mut got = Vec::new();
-        s.read_to_end(&mut got).unwrap();
-        assert_eq!(got, response());
-    })
-    .join()
-    .unwrap();
-    server.join().unwrap();
+    one_exchange(&net);
     wipe_now(&sock);
     let st = wait_epoch(&sock, Duration::from_secs(60), "seq 1 delivered", |e| {
         e["delivery"]["delivered_seq"] == 1

@@ -11,7 +11,7 @@ use rackwarden_attest::{
     statement::Statement,
     traffic::{
         EpochOpenings, OPENINGS_PAYLOAD_TYPE, OpeningsOutcome, OpeningsReceipt, SampleDemand,
-        TrafficReport,
+        SpoolState, TrafficReport,
     },
 };
 
@@ -58,7 +58,8 @@ impl From<DbError> for OpeningsError {
 
 impl Verifier {
     /// Draws and keeps the sample of a stored statement's traffic root: none for a
-    /// statement without a committed root, a root with no bytes, or a policy drawing none.
+    /// statement without a committed root, a root with no bytes, records the host says it
+    /// did not keep (`traffic_not_kept` already says so), or a policy drawing none.
     /// An epoch that has one already (a duplicate, a fork, a recheck) keeps it: the stored
     /// one is returned.
     pub(super) fn draw_sample(
@@ -69,7 +70,11 @@ impl Verifier {
         now_ms: u64,
     ) -> Result<Option<SampleDemand>, VerifierError> {
         let taps = &self.policy.taps;
-        let Some(TrafficReport::Committed { summary, .. }) = &st.predicate.traffic else {
+        let Some(TrafficReport::Committed {
+            summary,
+            spool: SpoolState::Kept { .. },
+        }) = &st.predicate.traffic
+        else {
             return Ok(None);
         };
         if taps.samples == 0 || summary.root.bytes == [0, 0] {
