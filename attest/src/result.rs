@@ -165,10 +165,12 @@ pub enum FindingCode {
     TrafficOpeningRefused,
     /// The statement names openings the verifier never received (another digest, or none).
     TrafficOpeningUnknown,
+    /// An opened raw-flow record's peer is not in the policy's `allowed_raw_flows`.
+    TrafficFlowNotAllowed,
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 79] = [
+    pub const ALL: [FindingCode; 80] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -248,6 +250,7 @@ impl FindingCode {
         FindingCode::TrafficOpeningMissing,
         FindingCode::TrafficOpeningRefused,
         FindingCode::TrafficOpeningUnknown,
+        FindingCode::TrafficFlowNotAllowed,
     ];
 
     pub fn aspect(self) -> Aspect {
@@ -330,7 +333,8 @@ impl FindingCode {
             | FindingCode::TrafficNotKept
             | FindingCode::TrafficOpeningMissing
             | FindingCode::TrafficOpeningRefused
-            | FindingCode::TrafficOpeningUnknown => Aspect::Traffic,
+            | FindingCode::TrafficOpeningUnknown
+            | FindingCode::TrafficFlowNotAllowed => Aspect::Traffic,
         }
     }
 
@@ -416,6 +420,7 @@ impl FindingCode {
             FindingCode::TrafficOpeningMissing => "traffic_opening_missing",
             FindingCode::TrafficOpeningRefused => "traffic_opening_refused",
             FindingCode::TrafficOpeningUnknown => "traffic_opening_unknown",
+            FindingCode::TrafficFlowNotAllowed => "traffic_flow_not_allowed",
         }
     }
 
@@ -614,6 +619,9 @@ impl FindingCode {
             }
             FindingCode::TrafficOpeningUnknown => {
                 "the statement names openings this verifier never received"
+            }
+            FindingCode::TrafficFlowNotAllowed => {
+                "a sampled record is traffic outside the inference endpoints with a peer the policy does not allow"
             }
         }
     }

@@ -3206,10 +3206,19 @@ impl CommittedEpoch {
                 } else {
                     RecordKind::Exchange
                 },
-                flow: FlowKey {
-                    proto: 6,
-                    local: "10.0.0.2:8000".parse().unwrap(),
-                    remote: format!("10.0.0.9:{}", 40000 + i).parse().unwrap(),
+                // The raw flow is DNS, which the default allowlist names.
+                flow: if i == 1 {
+                    FlowKey {
+                        proto: 17,
+                        local: "10.0.0.2:5353".parse().unwrap(),
+                        remote: "10.0.0.53:53".parse().unwrap(),
+                    }
+                } else {
+                    FlowKey {
+                        proto: 6,
+                        local: "10.0.0.2:8000".parse().unwrap(),
+                        remote: format!("10.0.0.9:{}", 40000 + i).parse().unwrap(),
+                    }
                 },
                 input: StreamPart::of_bytes(0, input),
                 output: StreamPart::of_bytes(0, output),

@@ -54,6 +54,24 @@ pub struct FlowKey {
     pub remote: SocketAddr,
 }
 
+impl FlowKey {
+    /// The protocol's name: `tcp`, `udp`, or `ip proto N`.
+    pub fn proto_name(&self) -> String {
+        match self.proto {
+            6 => "tcp".into(),
+            17 => "udp".into(),
+            p => format!("ip proto {p}"),
+        }
+    }
+}
+
+impl std::fmt::Display for FlowKey {
+    /// `udp 10.0.0.2:5353 -> 10.0.0.53:53`: the host's end first.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} -> {}", self.proto_name(), self.local, self.remote)
+    }
+}
+
 /// A contiguous part of one direction of a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -35,7 +35,7 @@ mod wire;
 pub use leaf::{FlowKey, LEAF_DOMAIN, LEAF_LEN, RecordKind, StreamPart, TrafficLeaf};
 pub use openings::{
     CheckedRecord, EpochOpenings, OPENINGS_PAYLOAD_TYPE, OpenedRecord, OpeningsOutcome,
-    OpeningsReceipt, OpeningsRef, OpeningsRefused, SampleDemand,
+    OpeningsReceipt, OpeningsRef, OpeningsRefused, SampleDemand, raw_flows,
 };
 pub use report::{SpoolState, TrafficReport};
 pub use sample::{SAMPLE_DOMAIN, sample_offsets};

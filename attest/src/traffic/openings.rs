@@ -117,6 +117,17 @@ pub enum OpeningsRefused {
     NotDrawn { index: u64 },
 }
 
+/// The flows of the raw-flow records among `checked`, each once, in order.
+pub fn raw_flows(checked: &[CheckedRecord]) -> Vec<super::FlowKey> {
+    let mut flows: Vec<super::FlowKey> = Vec::new();
+    for c in checked {
+        if c.leaf.kind == super::RecordKind::RawFlow && !flows.contains(&c.leaf.flow) {
+            flows.push(c.leaf.flow);
+        }
+    }
+    flows
+}
+
 impl EpochOpenings {
     /// Checks the answer against the demand and the root the verifier stored for the epoch,
     /// for the host the signing key belongs to: the host and epoch, the root, each record
@@ -223,8 +234,14 @@ pub struct OpeningsReceipt {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
 pub enum OpeningsOutcome {
-    /// Every drawn offset is answered by its record, with the record's bytes.
-    Matched { records: u64 },
+    /// Every drawn offset is answered by its record, with the record's bytes. `raw_flows`:
+    /// the flows of the opened raw-flow records (each once), which the policy's allowlist
+    /// judges.
+    Matched {
+        records: u64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        raw_flows: Vec<super::FlowKey>,
+    },
     /// Refused: why.
     Refused { reason: String },
 }

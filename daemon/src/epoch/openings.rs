@@ -354,7 +354,7 @@ pub fn answer(
 /// The line the journal gets for an acknowledged answer.
 pub fn describe_receipt(r: &OpeningsReceipt) -> String {
     match &r.outcome {
-        OpeningsOutcome::Matched { records } => {
+        OpeningsOutcome::Matched { records, .. } => {
             format!("epoch {}: {records} record(s) opened, matched", r.epoch_seq)
         }
         OpeningsOutcome::Refused { reason } => {

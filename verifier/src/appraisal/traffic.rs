@@ -100,15 +100,32 @@ fn check_samples(j: &mut Judge, ctx: &TrafficContext, now_ms: u64) {
         let d = &due.sample.demand;
         let by = d.deadline_ms.min(now_ms);
         match &due.answer {
-            Some(a) if a.received_ms <= by => {
-                if let OpeningsOutcome::Refused { reason } = &a.outcome {
-                    j.add(
-                        C::TrafficOpeningRefused,
-                        Status::Contraindicated,
-                        format!("epoch {}: the openings were refused: {reason}", d.epoch_seq),
-                    );
+            Some(a) if a.received_ms <= by => match &a.outcome {
+                OpeningsOutcome::Refused { reason } => j.add(
+                    C::TrafficOpeningRefused,
+                    Status::Contraindicated,
+                    format!("epoch {}: the openings were refused: {reason}", d.epoch_seq),
+                ),
+                OpeningsOutcome::Matched { raw_flows, .. } => {
+                    let allowed = &j.policy.taps.allowed_raw_flows;
+                    let outside: Vec<String> = raw_flows
+                        .iter()
+                        .filter(|f| !allowed.iter().any(|r| r.allows(f)))
+                        .map(|f| f.to_string())
+                        .collect();
+                    if !outside.is_empty() {
+                        j.add(
+                            C::TrafficFlowNotAllowed,
+                            Status::Contraindicated,
+                            format!(
+                                "epoch {}: sampled traffic outside the inference endpoints with peers the policy does not allow: {}",
+                                d.epoch_seq,
+                                outside.join(", ")
+                            ),
+                        );
+                    }
                 }
-            }
+            },
             late => j.add(
                 C::TrafficOpeningMissing,
                 Status::Contraindicated,
@@ -431,5 +448,163 @@ mod tests {
             vec![(C::TrafficInconsistent, Status::Contraindicated)]
         );
         assert!(f[0].2.contains("the kernel passed only 1999"), "{}", f[0].2);
+    }
+
+    /// The findings of the sample judgement alone, under `taps`, at receipt `now_ms`.
+    fn judge_samples(taps: &str, ctx: &TrafficContext, now_ms: u64) -> Vec<(C, Status, String)> {
+        let text = format!(
+            "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/unused.sqlite\"\n\n[policy]\nmin_root_of_trust = \"none\"\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\n[policy.taps]\n{taps}\n"
+        );
+        let cfg = VerifierConfig::parse(std::path::Path::new("v.toml"), &text).unwrap();
+        let mut j = Judge {
+            policy: &cfg.policy,
+            findings: vec![],
+        };
+        check_samples(&mut j, ctx, now_ms);
+        j.findings
+            .into_iter()
+            .map(|f| (f.code, f.severity, f.detail))
+            .collect()
+    }
+
+    fn due(seq: u64, answer: Option<(u64, OpeningsOutcome)>) -> SampleAndAnswer {
+        use rackwarden_attest::traffic::SampleDemand;
+        SampleAndAnswer {
+            sample: crate::store::SampleRow {
+                rack: "r".into(),
+                host: "h".into(),
+                root: rackwarden_attest::traffic::empty_root(),
+                demand: SampleDemand {
+                    epoch_seq: seq,
+                    randomness: [0; 32],
+                    per_direction: 8,
+                    deadline_ms: 1_000,
+                },
+                drawn_ms: 400,
+            },
+            answer: answer.map(|(received_ms, outcome)| OpeningsRow {
+                rack: "r".into(),
+                host: "h".into(),
+                seq,
+                sha3_256: [seq as u8; 32],
+                received_ms,
+                outcome,
+                envelope: None,
+            }),
+        }
+    }
+
+    fn matched(flows: &[(u8, &str)]) -> OpeningsOutcome {
+        OpeningsOutcome::Matched {
+            records: 3,
+            raw_flows: flows
+                .iter()
+                .map(|(proto, remote)| rackwarden_attest::traffic::FlowKey {
+                    proto: *proto,
+                    local: "10.0.0.2:40000".parse().unwrap(),
+                    remote: remote.parse().unwrap(),
+                })
+                .collect(),
+        }
+    }
+
+    /// A sample is judged by the statement its deadline falls in: answered in time and
+    /// matched is clean; refused, missing, late or with a raw flow outside the allowlist is
+    /// each its finding. A statement naming openings the verifier does not hold, or holds
+    /// under another digest, is `traffic_opening_unknown`.
+    #[test]
+    fn samples_are_judged_at_their_deadline_from_stored_rows() {
+        let ctx = TrafficContext {
+            due: vec![
+                due(1, Some((900, matched(&[(17, "10.9.9.9:53")])))),
+                due(
+                    2,
+                    Some((
+                        900,
+                        OpeningsOutcome::Refused {
+                            reason: "forged path".into(),
+                        },
+                    )),
+                ),
+                due(3, None),
+                due(4, Some((1_100, matched(&[])))),
+                due(
+                    5,
+                    Some((
+                        950,
+                        matched(&[(6, "203.0.113.7:443"), (17, "10.9.9.9:123")]),
+                    )),
+                ),
+            ],
+            named: vec![
+                (
+                    OpeningsRef {
+                        epoch_seq: 1,
+                        sha3_256: [1; 32],
+                    },
+                    due(1, Some((900, matched(&[])))).answer,
+                ),
+                (
+                    OpeningsRef {
+                        epoch_seq: 6,
+                        sha3_256: [6; 32],
+                    },
+                    None,
+                ),
+                (
+                    OpeningsRef {
+                        epoch_seq: 1,
+                        sha3_256: [9; 32],
+                    },
+                    due(1, Some((900, matched(&[])))).answer,
+                ),
+            ],
+        };
+        let f = judge_samples("", &ctx, 2_000);
+        assert_eq!(
+            codes(&f),
+            vec![
+                (C::TrafficOpeningRefused, Status::Contraindicated),
+                (C::TrafficOpeningMissing, Status::Contraindicated),
+                (C::TrafficOpeningMissing, Status::Contraindicated),
+                (C::TrafficFlowNotAllowed, Status::Contraindicated),
+                (C::TrafficOpeningUnknown, Status::Contraindicated),
+                (C::TrafficOpeningUnknown, Status::Contraindicated),
+            ],
+            "{f:#?}"
+        );
+        assert!(f[0].2.contains("epoch 2") && f[0].2.contains("forged path"));
+        assert!(f[1].2.starts_with("epoch 3") && !f[1].2.contains("they came"));
+        assert!(f[2].2.starts_with("epoch 4") && f[2].2.contains("they came at 1100 ms"));
+        assert!(
+            f[3].2.contains("tcp 10.0.0.2:40000 -> 203.0.113.7:443") && !f[3].2.contains(":123"),
+            "{}",
+            f[3].2
+        );
+        assert!(f[4].2.contains("never received"));
+        assert!(f[5].2.contains("but the verifier holds"));
+        // The policy names the peer: allowed. An answer received after the statement was
+        // (a recheck sees it) counts as not there.
+        let f = judge_samples(
+            "allowed_raw_flows = [\"tcp:203.0.113.7:443\", \"udp:123\"]",
+            &TrafficContext {
+                due: vec![ctx.due[4].clone()],
+                named: vec![],
+            },
+            2_000,
+        );
+        assert!(f.is_empty(), "{f:?}");
+        let f = judge_samples(
+            "",
+            &TrafficContext {
+                due: vec![ctx.due[0].clone()],
+                named: vec![],
+            },
+            800,
+        );
+        assert_eq!(
+            codes(&f),
+            vec![(C::TrafficOpeningMissing, Status::Contraindicated)]
+        );
     }
 }

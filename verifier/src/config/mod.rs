@@ -51,6 +51,8 @@
 //! # samples = 8                    # byte offsets drawn per direction of each epoch (default)
 //! # opening_deadline = "10 min"    # how long a host has to open them (default)
 //! # keep_openings = "168 h"        # how long the opened bytes are kept (default: 7 days)
+//! # allowed_raw_flows = ["udp:53", "tcp:53", "udp:123"]  # peers of non-inference flows
+//! #                                # (default: DNS, NTP; add "tcp:VERIFIER_ADDR:PORT")
 //!
 //! [racks.rack-a17]
 //! egress = "10 MB/s"
@@ -71,7 +73,9 @@ use toml::Spanned;
 
 pub use rackwarden_attest::config_error::{ConfigError, line_of};
 
+mod flow_rule;
 mod tpm;
+pub use flow_rule::FlowRule;
 pub use tpm::{RuntimePolicy, TpmEnrolConfig, parse_allowlist};
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -168,6 +172,9 @@ pub struct TapsPolicy {
     /// How long the opened bytes are kept (`keep_openings`, default 7 days); the digest and
     /// the outcome are kept with the statements.
     pub keep_openings: Duration,
+    /// The peers an opened raw-flow record may have (`allowed_raw_flows`, default DNS and
+    /// NTP); any other is `traffic_flow_not_allowed`.
+    pub allowed_raw_flows: Vec<FlowRule>,
 }
 
 impl Default for TapsPolicy {
@@ -178,6 +185,7 @@ impl Default for TapsPolicy {
             samples: 8,
             opening_deadline: Duration::from_secs(600),
             keep_openings: Duration::from_secs(7 * 24 * 3600),
+            allowed_raw_flows: FlowRule::defaults(),
         }
     }
 }
@@ -333,6 +341,7 @@ struct RawTaps {
     samples: Option<u32>,
     opening_deadline: Option<Spanned<String>>,
     keep_openings: Option<Spanned<String>>,
+    allowed_raw_flows: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -656,6 +665,20 @@ fn taps(src: &Source, raw: &Option<RawTaps>) -> Result<TapsPolicy, ConfigError> 
             &t.keep_openings,
             d.keep_openings,
         )?,
+        allowed_raw_flows: match &t.allowed_raw_flows {
+            None => d.allowed_raw_flows.clone(),
+            Some(list) => list
+                .iter()
+                .map(|v| {
+                    FlowRule::parse(v.get_ref()).map_err(|e| {
+                        src.err(
+                            Some(v.span()),
+                            format!("`policy.taps.allowed_raw_flows`: {e}"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        },
     };
     // A deadline of zero would contraindicate every sampled epoch at its next statement.
     if let Some(v) = &t.opening_deadline

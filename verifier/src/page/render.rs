@@ -442,7 +442,7 @@ fn sampling_line(sa: &crate::store::SampleAndAnswer) -> String {
     };
     match &sa.answer {
         Some(a) => match &a.outcome {
-            OpeningsOutcome::Matched { records } => format!(
+            OpeningsOutcome::Matched { records, .. } => format!(
                 "{sampled}: opened{}, {records} record{} matched",
                 late(a.received_ms),
                 if *records == 1 { "" } else { "s" }

@@ -11,7 +11,7 @@ use rackwarden_attest::{
     statement::Statement,
     traffic::{
         EpochOpenings, OPENINGS_PAYLOAD_TYPE, OpeningsOutcome, OpeningsReceipt, SampleDemand,
-        SpoolState, TrafficReport,
+        SpoolState, TrafficReport, raw_flows,
     },
 };
 
@@ -143,6 +143,7 @@ impl Verifier {
         let outcome = match openings.check(&rack, &host, &sample.root, &sample.demand) {
             Ok(records) => OpeningsOutcome::Matched {
                 records: records.len() as u64,
+                raw_flows: raw_flows(&records),
             },
             Err(e) => OpeningsOutcome::Refused {
                 reason: e.to_string(),

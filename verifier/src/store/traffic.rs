@@ -317,7 +317,14 @@ mod tests {
             seq: 1,
             sha3_256: [9; 32],
             received_ms: 50,
-            outcome: OpeningsOutcome::Matched { records: 2 },
+            outcome: OpeningsOutcome::Matched {
+                records: 2,
+                raw_flows: vec![rackwarden_attest::traffic::FlowKey {
+                    proto: 17,
+                    local: "10.0.0.2:5353".parse().unwrap(),
+                    remote: "[fd00::53]:53".parse().unwrap(),
+                }],
+            },
             envelope: Some("{}".into()),
         };
         assert!(s.insert_openings(&o).unwrap());
