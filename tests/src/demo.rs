@@ -131,6 +131,11 @@ pub fn traffic(net: &Net, secs: f64) -> DemoReport {
 pub const DEMO_WIPE_INTERVAL: &str = "10 min";
 pub const DEMO_MAX_WIPE_INTERVAL: &str = "15 min";
 
+/// The demo's one completion over HTTP: what a client sends the rack's inference port, and
+/// what it gets back.
+const DEMO_REQUEST: &[u8] = b"POST /v1/completions HTTP/1.1\r\nHost: rack\r\nContent-Type: application/json\r\nContent-Length: 46\r\n\r\n{\"prompt\": \"The capital of France is\", \"n\": 1}";
+const DEMO_RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 26\r\n\r\n{\"text\": \" Paris.\", \"n\":1}";
+
 /// What keeps the demo running after it has printed its story: the namespaces, the verifier
 /// and the daemon (dropped in this order: daemon, verifier, then the namespaces).
 struct Live {
@@ -248,12 +253,15 @@ pub fn full_live(secs: f64) -> FullDemo {
         .collect::<Vec<_>>()
         .join("\n");
     std::fs::write(&v.config, policy + "\n").unwrap();
+    // Every byte committed, and 16 offsets per direction of each epoch opened.
+    v.extend_config("", "[policy.taps]\nrequired = true\nsamples = 16\n");
     let (rack, host) = ids(&net);
     v.enroll(&rack, &host, &fx.host_pub);
     v.start();
     let sections = fx
         .sections(&v.daemon_lines(), DEMO_WIPE_INTERVAL, DEMO_WIPE)
-        .replace("backends = [\"host\"]", "backends = [\"host\", \"gpu\"]");
+        .replace("backends = [\"host\"]", "backends = [\"host\", \"gpu\"]")
+        + "\n[taps]\ninference = [\"tcp:8000\"]\nspool_limit = \"256 MiB\"\n";
     let cfg = write_epoch_config(&net, &sections);
     let sock = net.socket_path();
     let daemon = Daemon::start(&cfg, &sock);
@@ -264,13 +272,25 @@ pub fn full_live(secs: f64) -> FullDemo {
         |e| e["delivery"]["delivered_seq"] == 0,
     );
     let report = traffic(&net, secs);
-    // A second epoch, asked for by hand, carries the traffic's counters.
+    // And one completion over HTTP to the inference port: an exchange record.
+    crate::http_exchange(&net, 8000, DEMO_REQUEST.to_vec(), DEMO_RESPONSE.to_vec());
+    // A second epoch, asked for by hand, carries the traffic's counters and its records.
     wipe_now(&sock);
-    let status = wait_epoch(
+    wait_epoch(
         &sock,
         std::time::Duration::from_secs(120),
         "the second epoch delivered",
         |e| e["delivery"]["delivered_seq"] == 1,
+    );
+    // The verifier sampled it; the daemon opens the records the sample landed in.
+    let status = wait_epoch(
+        &sock,
+        std::time::Duration::from_secs(120),
+        "the second epoch's sample answered",
+        |e| {
+            e["delivery"]["openings"]["answered"].as_u64() >= Some(1)
+                && e["delivery"]["openings"]["pending"] == 0
+        },
     );
     let url = format!("{}/racks/{rack}", v.url());
     let page = PageShot {
@@ -437,6 +457,21 @@ impl FullDemo {
             })
             && infer.delivered_frame_bytes == infer.offered_frame_bytes
             && total as f64 <= self.traffic.bound()
+            && self.traffic_committed_and_opened()
+    }
+
+    /// The last statement commits every byte its policer passed, and a sample of it was
+    /// opened and matched.
+    fn traffic_committed_and_opened(&self) -> bool {
+        let Some(last) = self.history.last() else {
+            return false;
+        };
+        let t = &crate::epoch::predicate_of(last)["traffic"];
+        let o = &self.status["epoch"]["delivery"]["openings"];
+        t["state"] == "committed"
+            && t["summary"]["unaccounted"] == serde_json::json!({"egress": 0, "ingress": 0})
+            && o["answered"].as_u64() >= Some(1)
+            && o["last_failure"].is_null()
     }
 
     /// Inference overhead computed as the rack page's scorecard does: scheduled epochs'
@@ -484,6 +519,38 @@ impl FullDemo {
         )
     }
 
+    /// The last epoch's traffic commitment and what became of its sample.
+    fn render_traffic(&self) -> String {
+        let Some(last) = self.history.last() else {
+            return "no statement\n".into();
+        };
+        let t = &crate::epoch::predicate_of(last)["traffic"];
+        let sm = &t["summary"];
+        let o = &self.status["epoch"]["delivery"]["openings"];
+        let mut s = format!(
+            "seq {}: {} records commit {} egress and {} ingress bytes (the kernel passed {} and {}; unaccounted {} and {}), root {}\n",
+            last["seq"],
+            sm["root"]["records"],
+            sm["root"]["bytes"]["egress"],
+            sm["root"]["bytes"]["ingress"],
+            sm["passed"]["egress"],
+            sm["passed"]["ingress"],
+            sm["unaccounted"]["egress"],
+            sm["unaccounted"]["ingress"],
+            sm["root"]["sha3_256"].as_str().unwrap_or("-")
+        );
+        s += &format!(
+            "the verifier drew 16 offsets per direction after storing the root; the daemon opened the records they landed in: {} answer(s) acknowledged{}\n",
+            o["answered"],
+            match o["last_failure"].as_str() {
+                Some(f) => format!(", LAST FAILURE: {f}"),
+                None => ", every one matched its leaf and path".into(),
+            }
+        );
+        s += "the UDP flows are raw-flow records: their peers are not in the policy's allowed_raw_flows, so the\nsample's judgement at its deadline (10 min) finds traffic_flow_not_allowed for those it opened.\n";
+        s
+    }
+
     pub fn render(&self) -> String {
         use rackwarden::units::ByteSize;
         let mut s = String::new();
@@ -494,6 +561,8 @@ impl FullDemo {
             s += &render_statement(r);
         }
         s += &self.overhead_as_the_page_counts_it();
+        s += "\n== 3. taps: every byte committed, a sample opened ==\n";
+        s += &self.render_traffic();
         s += &format!(
             "\nthe demo policy accepts a bounded {} host wipe (max_residue_host 64 GiB); a production\npolicy sets a few GiB and the daemon wipes all it safely can.\n",
             ByteSize(self.wipe_bytes)

@@ -616,6 +616,34 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
     .expect("netns thread panicked")
 }
 
+/// One HTTP/1.1 exchange through the capped veth: a client in the outside namespace sends
+/// `request` to the rack's TCP `port` and reads `response` back, whole, before both close.
+pub fn http_exchange(net: &Net, port: u16, request: Vec<u8>, response: Vec<u8>) {
+    use std::io::{Read, Write};
+    let (rack_ns, out_ns) = (net.rack_ns.clone(), net.out_ns.clone());
+    let (req_len, resp) = (request.len(), response.clone());
+    let server = thread::spawn(move || {
+        rackwarden::netns::enter(&rack_ns).expect("enter netns");
+        let l = std::net::TcpListener::bind((RACK_ADDR, port)).expect("bind");
+        let (mut s, _) = l.accept().expect("accept");
+        let mut got = vec![0u8; req_len];
+        s.read_exact(&mut got).expect("read the request");
+        s.write_all(&resp).expect("write the response");
+        s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        let _ = s.read(&mut [0u8; 1]);
+    });
+    thread::sleep(std::time::Duration::from_millis(200));
+    let got = in_netns(&out_ns, move || {
+        let mut s = std::net::TcpStream::connect((RACK_ADDR, port)).expect("connect");
+        s.write_all(&request).expect("write the request");
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("read the response");
+        got
+    });
+    assert_eq!(got, response, "the response arrived whole");
+    server.join().expect("the server thread");
+}
+
 pub fn pin_to_cpu(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes within it.
     unsafe {

@@ -49,6 +49,14 @@ fn the_demo_agrees_with_itself_and_exits_at_once_when_asked() {
         .unwrap();
     let page = client.get(fwd.url()).send().and_then(|r| r.text()).unwrap();
     assert!(page.contains("Scorecard"), "{page}");
+    // The page shows the second epoch's traffic committed, sampled and opened.
+    assert!(
+        page.contains("seq 1: traffic committed:")
+            && page
+                .contains("last sampled epoch, seq 1: sampled 16 offsets per direction: opened,"),
+        "{page}"
+    );
+    assert!(text.contains("== 3. taps"), "{text}");
     // The page's scheduled overhead is the number the terminal printed.
     let at = page
         .find(r#"id="score-inference""#)

@@ -344,26 +344,7 @@ fn a_tap_that_cannot_keep_up_drops_and_nothing_passes_untapped() {
 /// One inference exchange on port 8000 through the capped veth: [`request`] in,
 /// [`response`] out.
 fn one_exchange(net: &Net) {
-    let server = spawn_in(&net.rack_ns, || {
-        let l = TcpListener::bind((RACK_ADDR, 8000)).unwrap();
-        let (mut s, _) = l.accept().unwrap();
-        let mut got = vec![0u8; request().len()];
-        s.read_exact(&mut got).unwrap();
-        s.write_all(&response()).unwrap();
-        s.shutdown(std::net::Shutdown::Write).unwrap();
-        let _ = s.read(&mut [0u8; 1]);
-    });
-    thread::sleep(Duration::from_millis(200));
-    spawn_in(&net.out_ns, || {
-        let mut s = TcpStream::connect((RACK_ADDR, 8000)).unwrap();
-        s.write_all(&request()).unwrap();
-        let mut got = Vec::new();
-        s.read_to_end(&mut got).unwrap();
-        assert_eq!(got, response());
-    })
-    .join()
-    .unwrap();
-    server.join().unwrap();
+    http_exchange(net, 8000, request(), response());
 }
 
 /// A small tmpfs mounted over a directory for the guard's life: a disk that fills.

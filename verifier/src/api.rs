@@ -54,11 +54,33 @@ use crate::{
 
 pub use rackwarden_attest::now_ms;
 
-pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Router {
+/// How long one `POST /v1/openings` may take (at least `request_timeout`): a large sampled
+/// record crosses at the host's upload rate.
+pub const OPENINGS_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The body limits: `max_body` for every route but `/v1/openings`, which carries sampled
+/// records with their bytes and takes up to `max_openings_body`.
+pub struct BodyLimits {
+    pub max_body: usize,
+    pub max_openings_body: usize,
+}
+
+pub fn router(state: Arc<AppState>, limits: BodyLimits, timeout: Duration) -> Router {
+    let BodyLimits {
+        max_body,
+        max_openings_body,
+    } = limits;
+    // Its bodies are large and come at the host's upload rate: its own limit and timeout.
+    let openings_route = Router::new()
+        .route("/v1/openings", post(openings))
+        .layer(DefaultBodyLimit::max(max_openings_body))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            OPENINGS_TIMEOUT.max(timeout),
+        ));
     Router::new()
         .route("/v1/challenges", post(challenge))
         .route("/v1/statements", post(statements))
-        .route("/v1/openings", post(openings))
         .route("/v1/tpm/enroll", post(tpm_enroll))
         .route("/v1/tpm/activate", post(tpm_activate))
         .route("/v1/racks", get(racks))
@@ -76,6 +98,7 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
             StatusCode::REQUEST_TIMEOUT,
             timeout,
         ))
+        .merge(openings_route)
         .with_state(state)
 }
 

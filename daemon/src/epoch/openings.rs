@@ -319,9 +319,11 @@ pub fn answer(
     };
     let digest = rackwarden_attest::sha3(&body);
     let url = format!("{base}/v1/openings");
+    // Its own timeout: a sampled record can be a whole epoch of a bulk flow.
     let resp = match client
         .post(&url)
         .header("Content-Type", "application/json")
+        .timeout(std::time::Duration::from_secs(600))
         .body(body)
         .send()
     {
@@ -345,7 +347,10 @@ pub fn answer(
             )),
             Err(e) => Answer::Later(format!("{url}: not a receipt: {e}")),
         },
-        404 | 409 | 400 | 403 => Answer::Abandoned(format!("{url}: {status}: {}", text.trim())),
+        // 413: larger than the verifier's `max_openings_body`; sending it again changes nothing.
+        400 | 403 | 404 | 409 | 413 => {
+            Answer::Abandoned(format!("{url}: {status}: {}", text.trim()))
+        }
         _ => Answer::Later(format!("{url}: {status}: {}", text.trim())),
     };
     (answer, Some(digest))

@@ -13,6 +13,7 @@
 //! #                                  # share one server (then `log_key` must be set: the key is
 //! #                                  # the fleet's, copied to each instance)
 //! max_body = "4 MiB"
+//! max_openings_body = "1 GiB"     # POST /v1/openings: sampled records with their bytes
 //! request_timeout = "10 s"
 //! max_connections = 1024          # open connections at once; more wait in the backlog
 //! header_timeout = "5 s"          # a client that has not sent its headers by then is dropped
@@ -273,6 +274,9 @@ pub struct VerifierConfig {
     pub transport: Transport,
     pub database: crate::store::DatabaseUrl,
     pub max_body_bytes: usize,
+    /// The largest body `POST /v1/openings` takes (`max_openings_body`, default 1 GiB): an
+    /// opened record carries its bytes, up to a whole raw flow of an epoch.
+    pub max_openings_body_bytes: usize,
     pub request_timeout: Duration,
     pub max_connections: usize,
     pub header_timeout: Duration,
@@ -294,6 +298,7 @@ struct Raw {
     insecure_http: Option<Spanned<bool>>,
     database: Spanned<String>,
     max_body: Option<Spanned<String>>,
+    max_openings_body: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
     max_connections: Option<Spanned<i64>>,
     header_timeout: Option<Spanned<String>>,
@@ -377,6 +382,10 @@ impl VerifierConfig {
             Some(s) => src.size("max_body", s)? as usize,
             None => 4 << 20,
         };
+        let max_openings_body_bytes = match &raw.max_openings_body {
+            Some(s) => src.size("max_openings_body", s)? as usize,
+            None => 1 << 30,
+        };
         let max_connections = max_connections(&src, &raw.max_connections)?;
         let header_timeout = match &raw.header_timeout {
             Some(s) => src.dur("header_timeout", s)?,
@@ -433,6 +442,7 @@ impl VerifierConfig {
             log_key,
             log_origin,
             max_body_bytes,
+            max_openings_body_bytes,
             request_timeout,
             max_connections,
             header_timeout,

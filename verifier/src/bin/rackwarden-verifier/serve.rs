@@ -59,7 +59,14 @@ pub fn run(cfg: VerifierConfig) -> anyhow::Result<()> {
         );
         http::serve(
             listener,
-            api::router(state, cfg.max_body_bytes, cfg.request_timeout),
+            api::router(
+                state,
+                api::BodyLimits {
+                    max_body: cfg.max_body_bytes,
+                    max_openings_body: cfg.max_openings_body_bytes,
+                },
+                cfg.request_timeout,
+            ),
             ConnLimits {
                 max_connections: cfg.max_connections,
                 header_timeout: cfg.header_timeout,
