@@ -383,6 +383,93 @@ impl Drop for FullDisk {
     }
 }
 
+/// A verifier requiring taps and drawing `samples` offsets per direction, and a daemon
+/// tapping its veth with `tcp:8000` as the inference endpoint, its first epoch delivered.
+struct TappedRack {
+    _fx: rackwarden_tests::epoch::EpochFixture,
+    verifier: rackwarden_tests::epoch::Verifier,
+    cfg: std::path::PathBuf,
+    sock: std::path::PathBuf,
+    rack: String,
+    host: String,
+}
+
+impl TappedRack {
+    fn start(net: &Net, samples: u32) -> (TappedRack, Daemon) {
+        use rackwarden_tests::epoch::{
+            EpochFixture, Verifier, ids, wait_epoch, write_epoch_config,
+        };
+        let fx = EpochFixture::new(&net.dir, 1 << 20);
+        let mut verifier = Verifier::configure(net, &fx.manifest, &fx.verifier_pub, "64 GiB");
+        verifier.extend_config(
+            "",
+            &format!("[policy.taps]\nrequired = true\nsamples = {samples}\n"),
+        );
+        let (rack, host) = ids(net);
+        verifier.enroll(&rack, &host, &fx.host_pub);
+        verifier.start();
+        let mut sections = fx.sections(&verifier.daemon_lines(), "1 h", "32 MiB");
+        sections += "\n[taps]\ninference = [\"tcp:8000\"]\nspool_limit = \"64 MiB\"\n";
+        let cfg = write_epoch_config(net, &sections);
+        let sock = net.socket_path();
+        let d = Daemon::start(&cfg, &sock);
+        wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
+            e["delivery"]["delivered_seq"] == 0
+        });
+        let rack = TappedRack {
+            _fx: fx,
+            verifier,
+            cfg,
+            sock,
+            rack,
+            host,
+        };
+        (rack, d)
+    }
+
+    /// Forces an epoch and waits for the verifier to acknowledge statement `seq`.
+    fn epoch(&self, seq: u64) {
+        rackwarden_tests::epoch::wipe_now(&self.sock);
+        rackwarden_tests::epoch::wait_epoch(
+            &self.sock,
+            Duration::from_secs(60),
+            &format!("seq {seq} delivered"),
+            |e| e["delivery"]["delivered_seq"] == seq,
+        );
+    }
+
+    /// The stored statement at `seq`, as the history API gives it.
+    fn stored(&self, seq: usize) -> serde_json::Value {
+        self.verifier.history(&self.rack, &self.host)[seq].clone()
+    }
+
+    /// The finding codes of the stored statement at `seq`.
+    fn codes(&self, seq: usize) -> Vec<String> {
+        self.stored(seq)["result"]["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| f["code"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    /// The openings the verifier received for epoch `seq`, waited for up to a minute.
+    fn openings(&self, seq: u64) -> rackwarden_verifier::store::OpeningsRow {
+        let store = rackwarden_verifier::store::Store::connect(&self.verifier.database()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(h) = store.openings(&self.rack, &self.host, seq).unwrap() {
+                return h;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no openings for seq {seq} after 60 s"
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 /// Issue 27: `kill -9` of the daemon in the middle of an epoch, then a spool disk that is
 /// full. What the dead daemon had read but not committed is in no record: the restarted
 /// daemon's first statement resumes at the last committed cut and says those bytes are
@@ -392,24 +479,9 @@ impl Drop for FullDisk {
 /// opened again.
 #[test]
 fn kill_9_mid_epoch_and_a_full_spool_disk_are_disclosed() {
-    use rackwarden_tests::epoch::{
-        EpochFixture, Verifier, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config,
-    };
+    use rackwarden_tests::epoch::predicate_of;
     let net = Net::new("tapk");
-    let fx = EpochFixture::new(&net.dir, 1 << 20);
-    let mut verifier = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
-    verifier.extend_config("", "[policy.taps]\nrequired = true\nsamples = 8\n");
-    let (rack, host) = ids(&net);
-    verifier.enroll(&rack, &host, &fx.host_pub);
-    verifier.start();
-    let mut sections = fx.sections(&verifier.daemon_lines(), "1 h", "32 MiB");
-    sections += "\n[taps]\ninference = [\"tcp:8000\"]\nspool_limit = \"64 MiB\"\n";
-    let cfg = write_epoch_config(&net, &sections);
-    let sock = net.socket_path();
-    let mut d = Daemon::start(&cfg, &sock);
-    wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
-        e["delivery"]["delivered_seq"] == 0
-    });
+    let (r, mut d) = TappedRack::start(&net, 8);
     // Mid-epoch: the reader takes the exchange's frames off the ring, and dies with them.
     one_exchange(&net);
     thread::sleep(Duration::from_millis(500));
@@ -418,14 +490,10 @@ fn kill_9_mid_epoch_and_a_full_spool_disk_are_disclosed() {
 
     // The spool's disk is full when the daemon comes back.
     let full = FullDisk::mount(&net.dir.join("state").join("tap-spool"), "4k");
-    let _d = Daemon::start(&cfg, &sock);
+    let _d = Daemon::start(&r.cfg, &r.sock);
     one_exchange(&net);
-    wipe_now(&sock);
-    wait_epoch(&sock, Duration::from_secs(60), "seq 1 delivered", |e| {
-        e["delivery"]["delivered_seq"] == 1
-    });
-    let h = verifier.history(&rack, &host);
-    let t = &predicate_of(&h[1])["traffic"];
+    r.epoch(1);
+    let t = &predicate_of(&r.stored(1))["traffic"];
     println!("seq 1 traffic: {t:#}");
     let s = &t["summary"];
     assert_eq!(s["start"], "resumed", "{t:#}");
@@ -445,15 +513,7 @@ fn kill_9_mid_epoch_and_a_full_spool_disk_are_disclosed() {
     assert_eq!(t["spool"]["state"], "not_kept", "{t:#}");
     let reason = t["spool"]["reason"].as_str().unwrap();
     assert!(reason.contains("No space left on device"), "{reason}");
-    let codes = |i: usize| -> Vec<String> {
-        verifier.history(&rack, &host)[i]["result"]["findings"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|f| f["code"].as_str().unwrap_or("").to_string())
-            .collect()
-    };
-    let c1 = codes(1);
+    let c1 = r.codes(1);
     assert!(
         c1.contains(&"traffic_unaccounted".to_string())
             && c1.contains(&"traffic_not_kept".to_string()),
@@ -463,28 +523,14 @@ fn kill_9_mid_epoch_and_a_full_spool_disk_are_disclosed() {
     // Room again: the next epoch is kept, and its sample is answered.
     drop(full);
     one_exchange(&net);
-    wipe_now(&sock);
-    wait_epoch(&sock, Duration::from_secs(60), "seq 2 delivered", |e| {
-        e["delivery"]["delivered_seq"] == 2
-    });
-    let t = &predicate_of(&verifier.history(&rack, &host)[2])["traffic"];
+    r.epoch(2);
+    let t = &predicate_of(&r.stored(2))["traffic"];
     assert_eq!(t["spool"]["state"], "kept", "{t:#}");
     assert_eq!(
         t["summary"]["unaccounted"],
         serde_json::json!({"egress": 0, "ingress": 0})
     );
-    let store = rackwarden_verifier::store::Store::connect(&verifier.database()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let held = loop {
-        if let Some(h) = store.openings(&rack, &host, 2).unwrap() {
-            break h;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no openings for seq 2 after 60 s"
-        );
-        thread::sleep(Duration::from_millis(100));
-    };
+    let held = r.openings(2);
     assert!(
         matches!(
             held.outcome,
@@ -497,27 +543,12 @@ fn kill_9_mid_epoch_and_a_full_spool_disk_are_disclosed() {
 
 #[test]
 fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
-    use rackwarden_tests::epoch::{
-        EpochFixture, Verifier, ids, predicate_of, wait_epoch, wipe_now, write_epoch_config,
-    };
+    use rackwarden_tests::epoch::{predicate_of, wait_epoch, wipe_now};
     let net = Net::new("tapd");
-    let fx = EpochFixture::new(&net.dir, 1 << 20);
-    let mut verifier = Verifier::configure(&net, &fx.manifest, &fx.verifier_pub, "64 GiB");
     // 64 offsets per direction: a record holding a fifth of an epoch's bytes is missed
     // with probability 0.8^64, under 1e-6.
-    verifier.extend_config("", "[policy.taps]\nrequired = true\nsamples = 64\n");
-    let (rack, host) = ids(&net);
-    verifier.enroll(&rack, &host, &fx.host_pub);
-    verifier.start();
-    let mut sections = fx.sections(&verifier.daemon_lines(), "1 h", "32 MiB");
-    sections += "\n[taps]\ninference = [\"tcp:8000\"]\nspool_limit = \"64 MiB\"\n";
-    let cfg = write_epoch_config(&net, &sections);
-    let sock = net.socket_path();
-    let _d = Daemon::start(&cfg, &sock);
-    wait_epoch(&sock, Duration::from_secs(60), "seq 0 delivered", |e| {
-        e["delivery"]["delivered_seq"] == 0
-    });
-
+    let (r, _d) = TappedRack::start(&net, 64);
+    let sock = r.sock.clone();
     // One inference exchange through the capped veth, then an epoch.
     one_exchange(&net);
     wipe_now(&sock);
@@ -529,8 +560,7 @@ fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
     assert_eq!(taps["last"]["seq"], 1);
     assert_eq!(taps["last"]["unaccounted_bytes"], serde_json::json!([0, 0]));
 
-    let h = verifier.history(&rack, &host);
-    let p = predicate_of(&h[1]);
+    let p = predicate_of(&r.stored(1));
     let t = &p["traffic"];
     println!("seq 1 traffic: {t:#}");
     assert_eq!(t["state"], "committed", "{t:#}");
@@ -551,18 +581,7 @@ fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
 
     // The verifier sampled seq 1; the daemon answered with the records the sample landed in,
     // the verifier matched them against the root, and the spool file was released.
-    let store = rackwarden_verifier::store::Store::connect(&verifier.database()).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let held = loop {
-        if let Some(h) = store.openings(&rack, &host, 1).unwrap() {
-            break h;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no openings for seq 1 after 60 s"
-        );
-        thread::sleep(Duration::from_millis(100));
-    };
+    let held = r.openings(1);
     let st = wait_epoch(&sock, Duration::from_secs(60), "no sample pending", |e| {
         e["delivery"]["openings"]["answered"].as_u64() >= Some(1)
             && e["delivery"]["openings"]["pending"] == 0
@@ -600,12 +619,8 @@ fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
     let sha3_1 = held.sha3_256;
 
     // The next statement names the acknowledged openings, and the verifier finds them.
-    wipe_now(&sock);
-    wait_epoch(&sock, Duration::from_secs(60), "seq 2 delivered", |e| {
-        e["delivery"]["delivered_seq"] == 2
-    });
-    let h = verifier.history(&rack, &host);
-    let named = &predicate_of(&h[2])["openings"];
+    r.epoch(2);
+    let named = &predicate_of(&r.stored(2))["openings"];
     assert!(
         named
             .as_array()
@@ -614,12 +629,7 @@ fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
             .any(|o| o["epoch_seq"] == 1 && o["sha3_256"] == hex::encode(sha3_1)),
         "{named:#}"
     );
-    let codes: Vec<String> = h[2]["result"]["findings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|f| f["code"].as_str().unwrap_or("").to_string())
-        .collect();
+    let codes = r.codes(2);
     assert!(
         !codes.iter().any(|c| c.starts_with("traffic")),
         "seq 2: {codes:?}"

@@ -944,6 +944,19 @@ fn restart_and_recheck(
     s
 }
 
+/// Adds a `[policy.taps]` table with `lines` to the verifier's config.
+fn with_taps_policy(config: &Path, lines: &str) {
+    let text = std::fs::read_to_string(config).unwrap();
+    std::fs::write(
+        config,
+        text.replace(
+            "[racks.rack-a]",
+            &format!("[policy.taps]\n{lines}\n\n[racks.rack-a]"),
+        ),
+    )
+    .unwrap();
+}
+
 /// A committed traffic report for an epoch that passed `passed` bytes each way, of which
 /// `unaccounted` egress bytes are in no record; the records are kept.
 fn traffic_report(passed: u64, unaccounted: u64) -> rackwarden_attest::traffic::TrafficReport {
@@ -973,15 +986,7 @@ fn traffic_report(passed: u64, unaccounted: u64) -> rackwarden_attest::traffic::
 #[test]
 fn traffic_reports_are_judged_under_the_taps_policy() {
     let (dir, config, port) = setup("traffic", "1 h", None);
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace(
-            "[racks.rack-a]",
-            "[policy.taps]\nmax_unaccounted = \"100 B\"\n\n[racks.rack-a]",
-        ),
-    )
-    .unwrap();
+    with_taps_policy(&config, "max_unaccounted = \"100 B\"");
     let k = enroll(&config, &dir, "rack-a", "h1");
     let s = Server::start(&dir, &config, port);
     let mut h = Host::new(k, "rack-a", "h1");
@@ -3312,15 +3317,10 @@ fn openings_ref(seq: u64, envelope: &[u8]) -> rackwarden_attest::traffic::Openin
 #[test]
 fn sampled_epochs_are_opened_checked_and_judged() {
     let (dir, config, port) = setup("openings", "1 h", None);
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
+    with_taps_policy(
         &config,
-        text.replace(
-            "[racks.rack-a]",
-            "[policy.taps]\nrequired = true\nsamples = 6\nopening_deadline = \"2 s\"\n\n[racks.rack-a]",
-        ),
-    )
-    .unwrap();
+        "required = true\nsamples = 6\nopening_deadline = \"2 s\"",
+    );
     let k = enroll(&config, &dir, "rack-a", "h1");
     let s = Server::start(&dir, &config, port);
     let mut h = Host::new(k, "rack-a", "h1");
