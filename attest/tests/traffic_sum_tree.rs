@@ -1156,3 +1156,38 @@ proptest! {
         prop_assert!(refused);
     }
 }
+
+/// The answer of docs/traffic-format.md section 12.3, as printed there: it is what the
+/// reference check accepts for the worked example with R = 32 bytes of 0x11 and k = 2
+/// (records A and C), and it stops being accepted with B added or C dropped.
+#[test]
+fn the_documented_answer_is_accepted_by_the_check() {
+    use rackwarden_attest::traffic::{EpochOpenings, OpeningsRefused, SampleDemand};
+    let doc = include_str!("../../docs/traffic-format.md");
+    let section = &doc[doc.find("### 12.3").unwrap()..doc.find("### 12.4").unwrap()];
+    let json = section
+        .split("```json")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    let answer: EpochOpenings = serde_json::from_str(json).unwrap();
+    let root = SumTree::build(&kat_leaves()).unwrap().root();
+    let demand = SampleDemand {
+        epoch_seq: 42,
+        randomness: [0x11; 32],
+        per_direction: 2,
+        deadline_ms: 0,
+    };
+    let checked = answer.check("rack-a17", "host-03", &root, &demand).unwrap();
+    assert_eq!(
+        checked.iter().map(|c| c.index).collect::<Vec<_>>(),
+        vec![0, 2]
+    );
+    assert_eq!(checked[0].input, b"hello");
+    let mut fewer = answer.clone();
+    fewer.records.pop();
+    assert!(matches!(
+        fewer.check("rack-a17", "host-03", &root, &demand),
+        Err(OpeningsRefused::NotOpened { .. })
+    ));
+}

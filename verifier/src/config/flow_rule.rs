@@ -1,37 +1,74 @@
 //! `[policy.taps] allowed_raw_flows`: the flows a host may send or receive outside its
 //! inference endpoints (DNS, NTP, this verifier, ...), each written `PROTO:PORT` or
-//! `PROTO:ADDRESS:PORT` (`udp:53`, `tcp:10.0.0.5:7700`, `tcp:[fd00::5]:7700`) and matched
-//! against the peer's end of an opened raw-flow record.
+//! `PROTO:ADDRESS:PORT` for TCP and UDP (`udp:53`, `tcp:10.0.0.5:7700`,
+//! `tcp:[fd00::5]:7700`), matched against the peer's end of an opened raw-flow record, or a
+//! whole protocol without ports: `icmp`, `icmpv6`, `ip:N` (IP protocol number N), `non_ip`
+//! (frames that are not IP: ARP, LLDP, ...).
 
 use std::net::{IpAddr, SocketAddr};
 
 use rackwarden_attest::traffic::FlowKey;
 
-/// One allowed peer: a protocol, a port, and optionally an address.
+/// One allowed peer: a protocol, and for TCP and UDP a port and optionally an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowRule {
+    /// The IP protocol number; [`NON_IP`] for frames that are not IP.
     pub proto: u8,
     pub addr: Option<IpAddr>,
-    pub port: u16,
+    /// `None`: every flow of the protocol (the rules without ports).
+    pub port: Option<u16>,
 }
+
+/// The protocol number the tap gives frames that are not IP (its records' `proto` 0).
+pub const NON_IP: u8 = 0;
 
 impl FlowRule {
     /// Parses `PROTO:PORT` or `PROTO:ADDRESS:PORT` (IPv6 in brackets); `PROTO` is `tcp` or
     /// `udp`.
     pub fn parse(s: &str) -> Result<FlowRule, String> {
+        let whole = |proto| {
+            Ok(FlowRule {
+                proto,
+                addr: None,
+                port: None,
+            })
+        };
+        match s {
+            "non_ip" => return whole(NON_IP),
+            "icmp" => return whole(1),
+            "icmpv6" => return whole(58),
+            _ => {}
+        }
+        if let Some(n) = s.strip_prefix("ip:") {
+            return match n.parse::<u8>() {
+                Ok(6 | 17) => Err(format!("`{s}`: write tcp:PORT or udp:PORT for TCP and UDP")),
+                Ok(p) => whole(p),
+                Err(_) => Err(format!(
+                    "`{s}`: `{n}` is not an IP protocol number (0 to 255)"
+                )),
+            };
+        }
         let (proto, rest) = s
             .split_once(':')
-            .ok_or_else(|| format!("`{s}`: write PROTO:PORT or PROTO:ADDRESS:PORT (udp:53)"))?;
+            .ok_or_else(|| {
+                format!(
+                    "`{s}`: write PROTO:PORT or PROTO:ADDRESS:PORT (udp:53), icmp, icmpv6, ip:N or non_ip"
+                )
+            })?;
         let proto = match proto {
             "tcp" => 6,
             "udp" => 17,
-            other => return Err(format!("`{s}`: protocol `{other}` is not tcp or udp")),
+            other => {
+                return Err(format!(
+                    "`{s}`: protocol `{other}` is not tcp or udp (other protocols: icmp, icmpv6, ip:N, non_ip)"
+                ));
+            }
         };
         if let Ok(port) = rest.parse::<u16>() {
             return Ok(FlowRule {
                 proto,
                 addr: None,
-                port,
+                port: Some(port),
             });
         }
         let sa: SocketAddr = rest.parse().map_err(|_| {
@@ -40,20 +77,21 @@ impl FlowRule {
         Ok(FlowRule {
             proto,
             addr: Some(sa.ip()),
-            port: sa.port(),
+            port: Some(sa.port()),
         })
     }
 
     /// Whether the flow's peer end is this rule's.
     pub fn allows(&self, f: &FlowKey) -> bool {
         f.proto == self.proto
-            && f.remote.port() == self.port
+            && self.port.is_none_or(|p| p == f.remote.port())
             && self.addr.is_none_or(|a| a == f.remote.ip())
     }
 
-    /// DNS and NTP: what every host needs whatever it serves.
+    /// DNS, NTP and the link layer's own frames (ARP): what every host needs whatever it
+    /// serves. ICMP is not in it: a policy that wants it (IPv6 neighbour discovery) says so.
     pub fn defaults() -> Vec<FlowRule> {
-        ["udp:53", "tcp:53", "udp:123"]
+        ["udp:53", "tcp:53", "udp:123", "non_ip"]
             .iter()
             .filter_map(|s| FlowRule::parse(s).ok())
             .collect()
@@ -62,10 +100,18 @@ impl FlowRule {
 
 impl std::fmt::Display for FlowRule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let proto = if self.proto == 6 { "tcp" } else { "udp" };
-        match self.addr {
-            None => write!(f, "{proto}:{}", self.port),
-            Some(a) => write!(f, "{proto}:{}", SocketAddr::new(a, self.port)),
+        match (self.proto, self.port, self.addr) {
+            (NON_IP, None, _) => write!(f, "non_ip"),
+            (1, None, _) => write!(f, "icmp"),
+            (58, None, _) => write!(f, "icmpv6"),
+            (p, None, _) => write!(f, "ip:{p}"),
+            (p, Some(port), addr) => {
+                let proto = if p == 6 { "tcp" } else { "udp" };
+                match addr {
+                    None => write!(f, "{proto}:{port}"),
+                    Some(a) => write!(f, "{proto}:{}", SocketAddr::new(a, port)),
+                }
+            }
         }
     }
 }
@@ -90,7 +136,15 @@ mod tests {
 
     #[test]
     fn rules_parse_print_and_match_the_peer() {
-        for s in ["udp:53", "tcp:10.0.0.5:7700", "tcp:[fd00::5]:7700"] {
+        for s in [
+            "udp:53",
+            "tcp:10.0.0.5:7700",
+            "tcp:[fd00::5]:7700",
+            "icmp",
+            "icmpv6",
+            "ip:47",
+            "non_ip",
+        ] {
             assert_eq!(FlowRule::parse(s).unwrap().to_string(), s);
         }
         let dns = FlowRule::parse("udp:53").unwrap();

@@ -52,8 +52,8 @@
 //! # samples = 8                    # byte offsets drawn per direction of each epoch (default)
 //! # opening_deadline = "10 min"    # how long a host has to open them (default)
 //! # keep_openings = "168 h"        # how long the opened bytes are kept (default: 7 days)
-//! # allowed_raw_flows = ["udp:53", "tcp:53", "udp:123"]  # peers of non-inference flows
-//! #                                # (default: DNS, NTP; add "tcp:VERIFIER_ADDR:PORT")
+//! # allowed_raw_flows = ["udp:53", "tcp:53", "udp:123", "non_ip"]  # peers of other flows
+//! #                                # (default: DNS, NTP, non_ip; add "tcp:VERIFIER_ADDR:PORT")
 //!
 //! [racks.rack-a17]
 //! egress = "10 MB/s"
@@ -173,8 +173,8 @@ pub struct TapsPolicy {
     /// How long the opened bytes are kept (`keep_openings`, default 7 days); the digest and
     /// the outcome are kept with the statements.
     pub keep_openings: Duration,
-    /// The peers an opened raw-flow record may have (`allowed_raw_flows`, default DNS and
-    /// NTP); any other is `traffic_flow_not_allowed`.
+    /// The peers an opened raw-flow record may have (`allowed_raw_flows`, default DNS,
+    /// NTP and frames that are not IP); any other is `traffic_flow_not_allowed`.
     pub allowed_raw_flows: Vec<FlowRule>,
 }
 
