@@ -113,8 +113,10 @@ pub struct Delivery {
     /// This host's ids, as the verifier's log leaves name them.
     pub rack: String,
     pub host: String,
-    /// The samples the verifier answers statements with, and their openings.
+    /// The samples the verifier answers statements with: kept for the openings thread.
     pub openings: super::openings::OpeningsWork,
+    /// Wakes the openings thread when a sample was kept.
+    pub openings_kick: mpsc::Sender<()>,
 }
 
 /// What one attempt achieved.
@@ -201,13 +203,10 @@ impl Delivery {
                     Attempt::Nothing => {
                         (attempt, tried) = (0, 0);
                         self.set_state(DeliveryState::Idle);
-                        // The verifier is answering: the samples it drew are answered now.
-                        self.answer_samples(http, base);
                     }
                     // More may be pending (a backlog larger than one batch): go on at once.
                     Attempt::Acked => {
                         (attempt, tried) = (0, 0);
-                        self.answer_samples(http, base);
                         continue;
                     }
                     // Another instance not yet tried since one answered: at once. The order
@@ -249,22 +248,6 @@ impl Delivery {
                 Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-        }
-    }
-
-    /// Answers the samples the verifier drew, with the openings status behind a lock of its
-    /// own (the answers may take a while).
-    fn answer_samples(&self, http: &reqwest::blocking::Client, base: &str) {
-        let st = Mutex::new(
-            self.status
-                .lock()
-                .map(|s| s.openings.clone())
-                .unwrap_or_default(),
-        );
-        self.openings
-            .answer_pending(http, base, &self.rack, &self.host, &st);
-        if let (Ok(mut s), Ok(o)) = (self.status.lock(), st.into_inner()) {
-            s.openings = o;
         }
     }
 
@@ -348,6 +331,9 @@ impl Delivery {
                 (answer.item(i), &l.statement)
             {
                 self.openings.acknowledged(*seq, env, *sample);
+                if sample.is_some() {
+                    let _ = self.openings_kick.send(());
+                }
             }
             if let (Some(IngestItem::Judged { log: Some(e), .. }), Some((_, env))) =
                 (answer.item(i), &l.statement)

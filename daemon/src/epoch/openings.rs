@@ -15,7 +15,12 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::Mutex,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    time::Duration,
 };
 
 use ed25519_dalek::SigningKey;
@@ -29,7 +34,10 @@ use rackwarden_attest::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::taps::{openings::open_epoch, spool::path_for};
+use crate::{
+    config::epoch::VerifierEndpoint,
+    taps::{openings::open_epoch, spool::path_for},
+};
 
 /// Both threads (delivery adds and answers, the epoch loop names) read and rewrite the one
 /// file: one at a time.
@@ -157,13 +165,30 @@ impl OpeningsBook {
     }
 }
 
-/// What the delivery thread needs to answer samples.
+/// What both threads need: delivery keeps the samples the verifier draws (and releases the
+/// spool files of epochs it drew none for), the openings thread answers them.
+#[derive(Clone)]
 pub struct OpeningsWork {
     pub book: OpeningsBook,
     /// The tap spool (`crate::pins::StatePaths::tap_spool`).
     pub spool_dir: PathBuf,
     /// The current signing key (the epoch loop keeps it current across rotations).
-    pub signer: std::sync::Arc<Mutex<SigningKey>>,
+    pub signer: Arc<Mutex<SigningKey>>,
+}
+
+/// How long after its deadline a sample is still answered: the verifier keeps a late answer
+/// (its finding stands), which is still the record's evidence. Past this, it is dropped.
+pub const LATE_ANSWER_GRACE_MS: u64 = 3_600_000;
+
+/// What one pass over the pending samples did.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub answered: u64,
+    /// The last answer refused, or the last sample given up on.
+    pub failure: Option<String>,
+    /// The verifier answered at least once (or there was nothing to send): `false` sends
+    /// the next pass to another instance.
+    pub reached: bool,
 }
 
 impl OpeningsWork {
@@ -184,38 +209,118 @@ impl OpeningsWork {
         }
     }
 
+    /// The openings thread: answers the pending samples when delivery kicks it (a sample
+    /// was kept) and every few seconds, through the verifier instance that last answered.
+    /// Its own thread: a large answer takes as long as its upload, and delivery and its
+    /// watchdog heartbeat must not wait for it.
+    pub fn run(
+        self,
+        endpoint: Arc<Mutex<VerifierEndpoint>>,
+        status: Arc<Mutex<super::delivery::DeliveryStatus>>,
+        ids: (String, String),
+        stop: &AtomicBool,
+        kick: mpsc::Receiver<()>,
+    ) {
+        let (rack, host) = ids;
+        let mut client: Option<(VerifierEndpoint, reqwest::blocking::Client)> = None;
+        let mut current = 0usize;
+        while !stop.load(Ordering::SeqCst) {
+            match kick.recv_timeout(Duration::from_secs(2)) {
+                Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            if self.book.pending().map_or(true, |p| p.is_empty()) {
+                continue;
+            }
+            let Some(ep) = endpoint.lock().ok().map(|e| e.clone()) else {
+                break;
+            };
+            if client.as_ref().is_none_or(|(e, _)| *e != ep) {
+                match super::transport::client(&ep, ep.request_timeout) {
+                    Ok(c) => client = Some((ep.clone(), c)),
+                    Err(e) => {
+                        log::error!("openings: cannot build the HTTP client: {e}");
+                        continue;
+                    }
+                }
+            }
+            let Some((_, http)) = &client else { continue };
+            let urls: Vec<&str> = ep.urls().collect();
+            let base = urls[current % urls.len()];
+            let p = self.answer_pending(http, base, &rack, &host);
+            if !p.reached {
+                current = (current + 1) % urls.len();
+            }
+            if let Ok(mut st) = status.lock() {
+                let o = &mut st.openings;
+                o.answered += p.answered;
+                o.pending = self.book.pending().map_or(o.pending, |p| p.len() as u64);
+                if p.failure.is_some() {
+                    o.last_failure = p.failure;
+                }
+            }
+        }
+    }
+
     /// Answers the pending samples, oldest first, until one must wait (the verifier is not
-    /// answering). Updates `status`.
+    /// answering); a sample an hour past its deadline is dropped.
     pub fn answer_pending(
         &self,
         client: &reqwest::blocking::Client,
         base: &str,
         rack: &str,
         host: &str,
-        status: &Mutex<OpeningsStatus>,
-    ) {
+    ) -> Progress {
+        let mut progress = Progress {
+            reached: true,
+            ..Progress::default()
+        };
         let pending = match self.book.pending() {
             Ok(p) => p,
             Err(e) => {
                 log::error!("openings: {e}");
-                return;
+                return progress;
             }
         };
-        let key = match self.signer.lock() {
-            Ok(k) => k.clone(),
-            Err(_) => return,
+        let Ok(key) = self.signer.lock().map(|k| k.clone()) else {
+            return progress;
         };
-        let mut failure = None;
-        let mut answered = 0u64;
-        for p in &pending {
+        let give_up = |seq: u64, why: String, progress: &mut Progress| {
+            log::error!(
+                "openings: epoch {seq} cannot be answered, the verifier will find it missing: {why}"
+            );
+            if let Err(e) = self.book.dropped(seq) {
+                log::error!("openings: epoch {seq}: {e}");
+            }
+            release_spool(&self.spool_dir, seq);
+            progress.failure = Some(if why.starts_with("epoch ") {
+                why
+            } else {
+                format!("epoch {seq}: {why}")
+            });
+        };
+        for (i, p) in pending.iter().enumerate() {
             let seq = p.demand.epoch_seq;
+            if rackwarden_attest::now_ms()
+                > p.demand.deadline_ms.saturating_add(LATE_ANSWER_GRACE_MS)
+            {
+                give_up(
+                    seq,
+                    format!(
+                        "its deadline ({} ms) passed more than an hour ago",
+                        p.demand.deadline_ms
+                    ),
+                    &mut progress,
+                );
+                continue;
+            }
             let (result, digest) = answer(client, base, &key, rack, host, &self.spool_dir, p);
             match result {
                 Answer::Acknowledged(r) => {
                     let line = describe_receipt(&r);
                     if let OpeningsOutcome::Refused { .. } = r.outcome {
                         log::error!("openings: {line}");
-                        failure = Some(line);
+                        progress.failure = Some(line);
                     } else {
                         log::info!("openings: {line}");
                     }
@@ -227,32 +332,21 @@ impl OpeningsWork {
                         log::error!("openings: epoch {seq}: {e}");
                         continue;
                     }
-                    answered += 1;
+                    progress.answered += 1;
                     release_spool(&self.spool_dir, seq);
                 }
-                Answer::Abandoned(why) => {
-                    log::error!(
-                        "openings: epoch {seq} cannot be answered, the verifier will find it missing: {why}"
-                    );
-                    if let Err(e) = self.book.dropped(seq) {
-                        log::error!("openings: epoch {seq}: {e}");
-                    }
-                    release_spool(&self.spool_dir, seq);
-                    failure = Some(format!("epoch {seq}: {why}"));
-                }
+                Answer::Abandoned(why) => give_up(seq, why, &mut progress),
                 Answer::Later(why) => {
                     log::warn!("openings: epoch {seq} not answered yet: {why}");
+                    // Nothing answered in this pass: try another instance next time.
+                    if i == 0 || progress.answered == 0 {
+                        progress.reached = false;
+                    }
                     break;
                 }
             }
         }
-        if let Ok(mut st) = status.lock() {
-            st.answered += answered;
-            st.pending = self.book.pending().map_or(st.pending, |p| p.len() as u64);
-            if failure.is_some() {
-                st.last_failure = failure;
-            }
-        }
+        progress
     }
 }
 

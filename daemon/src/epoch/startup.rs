@@ -112,6 +112,13 @@ fn start_delivery(
     stop: &'static AtomicBool,
 ) -> Result<mpsc::Sender<()>, EpochError> {
     let (kick_tx, kick_rx) = mpsc::channel();
+    // The samples the verifier draws are answered on a thread of their own.
+    let (openings_kick, openings_rx) = mpsc::channel();
+    let openings = super::openings::OpeningsWork {
+        book: super::openings::OpeningsBook::new(cfg.state_paths().tap_openings()),
+        spool_dir: cfg.state_paths().tap_spool(),
+        signer: shared.signer.clone(),
+    };
     let delivery = Delivery {
         spool: Spool::new(&cfg.state_paths(), keys),
         endpoint: shared.endpoint.clone(),
@@ -121,13 +128,19 @@ fn start_delivery(
         log: super::tlog::LogKeeper::new(&cfg.state_paths()),
         rack: cfg.rack_id.clone(),
         host: cfg.host_id.clone(),
-        openings: super::openings::OpeningsWork {
-            book: super::openings::OpeningsBook::new(cfg.state_paths().tap_openings()),
-            spool_dir: cfg.state_paths().tap_spool(),
-            signer: shared.signer.clone(),
-        },
+        openings: openings.clone(),
+        openings_kick,
     };
     delivery.spool.load_cursor()?;
+    let (endpoint, status) = (shared.endpoint.clone(), shared.delivery_status.clone());
+    let ids = (cfg.rack_id.clone(), cfg.host_id.clone());
+    std::thread::Builder::new()
+        .name("openings".into())
+        .spawn(move || openings.run(endpoint, status, ids, stop, openings_rx))
+        .map_err(|source| EpochError::Thread {
+            what: "openings",
+            source,
+        })?;
     std::thread::Builder::new()
         .name("delivery".into())
         .spawn(move || delivery.run(stop, kick_rx))
