@@ -2594,7 +2594,12 @@ fn the_dom_answers_the_three_questions(dom: &str) {
             .fields
             .to_string()
     );
-    assert!(dom.contains("No weights, prompts or outputs leave the rack"));
+    assert!(dom.contains("No statement carries weights, prompts or outputs"));
+    // The policy samples (8 offsets per direction by default): the card says what that sends.
+    assert!(
+        dom.contains("Openings do.") && dom.contains("8 byte offsets per direction"),
+        "the card says what the openings disclose"
+    );
 }
 
 /// The finding with its explanation and statement, and a timeline with axes, a legend and

@@ -228,7 +228,12 @@ fn secrets_card(v: &RackView) -> Markup {
             h3 { "3. Secrets shared" }
             p.number data-value=(inv.fields) { (inv.fields) " fields" }
             p { "are all a statement can carry, each a name, digest, nonce, counter, time, setting or diagnostic line. "
-                strong { "No weights, prompts or outputs leave the rack" } ": images appear only as their Merkle SHA3-256 digest." }
+                strong { "No statement carries weights, prompts or outputs" } ": images appear only as their Merkle SHA3-256 digest." }
+            @if v.policy.taps.samples > 0 {
+                p #openings-disclosure { strong { "Openings do." } " On hosts with taps, the records the verifier samples ("
+                    (v.policy.taps.samples) " byte offsets per direction of each epoch, so whole prompts and responses among them) are sent to the verifier and kept for "
+                    (rackwarden_attest::units::fmt_duration(v.policy.taps.keep_openings)) ", then deleted; only their digests and outcomes stay." }
+            }
             p.math { "shared secrets: none. The host holds its ed25519 signing key; the verifier holds only public keys." }
             p { strong { "Fields that can point at people or processes" } " (what they are for):" }
             ul #identifying-fields {
