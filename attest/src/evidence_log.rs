@@ -45,6 +45,8 @@ pub struct ChainTip {
     pub seq: u64,
     pub pae_sha3: [u8; 32],
     pub epoch_end_unix_ms: u64,
+    /// The sampler's key for the requests of the next epoch (`crate::sampling_key`).
+    pub next_sampling_key: crate::sampling_key::SamplingKey,
 }
 
 pub struct EvidenceLog {
@@ -138,6 +140,11 @@ impl EvidenceLog {
                         seq: s.predicate.seq,
                         pae_sha3: v.pae_sha3,
                         epoch_end_unix_ms: s.predicate.epoch_end_unix_ms,
+                        next_sampling_key: crate::sampling_key::sampling_key(
+                            s.predicate.seq,
+                            &s.predicate.challenge,
+                            &v.pae_sha3,
+                        ),
                     });
                     tip_next_keyid = s.predicate.next_key.map(|k| k.keyid);
                 }
@@ -216,6 +223,11 @@ impl EvidenceLog {
             seq: statement.predicate.seq,
             pae_sha3: link,
             epoch_end_unix_ms: statement.predicate.epoch_end_unix_ms,
+            next_sampling_key: crate::sampling_key::sampling_key(
+                statement.predicate.seq,
+                &statement.predicate.challenge,
+                &link,
+            ),
         });
         self.tip_next_keyid = statement
             .predicate

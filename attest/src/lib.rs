@@ -26,6 +26,7 @@ pub mod manifest;
 pub mod merkle;
 pub mod nonce;
 pub mod result;
+pub mod sampling_key;
 pub mod schema;
 pub mod statement;
 pub mod storage;

@@ -561,6 +561,14 @@ fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
     assert_eq!(taps["last"]["unaccounted_bytes"], serde_json::json!([0, 0]));
 
     let p = predicate_of(&r.stored(1));
+    // The next epoch's requests are seeded from seq 1's verifier nonce, handed to workloads
+    // beside the control socket.
+    let key_file = sock.parent().unwrap().join("sampling-key.json");
+    let key: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&key_file).unwrap()).unwrap();
+    assert_eq!(key["epoch_seq"], 2, "{key}");
+    assert_eq!(key["source"], "verifier_nonce", "{key}");
+    assert_eq!(key["key"], p["challenge"]["nonce"], "{key}");
     let t = &p["traffic"];
     println!("seq 1 traffic: {t:#}");
     assert_eq!(t["state"], "committed", "{t:#}");

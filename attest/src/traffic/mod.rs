@@ -31,6 +31,8 @@ mod sample;
 mod sum_tree;
 mod summary;
 mod wire;
+/// `[u8; 32]` as 64 hex digits in JSON, for the other wire types of this crate.
+pub(crate) use wire::hex32 as hex32_wire;
 
 pub use leaf::{FlowKey, LEAF_DOMAIN, LEAF_LEN, RecordKind, StreamPart, TrafficLeaf};
 pub use openings::{

@@ -41,6 +41,7 @@ pub mod journal;
 pub mod openings;
 mod phases;
 mod run;
+pub mod sampling_key;
 pub mod spool;
 mod startup;
 pub mod statement;

@@ -388,6 +388,12 @@ impl EpochLoop {
         };
         let durable = self.log()?.durable_len();
         self.durable_len.store(durable, Ordering::SeqCst);
+        // The next epoch's requests are seeded from this statement.
+        let next_key = super::sampling_key::after(self.log()?.tip.as_ref());
+        super::sampling_key::publish(
+            &super::sampling_key::path(&self.cfg.control_socket),
+            &next_key,
+        );
         keeper.mark_disclosed(failures_recorded);
         // Named by a durable statement: not again. (A crash before this names them twice,
         // which the verifier checks the same way.)

@@ -204,6 +204,10 @@ pub fn start(
     let attestor = open_root_of_trust(cfg)?;
     let log_path = cfg.state_paths().evidence_log();
     let log = EvidenceLog::open_with_keys(&log_path, &keys.ring_keys())?;
+    super::sampling_key::publish(
+        &super::sampling_key::path(&cfg.control_socket),
+        &super::sampling_key::after(log.tip.as_ref()),
+    );
     // A rotation whose statement is in the log but whose rename did not happen (a crash
     // between the two): the next key signs the next seq, so the rename is done first.
     let next_keyid = keys.next_keyid();
