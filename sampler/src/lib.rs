@@ -20,6 +20,8 @@
 //!
 //! Pure and deterministic: no I/O, no clock, no randomness but the seed's.
 
+pub mod replay;
+
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use sha3::{Digest, Sha3_256};
@@ -93,6 +95,8 @@ pub enum SamplerError {
     Logit { index: usize, value: f32 },
     #[error("token {token} is outside the vocabulary of {vocab}")]
     Token { token: u32, vocab: usize },
+    #[error("{tokens} claimed tokens against {rows} rows of replayed logits")]
+    Length { tokens: usize, rows: usize },
 }
 
 /// The noise generator of one seed and position: ChaCha20 (the original construction:

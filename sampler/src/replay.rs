@@ -1,0 +1,226 @@
+//! Judging a response against a replay: the scores of each claimed token under the replay's
+//! logits ([`judge`]), and what the tolerance leaves a dishonest host ([`covert_choices`]).
+//!
+//! The replay's logits come from running the precommitted model over the request and the
+//! claimed response in one teacher-forced pass (the verifier's replay service); this module
+//! only needs them, one row per generated position.
+
+use super::{SamplerError, SamplingParams, Seed, score};
+
+/// Where a response first leaves what the replay accepts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Divergence {
+    pub position: u64,
+    pub claimed: u32,
+    /// The token the replay draws there.
+    pub replayed: u32,
+    pub margin: f64,
+}
+
+/// The replay's verdict on one response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayVerdict {
+    pub tokens: usize,
+    /// Tokens that are not the replay's draw (margin above 0).
+    pub differing: usize,
+    /// The largest margin of any token (0 for a response the replay reproduces exactly).
+    pub max_margin: f64,
+    /// The mean log probability of the claimed tokens under the replay's logits.
+    pub mean_logprob: f64,
+    /// The first token whose margin exceeds the tolerance, if any.
+    pub first_divergence: Option<Divergence>,
+}
+
+impl ReplayVerdict {
+    pub fn passed(&self) -> bool {
+        self.first_divergence.is_none()
+    }
+}
+
+/// Scores every claimed token (`claimed[i]` at position `i`) against the replay's `logits[i]`
+/// with the request's seed; a token whose margin exceeds `tolerance` is a divergence.
+pub fn judge(
+    params: &SamplingParams,
+    seed: &Seed,
+    logits: &[Vec<f32>],
+    claimed: &[u32],
+    tolerance: f64,
+) -> Result<ReplayVerdict, SamplerError> {
+    let mut v = ReplayVerdict {
+        tokens: claimed.len(),
+        differing: 0,
+        max_margin: 0.0,
+        mean_logprob: 0.0,
+        first_divergence: None,
+    };
+    if claimed.len() != logits.len() {
+        return Err(SamplerError::Length {
+            tokens: claimed.len(),
+            rows: logits.len(),
+        });
+    }
+    let mut logprob_sum = 0.0;
+    for (i, (row, c)) in logits.iter().zip(claimed).enumerate() {
+        let s = score(params, seed, i as u64, row, *c)?;
+        if s.margin > 0.0 {
+            v.differing += 1;
+        }
+        v.max_margin = v.max_margin.max(s.margin);
+        logprob_sum += s.logprob;
+        if s.margin > tolerance && v.first_divergence.is_none() {
+            v.first_divergence = Some(Divergence {
+                position: i as u64,
+                claimed: *c,
+                replayed: s.winner,
+                margin: s.margin,
+            });
+        }
+    }
+    if !claimed.is_empty() {
+        v.mean_logprob = logprob_sum / claimed.len() as f64;
+    }
+    Ok(v)
+}
+
+/// The tokens a host could put at `position` and still pass: those whose margin against
+/// the replay's draw is within `tolerance`. `log2` of their count is the covert channel the
+/// tolerance leaves at that position.
+pub fn covert_choices(
+    params: &SamplingParams,
+    seed: &Seed,
+    position: u64,
+    logits: &[f32],
+    tolerance: f64,
+) -> Result<Vec<u32>, SamplerError> {
+    let mut out = Vec::new();
+    for t in 0..logits.len() as u32 {
+        if score(params, seed, position, logits, t)?.margin <= tolerance {
+            out.push(t);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::{request_seed, sample};
+
+    /// A deterministic "model": logits for a vocabulary of `vocab` at each position, flat
+    /// (`spread` small) or peaked (`spread` large), drawn from a fixed generator.
+    fn rows(n: usize, vocab: usize, spread: f32, salt: u64) -> Vec<Vec<f32>> {
+        let mut x = salt.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f32 / (1u64 << 53) as f32
+        };
+        (0..n)
+            .map(|_| {
+                let mut r: Vec<f32> = (0..vocab).map(|_| next()).collect();
+                let top = (next() * vocab as f32) as usize % vocab;
+                r[top] += spread;
+                r
+            })
+            .collect()
+    }
+
+    fn generate(params: &SamplingParams, seed: &Seed, logits: &[Vec<f32>]) -> Vec<u32> {
+        logits
+            .iter()
+            .enumerate()
+            .map(|(i, row)| sample(params, seed, i as u64, row).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn an_honest_response_replays_with_margin_zero() {
+        let params = SamplingParams::at(1.0);
+        let seed = request_seed(&[5; 32], b"prompt");
+        let logits = rows(200, 64, 4.0, 1);
+        let claimed = generate(&params, &seed, &logits);
+        let v = judge(&params, &seed, &logits, &claimed, 0.0).unwrap();
+        assert!(v.passed(), "{v:?}");
+        assert_eq!((v.differing, v.max_margin), (0, 0.0));
+    }
+
+    #[test]
+    fn replay_drift_is_small_and_a_substituted_token_is_caught() {
+        let params = SamplingParams::at(1.0);
+        let seed = request_seed(&[5; 32], b"prompt");
+        let serving = rows(300, 64, 4.0, 2);
+        // The replay's logits differ a little, as another precision or kernel order would.
+        let replay: Vec<Vec<f32>> = serving
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.iter()
+                    .enumerate()
+                    .map(|(j, l)| l + 1e-3 * (((i * 31 + j * 17) % 7) as f32 - 3.0))
+                    .collect()
+            })
+            .collect();
+        let claimed = generate(&params, &seed, &serving);
+        let honest = judge(&params, &seed, &replay, &claimed, 0.05).unwrap();
+        assert!(honest.passed(), "{honest:?}");
+        assert!(honest.max_margin < 0.05);
+        // A host that swaps one token for another the seed puts far behind is caught there.
+        let mut forged = claimed.clone();
+        let worst = (0..64u32)
+            .max_by(|a, b| {
+                let m = |t: u32| score(&params, &seed, 150, &serving[150], t).unwrap().margin;
+                m(*a).total_cmp(&m(*b))
+            })
+            .unwrap();
+        forged[150] = worst;
+        let v = judge(&params, &seed, &replay, &forged, 0.05).unwrap();
+        let d = v.first_divergence.expect("caught");
+        assert_eq!(
+            (d.position, d.claimed, d.replayed),
+            (150, worst, claimed[150])
+        );
+        assert!(d.margin > 1.0, "{d:?}");
+    }
+
+    /// The covert channel a tolerance leaves: with flat distributions many tokens are within
+    /// it, with peaked ones few. Measured, not assumed: the mean log2 of the choices.
+    #[test]
+    fn the_tolerance_bounds_the_covert_channel_and_peaked_models_leave_less() {
+        let params = SamplingParams::at(1.0);
+        let seed = request_seed(&[9; 32], b"prompt");
+        let bits = |spread: f32, tolerance: f64| -> f64 {
+            let logits = rows(200, 64, spread, 3);
+            let total: f64 = logits
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let n = covert_choices(&params, &seed, i as u64, r, tolerance)
+                        .unwrap()
+                        .len();
+                    assert!(n >= 1, "the draw itself is always a choice");
+                    (n as f64).log2()
+                })
+                .sum();
+            total / 200.0
+        };
+        assert_eq!(bits(0.0, 0.0), 0.0, "no tolerance: exactly one choice");
+        let flat = bits(0.0, 0.5);
+        let peaked = bits(8.0, 0.5);
+        assert!(flat > peaked, "flat {flat} bits/token, peaked {peaked}");
+        assert!(bits(0.0, 1.0) >= flat, "more tolerance, more room");
+    }
+
+    #[test]
+    fn a_response_longer_than_the_replay_is_an_error() {
+        let params = SamplingParams::at(1.0);
+        let seed = Seed([1; 32]);
+        let logits = rows(3, 8, 1.0, 4);
+        assert_eq!(
+            judge(&params, &seed, &logits, &[0, 0], 0.1),
+            Err(SamplerError::Length { tokens: 2, rows: 3 })
+        );
+    }
+}
