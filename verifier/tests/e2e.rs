@@ -944,6 +944,32 @@ fn restart_and_recheck(
     s
 }
 
+/// The rack's page as served.
+fn rack_page(s: &Server, rack: &str) -> String {
+    client()
+        .get(s.url(&format!("/racks/{rack}")))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap()
+}
+
+/// `recheck` re-derives every stored verdict.
+fn assert_recheck_finds_no_difference(config: &Path) {
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(["recheck"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("0 differences"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Adds a `[policy.taps]` table with `lines` to the verifier's config.
 fn with_taps_policy(config: &Path, lines: &str) {
     let text = std::fs::read_to_string(config).unwrap();
@@ -1026,30 +1052,14 @@ fn traffic_reports_are_judged_under_the_taps_policy() {
         r["result"]["trustworthiness"].get("traffic").is_none(),
         "{r}"
     );
-    let page = client()
-        .get(s.url("/racks/rack-a"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let page = rack_page(&s, "rack-a");
     assert!(
         page.contains("data-code=\"traffic_unaccounted\"")
             && page
                 .contains("traffic committed: 4 records, tapped egress 976.27 KiB, ingress 1 MB"),
         "{page}"
     );
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&config)
-        .args(["recheck"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("0 differences"),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_recheck_finds_no_difference(&config);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -3436,28 +3446,12 @@ fn sampled_epochs_are_opened_checked_and_judged() {
     let (code, v) = post(&s, "/v1/openings", e2.openings(&h, &demand2, |_| {}));
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["outcome"]["status"], "matched", "{v}");
-    let page = client()
-        .get(s.url("/racks/rack-a"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let page = rack_page(&s, "rack-a");
     assert!(
         page.contains("data-code=\"traffic_opening_missing\"")
             && page.contains("sampled 6 offsets per direction"),
         "{page}"
     );
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&config)
-        .args(["recheck"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("0 differences"),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_recheck_finds_no_difference(&config);
     let _ = std::fs::remove_dir_all(&dir);
 }
