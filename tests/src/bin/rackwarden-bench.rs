@@ -1619,6 +1619,116 @@ fn bench_taps() {
     let _ = tapped_pins.remove_all();
     taps_records_and_reader_cpu();
     taps_tcp_throughput();
+    taps_openings_check();
+}
+
+/// The verifier's check of one epoch's openings as received (parse the JSON, each record's
+/// path to the root, its bytes against the leaf, the drawn offsets covered) against
+/// single-thread SHA3-256 of the same opened bytes, the part no check can skip. Alternating
+/// rounds, medians.
+fn taps_openings_check() {
+    use base64::{Engine as _, engine::general_purpose::STANDARD};
+    use rackwarden_attest::{
+        Digest as _, Sha3_256,
+        traffic::{
+            EpochOpenings, FlowKey, OpenedRecord, RecordKind, SampleDemand, StreamPart, SumTree,
+            TrafficLeaf,
+        },
+    };
+    use std::time::Instant;
+    // 256 records of 32 KiB each way: a 16 MiB epoch; 8 offsets per direction.
+    let (n, size) = (256usize, 32usize << 10);
+    let bytes: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+        .map(|i| {
+            let fill = |seed: u8| {
+                (0..size)
+                    .map(|j| (j as u8).wrapping_mul(31) ^ seed)
+                    .collect::<Vec<u8>>()
+            };
+            (fill(i as u8), fill(!(i as u8)))
+        })
+        .collect();
+    let leaves: Vec<TrafficLeaf> = bytes
+        .iter()
+        .enumerate()
+        .map(|(i, (input, output))| TrafficLeaf {
+            epoch_seq: 7,
+            kind: RecordKind::Exchange,
+            flow: FlowKey {
+                proto: 6,
+                local: "10.0.0.2:8000".parse().unwrap(),
+                remote: format!("10.0.0.9:{}", 30000 + i).parse().unwrap(),
+            },
+            input: StreamPart::of_bytes(0, input),
+            output: StreamPart::of_bytes(0, output),
+            wire: [output.len() as u64 + 1500, input.len() as u64 + 1500],
+        })
+        .collect();
+    let tree = SumTree::build(&leaves).unwrap();
+    let root = tree.root();
+    let demand = SampleDemand {
+        epoch_seq: 7,
+        randomness: [0x42; 32],
+        per_direction: 8,
+        deadline_ms: 0,
+    };
+    let mut drawn: Vec<usize> = demand
+        .offsets(&root)
+        .iter()
+        .flat_map(|(d, offs)| offs.iter().map(|o| tree.locate(*d, *o).unwrap()))
+        .collect();
+    drawn.sort_unstable();
+    drawn.dedup();
+    let answer = EpochOpenings {
+        rack: "r".into(),
+        host: "h".into(),
+        epoch_seq: 7,
+        root,
+        records: drawn
+            .iter()
+            .map(|i| OpenedRecord {
+                leaf: leaves[*i],
+                path: tree.open(*i).unwrap(),
+                input_base64: STANDARD.encode(&bytes[*i].0),
+                output_base64: STANDARD.encode(&bytes[*i].1),
+            })
+            .collect(),
+    };
+    let json = serde_json::to_vec(&answer).unwrap();
+    let opened: usize = drawn
+        .iter()
+        .map(|i| bytes[*i].0.len() + bytes[*i].1.len())
+        .sum();
+    let (mut c, mut h, mut r) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..15 {
+        let t = Instant::now();
+        let o: EpochOpenings = serde_json::from_slice(&json).unwrap();
+        let checked = o.check("r", "h", &root, &demand).unwrap();
+        let check_s = t.elapsed().as_secs_f64();
+        assert_eq!(checked.len(), drawn.len());
+        let t = Instant::now();
+        for i in &drawn {
+            std::hint::black_box(Sha3_256::digest(&bytes[*i].0));
+            std::hint::black_box(Sha3_256::digest(&bytes[*i].1));
+        }
+        let sha_s = t.elapsed().as_secs_f64();
+        c.push(check_s * 1e3);
+        h.push(sha_s * 1e3);
+        r.push(check_s / sha_s);
+    }
+    println!(
+        "-- the verifier's check of one epoch's openings: {} of {n} records ({} opened bytes, {} of JSON), 15 alternating rounds, medians --",
+        drawn.len(),
+        opened,
+        json.len()
+    );
+    println!(
+        "{:<44} {:>8.2} {:>8.2} {:>8.2}x   (ms; goal <= 3x: JSON and base64 on top of the digest)",
+        "check vs one-thread SHA3-256 of the bytes",
+        median(&mut c),
+        median(&mut h),
+        median(&mut r)
+    );
 }
 
 /// TCP over one veth pair with the cap far above the load, the tapped policer against the
