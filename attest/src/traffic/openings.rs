@@ -468,4 +468,24 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<OpeningsReceipt>(&j).unwrap(), r);
     }
+
+    proptest::proptest! {
+        /// No single-byte change of an honest answer's JSON passes the check with other
+        /// content: it fails to parse, is refused, or parses to the same answer (a spelling
+        /// the parser maps to the same value).
+        #[test]
+        fn no_one_byte_change_passes_with_other_content(at in 0usize..100_000, byte in 0u8..=255) {
+            let d = demand(3, 8);
+            let (good, root) = answer(&d);
+            let mut json = serde_json::to_vec(&good).unwrap();
+            let at = at % json.len();
+            proptest::prop_assume!(json[at] != byte);
+            json[at] = byte;
+            if let Ok(o) = serde_json::from_slice::<EpochOpenings>(&json)
+                && o.check("r1", "h1", &root, &d).is_ok()
+            {
+                proptest::prop_assert_eq!(o, good);
+            }
+        }
+    }
 }
