@@ -5,7 +5,7 @@
 //! claimed response in one teacher-forced pass (the verifier's replay service); this module
 //! only needs them, one row per generated position.
 
-use super::{SamplerError, SamplingParams, Seed, score};
+use super::{SamplerError, SamplingParams, Seed, perturbed, score, winner};
 
 /// Where a response first leaves what the replay accepts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -83,8 +83,8 @@ pub fn judge(
 }
 
 /// The tokens a host could put at `position` and still pass: those whose margin against
-/// the replay's draw is within `tolerance`. `log2` of their count is the covert channel the
-/// tolerance leaves at that position.
+/// the replay's draw is within `tolerance` (tokens outside the candidates have none).
+/// `log2` of their count is the covert channel the tolerance leaves at that position.
 pub fn covert_choices(
     params: &SamplingParams,
     seed: &Seed,
@@ -92,13 +92,14 @@ pub fn covert_choices(
     logits: &[f32],
     tolerance: f64,
 ) -> Result<Vec<u32>, SamplerError> {
-    let mut out = Vec::new();
-    for t in 0..logits.len() as u32 {
-        if score(params, seed, position, logits, t)?.margin <= tolerance {
-            out.push(t);
-        }
-    }
-    Ok(out)
+    // The candidates' perturbed logits once, not once per token as `score` would.
+    let values = perturbed(params, seed, position, logits)?;
+    let (_, best) = winner(&values);
+    Ok(values
+        .into_iter()
+        .filter(|(_, v)| best - v <= tolerance)
+        .map(|(t, _)| t)
+        .collect())
 }
 
 #[cfg(test)]

@@ -1764,14 +1764,7 @@ fn taps_tcp_throughput() {
     });
     let (rounds, secs) = (7, 2.0);
     let transfer = || {
-        let (port, sink) = rackwarden_tests::tcp_sink(&net.out_ns, rackwarden_tests::OUT_ADDR);
-        let dst: SocketAddr = format!("{}:{port}", rackwarden_tests::OUT_ADDR)
-            .parse()
-            .unwrap();
-        rackwarden_tests::tcp_send(&net.rack_ns, dst, secs)
-            .join()
-            .unwrap();
-        let (got, t) = sink.join().unwrap();
+        let (got, t) = tcp_out(&net, secs);
         got as f64 / t
     };
     let (mut plain, mut tapped, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
@@ -1798,6 +1791,19 @@ fn taps_tcp_throughput() {
     );
 }
 
+/// One TCP transfer of `secs` from the rack to the outside through `net`'s veth: the bytes
+/// the outside received and the seconds it took.
+fn tcp_out(net: &Net, secs: f64) -> (u64, f64) {
+    let (port, sink) = rackwarden_tests::tcp_sink(&net.out_ns, rackwarden_tests::OUT_ADDR);
+    let dst: SocketAddr = format!("{}:{port}", rackwarden_tests::OUT_ADDR)
+        .parse()
+        .unwrap();
+    rackwarden_tests::tcp_send(&net.rack_ns, dst, secs)
+        .join()
+        .unwrap();
+    sink.join().unwrap()
+}
+
 /// Real TCP at 10 MB/s through the tapped policer in network namespaces: the reader's CPU
 /// while it keeps up, and what the epoch's records and spool cost per byte.
 fn taps_records_and_reader_cpu() {
@@ -1818,14 +1824,7 @@ fn taps_records_and_reader_cpu() {
         (reader, thread_cpu() - t0, w0.elapsed().as_secs_f64())
     });
     let secs = 5.0;
-    let (port, sink) = rackwarden_tests::tcp_sink(&net.out_ns, rackwarden_tests::OUT_ADDR);
-    let dst: SocketAddr = format!("{}:{port}", rackwarden_tests::OUT_ADDR)
-        .parse()
-        .unwrap();
-    rackwarden_tests::tcp_send(&net.rack_ns, dst, secs)
-        .join()
-        .unwrap();
-    let (got, _) = sink.join().unwrap();
+    let (got, _) = tcp_out(&net, secs);
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let (mut reader, cpu, wall) = polling.join().unwrap();

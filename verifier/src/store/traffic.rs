@@ -153,6 +153,19 @@ impl Store {
         after_ms: u64,
         up_to_ms: u64,
     ) -> Result<Vec<SampleAndAnswer>, DbError> {
+        self.samples_with_answers(
+            "s.deadline_ms > ?3 AND s.deadline_ms <= ?4 ORDER BY s.deadline_ms, s.seq",
+            vals![rack, host, after_ms, up_to_ms],
+        )
+    }
+
+    /// The host's samples (`?1`, `?2`) that `tail` (the rest of the WHERE clause and the
+    /// order) selects, each joined with the openings received for it: one query.
+    fn samples_with_answers(
+        &self,
+        tail: &str,
+        params: &[super::db::Value],
+    ) -> Result<Vec<SampleAndAnswer>, DbError> {
         let cols: String = SAMPLE_COLS
             .split(", ")
             .map(|c| format!("s.{c}"))
@@ -164,10 +177,9 @@ impl Store {
                 &format!(
                     "SELECT {cols} FROM traffic_samples s LEFT JOIN traffic_openings o
                        ON o.rack = s.rack AND o.host = s.host AND o.seq = s.seq
-                     WHERE s.rack = ?1 AND s.host = ?2 AND s.deadline_ms > ?3 AND s.deadline_ms <= ?4
-                     ORDER BY s.deadline_ms, s.seq"
+                     WHERE s.rack = ?1 AND s.host = ?2 AND {tail}"
                 ),
-                vals![rack, host, after_ms, up_to_ms],
+                params,
             )?,
             |r| {
                 let sample = row_sample(r, 0)?;
@@ -262,21 +274,7 @@ impl Store {
         host: &str,
         from_seq: u64,
     ) -> Result<Vec<SampleAndAnswer>, DbError> {
-        let rows = each(
-            self.db.query(
-                &format!(
-                    "SELECT {SAMPLE_COLS} FROM traffic_samples WHERE rack = ?1 AND host = ?2 AND seq >= ?3 ORDER BY seq"
-                ),
-                vals![rack, host, from_seq],
-            )?,
-            |r| row_sample(r, 0),
-        )?;
-        rows.into_iter()
-            .map(|sample| {
-                let answer = self.openings(rack, host, sample.demand.epoch_seq)?;
-                Ok(SampleAndAnswer { sample, answer })
-            })
-            .collect()
+        self.samples_with_answers("s.seq >= ?3 ORDER BY s.seq", vals![rack, host, from_seq])
     }
 }
 
