@@ -1,0 +1,331 @@
+//! The reference server against the replay, over real loopback TCP: honest exchanges pass
+//! when the replay runs in another precision, and each attack fails with its own finding.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::{DType, Tensor};
+use rackwarden_attest::sampling_key::{KeySource, SamplingKey};
+use rackwarden_inference::bundled::{BUNDLED_TRAINING, Variant, ensure, training_text};
+use rackwarden_inference::files::{LoadedModel, WEIGHTS_FILE};
+use rackwarden_inference::generate::{completion_body, draw};
+use rackwarden_inference::protocol::{CompletionRequest, render_completion};
+use rackwarden_inference::replay::{
+    RecordedExchange, ReplayFinding, ReplayModels, ReplayOutcome, replay_exchange,
+};
+use rackwarden_inference::serve::{ServeConfig, serve};
+use rackwarden_sampler::Seed;
+
+const NAME: &str = "bundled";
+const EPOCH: u64 = 7;
+const KEY: [u8; 32] = [0x4b; 32];
+const TOLERANCE: f64 = 0.05;
+
+/// The bundled model of `variant`, made once per content under the target directory.
+fn bundled(variant: Variant) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("models")
+        .join(format!("{variant:?}").to_lowercase());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = training_text(&root).unwrap();
+    ensure(&dir, variant, &text, &BUNDLED_TRAINING, |_, _| {}).unwrap();
+    dir
+}
+
+struct Rack {
+    addr: std::net::SocketAddr,
+    _keys: tempfile::TempDir,
+}
+
+/// A server on loopback with the sampling key of [`EPOCH`].
+fn start(dir: &Path) -> Rack {
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("sampling-key.json");
+    let key = SamplingKey {
+        epoch_seq: EPOCH,
+        key: KEY,
+        source: KeySource::VerifierNonce,
+    };
+    std::fs::write(&key_file, serde_json::to_vec(&key).unwrap()).unwrap();
+    let model = Arc::new(LoadedModel::open(dir, DType::F32).unwrap());
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cfg = ServeConfig {
+        model_name: NAME.into(),
+        key_file,
+    };
+    std::thread::spawn(move || serve(listener, model, cfg));
+    Rack { addr, _keys: keys }
+}
+
+fn request_bytes(body: &str) -> Vec<u8> {
+    format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: rack\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Sends `request` and reads one response, exactly the bytes on the wire.
+fn exchange(rack: &Rack, request: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(rack.addr).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the server closed early: {}",
+            String::from_utf8_lossy(&out)
+        );
+        out.extend_from_slice(&buf[..n]);
+        if let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&out[..end]).to_string();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            if out.len() >= end + 4 + len {
+                return out;
+            }
+        }
+    }
+}
+
+fn replay_models(dir: &Path, dtype: DType) -> ReplayModels {
+    ReplayModels {
+        models: vec![(NAME.into(), LoadedModel::open(dir, dtype).unwrap())],
+    }
+}
+
+fn keys() -> BTreeMap<u64, [u8; 32]> {
+    BTreeMap::from([(EPOCH, KEY), (EPOCH + 1, [0x4c; 32])])
+}
+
+fn replay(models: &ReplayModels, epoch: u64, request: &[u8], response: &[u8]) -> ReplayOutcome {
+    replay_exchange(
+        models,
+        &keys(),
+        &RecordedExchange {
+            epoch_seq: epoch,
+            request,
+            response,
+        },
+        TOLERANCE,
+    )
+}
+
+fn finding(o: ReplayOutcome) -> ReplayFinding {
+    match o {
+        ReplayOutcome::Failed { finding, .. } => finding,
+        other => panic!("expected a finding, got {other:?}"),
+    }
+}
+
+const BODY: &str =
+    r#"{"model":"bundled","prompt":"The verifier","max_tokens":48,"temperature":0.8}"#;
+
+#[test]
+fn honest_exchanges_replay_in_another_precision_within_the_key_window() {
+    for variant in [Variant::Random, Variant::Trained] {
+        let dir = bundled(variant);
+        let rack = start(&dir);
+        let models = replay_models(&dir, DType::F64);
+        let req = request_bytes(BODY);
+        let resp = exchange(&rack, &req);
+        for epoch in [EPOCH, EPOCH + 1] {
+            match replay(&models, epoch, &req, &resp) {
+                ReplayOutcome::Passed(s) => assert_eq!(s.tokens, 48, "{variant:?}"),
+                other => panic!("{variant:?}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            finding(replay(&models, EPOCH + 2, &req, &resp)),
+            ReplayFinding::KeyEpoch {
+                named: EPOCH,
+                record: EPOCH + 2
+            }
+        );
+        // The same request twice: the same seed, the same bytes.
+        assert_eq!(exchange(&rack, &req), resp);
+        // A request the server refuses gets its fixed error, which replays as such.
+        let bad = request_bytes(r#"{"model":"other","prompt":"x"}"#);
+        let r = exchange(&rack, &bad);
+        assert!(matches!(
+            replay(&models, EPOCH, &bad, &r),
+            ReplayOutcome::FixedError { .. }
+        ));
+    }
+}
+
+#[test]
+fn bytes_appended_another_requests_response_and_a_seed_of_the_hosts_choice_fail() {
+    let dir = bundled(Variant::Trained);
+    let rack = start(&dir);
+    let models = replay_models(&dir, DType::F64);
+    let req = request_bytes(BODY);
+    let resp = exchange(&rack, &req);
+
+    let mut appended = resp.clone();
+    appended.extend_from_slice(b"\x00weights");
+    assert_eq!(
+        finding(replay(&models, EPOCH, &req, &appended)),
+        ReplayFinding::NotCanonical {
+            offset: resp.len() as u64
+        }
+    );
+
+    // An extra header is a byte the tokens do not determine.
+    let with_header =
+        String::from_utf8(resp.clone())
+            .unwrap()
+            .replacen("\r\n\r\n", "\r\nx-note: 1\r\n\r\n", 1);
+    assert!(matches!(
+        finding(replay(&models, EPOCH, &req, with_header.as_bytes())),
+        ReplayFinding::NotCanonical { .. } | ReplayFinding::NotACompletion { .. }
+    ));
+
+    let other_req = request_bytes(&BODY.replace("The verifier", "The verifiez"));
+    let other_resp = exchange(&rack, &other_req);
+    assert!(matches!(
+        finding(replay(&models, EPOCH, &req, &other_resp)),
+        ReplayFinding::SeedNotDerived { .. }
+    ));
+
+    // A host that seeds with a key of its own, naming that seed, is caught at the seed; one
+    // that names the derived seed but draws with its own is caught at the tokens.
+    let model = LoadedModel::open(&dir, DType::F32).unwrap();
+    let request: CompletionRequest = serde_json::from_str(BODY).unwrap();
+    let prompt = model.tokenizer.encode(&request.prompt).unwrap();
+    let own = Seed([0x99; 32]);
+    let derived = rackwarden_inference::protocol::seed_of(&KEY, &req);
+    let (ids, finish) = draw(&model, &request, &prompt, &own).unwrap();
+    let named_own = completion_body(
+        &model,
+        &request,
+        prompt.len(),
+        EPOCH,
+        &own,
+        ids.clone(),
+        finish,
+    )
+    .unwrap();
+    assert!(matches!(
+        finding(replay(&models, EPOCH, &req, &render_completion(&named_own))),
+        ReplayFinding::SeedNotDerived { .. }
+    ));
+    let named_derived =
+        completion_body(&model, &request, prompt.len(), EPOCH, &derived, ids, finish).unwrap();
+    assert!(matches!(
+        finding(replay(
+            &models,
+            EPOCH,
+            &req,
+            &render_completion(&named_derived)
+        )),
+        ReplayFinding::Diverged { .. } | ReplayFinding::TokenShape { .. }
+    ));
+}
+
+/// A model directory like `dir` with every matrix changed by `change`.
+fn substitute(dir: &Path, out: &Path, change: impl Fn(&[f32]) -> Vec<f32>) {
+    let weights =
+        candle_core::safetensors::load(dir.join(WEIGHTS_FILE), &candle_core::Device::Cpu).unwrap();
+    let changed: HashMap<String, Tensor> = weights
+        .into_iter()
+        .map(|(k, t)| {
+            if t.rank() == 2 {
+                let shape = t.dims().to_vec();
+                let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                (
+                    k,
+                    Tensor::from_vec(change(&v), shape, &candle_core::Device::Cpu).unwrap(),
+                )
+            } else {
+                (k, t)
+            }
+        })
+        .collect();
+    std::fs::create_dir_all(out).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(dir.join(f), out.join(f)).unwrap();
+    }
+    candle_core::safetensors::save(&changed, out.join(WEIGHTS_FILE)).unwrap();
+}
+
+/// Serves `request` from `fake` while naming `honest`'s digest: what a host serving another
+/// model would send.
+fn served_by(
+    fake: &LoadedModel,
+    honest: &LoadedModel,
+    req: &[u8],
+    request: &CompletionRequest,
+) -> Vec<u8> {
+    let prompt = fake.tokenizer.encode(&request.prompt).unwrap();
+    let seed = rackwarden_inference::protocol::seed_of(&KEY, req);
+    let (ids, finish) = draw(fake, request, &prompt, &seed).unwrap();
+    let mut body = completion_body(fake, request, prompt.len(), EPOCH, &seed, ids, finish).unwrap();
+    body.model_sha3_256 = hex::encode(honest.digest);
+    render_completion(&body)
+}
+
+#[test]
+fn a_substituted_and_a_quantised_model_are_caught_by_the_tokens() {
+    let dir = bundled(Variant::Trained);
+    let honest = LoadedModel::open(&dir, DType::F32).unwrap();
+    let models = replay_models(&dir, DType::F64);
+    let tmp = tempfile::tempdir().unwrap();
+
+    // Same architecture, every weight moved by 5%.
+    let perturbed = tmp.path().join("perturbed");
+    substitute(&dir, &perturbed, |v| {
+        v.iter()
+            .enumerate()
+            .map(|(i, x)| x * (1.0 + 0.05 * if i % 2 == 0 { 1.0 } else { -1.0 }))
+            .collect()
+    });
+    // 4-bit absmax quantisation per 32 weights, as the common quantised formats do.
+    let quantised = tmp.path().join("q4");
+    substitute(&dir, &quantised, |v| {
+        v.chunks(32)
+            .flat_map(|c| {
+                let m = c
+                    .iter()
+                    .fold(0f32, |a, x| a.max(x.abs()))
+                    .max(f32::MIN_POSITIVE);
+                c.iter().map(move |x| (x / m * 7.0).round() / 7.0 * m)
+            })
+            .collect()
+    });
+    for fake_dir in [perturbed, quantised] {
+        let fake = LoadedModel::open(&fake_dir, DType::F32).unwrap();
+        let mut caught = 0;
+        for i in 0..8 {
+            let body = BODY.replace("The verifier", &format!("Request {i} of the"));
+            let req = request_bytes(&body);
+            let request: CompletionRequest = serde_json::from_str(&body).unwrap();
+            let resp = served_by(&fake, &honest, &req, &request);
+            match replay(&models, EPOCH, &req, &resp) {
+                ReplayOutcome::Failed {
+                    finding: ReplayFinding::Diverged { .. },
+                    ..
+                } => caught += 1,
+                ReplayOutcome::Passed(_) => {}
+                other => panic!("{}: {other:?}", fake_dir.display()),
+            }
+        }
+        assert!(
+            caught >= 6,
+            "{}: {caught} of 8 exchanges caught",
+            fake_dir.display()
+        );
+    }
+}
