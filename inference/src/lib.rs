@@ -9,6 +9,7 @@
 //! - [`bundled`]: the small model the demo and the tests serve, written and trained here.
 
 pub mod bundled;
+pub mod calibrate;
 pub mod files;
 pub mod generate;
 pub mod model;

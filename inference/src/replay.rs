@@ -10,13 +10,16 @@
 //! 3. its ids must have the shape generation gives (end-of-sequence only last; short only if
 //!    it ended there);
 //! 4. the whole response must be the rendering of those ids, byte for byte;
-//! 5. one teacher-forced pass over prompt and ids gives the replay's logits, and no id may
-//!    trail the seeded winner by more than the tolerance.
+//! 5. one teacher-forced pass over prompt and ids gives the replay's logits; every id is
+//!    scored against the seeded winner (the verifier's tolerance judges the scores).
 
 use std::collections::BTreeMap;
 
-use rackwarden_sampler::replay::{ReplayVerdict, judge};
-use serde::{Deserialize, Serialize};
+use rackwarden_sampler::replay::near_gaps;
+use rackwarden_sampler::verdict::{
+    ExchangeReplay, NEAR_CAP, NearPosition, StructuralFinding, TrailingToken,
+};
+use rackwarden_sampler::{SamplerError, SamplingParams, Seed, score};
 
 use crate::files::LoadedModel;
 use crate::generate::completion_body;
@@ -47,175 +50,93 @@ pub struct RecordedExchange<'a> {
     pub response: &'a [u8],
 }
 
-/// What the replay found in a response that does not replay.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
-#[serde(tag = "finding", rename_all = "snake_case")]
-pub enum ReplayFinding {
-    #[error("the request is not one complete HTTP/1.1 request")]
-    RequestUnframed,
-    #[error("the response differs from the server's rendering at byte {offset}")]
-    NotCanonical { offset: u64 },
-    #[error("the response is not a completion: {problem}")]
-    NotACompletion { problem: String },
-    #[error("the response names model {named}, the replay has {expected} under that name")]
-    OtherModel { named: String, expected: String },
-    #[error(
-        "the response names the sampling key of epoch {named}; a record of epoch {record} may use {record} or the one before"
-    )]
-    KeyEpoch { named: u64, record: u64 },
-    #[error("the verifier has no sampling key for epoch {epoch}")]
-    KeyUnknown { epoch: u64 },
-    #[error("the response names seed {named}; the epoch's key and the request derive {derived}")]
-    SeedNotDerived { named: String, derived: String },
-    #[error("the token ids do not have a generation's shape: {problem}")]
-    TokenShape { problem: String },
-    #[error(
-        "token {position}: the response has id {claimed}, the replay draws {replayed}; it trails by {margin} (tolerance {tolerance})"
-    )]
-    Diverged {
-        position: u64,
-        claimed: u32,
-        replayed: u32,
-        margin: f64,
-        tolerance: f64,
-    },
-    #[error("the replay cannot run the model on it: {problem}")]
-    Unreplayable { problem: String },
+fn failed(finding: StructuralFinding) -> ExchangeReplay {
+    ExchangeReplay::Failed { finding }
 }
 
-/// A replay's result for one exchange.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum ReplayOutcome {
-    /// A completion, every token within the tolerance.
-    Passed(ReplayScores),
-    /// A request answered with the fixed error it must get (or 503, not served): nothing
-    /// generated, nothing to replay, and no byte the host chose.
-    FixedError { status: String },
-    Failed {
-        finding: ReplayFinding,
-        /// The scores, when the replay got as far as running the model.
-        scores: Option<ReplayScores>,
-    },
-}
-
-impl ReplayOutcome {
-    pub fn passed(&self) -> bool {
-        !matches!(self, ReplayOutcome::Failed { .. })
-    }
-}
-
-/// The figures of a replayed completion.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ReplayScores {
-    pub tokens: u64,
-    /// Tokens that are not the replay's own draw (margin above 0).
-    pub differing: u64,
-    pub max_margin: f64,
-    pub mean_logprob: f64,
-}
-
-impl From<&ReplayVerdict> for ReplayScores {
-    fn from(v: &ReplayVerdict) -> Self {
-        ReplayScores {
-            tokens: v.tokens as u64,
-            differing: v.differing as u64,
-            max_margin: v.max_margin,
-            mean_logprob: v.mean_logprob,
-        }
-    }
-}
-
-fn failed(finding: ReplayFinding) -> ReplayOutcome {
-    ReplayOutcome::Failed {
-        finding,
-        scores: None,
-    }
-}
-
-fn fixed(expected: ErrorStatus, response: &[u8]) -> ReplayOutcome {
+fn fixed(expected: ErrorStatus, response: &[u8]) -> ExchangeReplay {
     let want = render_error(expected);
     match first_difference(&want, response) {
-        None => ReplayOutcome::FixedError {
+        None => ExchangeReplay::FixedError {
             status: format!("{expected:?}"),
         },
-        Some(offset) => failed(ReplayFinding::NotCanonical {
+        Some(offset) => failed(StructuralFinding::NotCanonical {
             offset: offset as u64,
         }),
     }
 }
 
-/// Replays `exchange` with `models`, the sampling keys by epoch, and `tolerance`.
+/// Replays `exchange` with `models` and the sampling keys by epoch. What it records is
+/// tolerance-free; [`ExchangeReplay::judge`] applies one.
 pub fn replay_exchange(
     models: &ReplayModels,
     keys: &BTreeMap<u64, [u8; 32]>,
     exchange: &RecordedExchange<'_>,
-    tolerance: f64,
-) -> ReplayOutcome {
+) -> ExchangeReplay {
     let request = exchange.request;
     let head = match parse_head(request) {
         HeadParse::Complete(h) => h,
         HeadParse::Refused(s) => return fixed(s, exchange.response),
-        HeadParse::Partial => return failed(ReplayFinding::RequestUnframed),
+        HeadParse::Partial => return failed(StructuralFinding::RequestUnframed),
     };
     let body = &request[head.head_len..];
     if head.content_length.unwrap_or(0) != body.len() as u64 {
-        return failed(ReplayFinding::RequestUnframed);
+        return failed(StructuralFinding::RequestUnframed);
     }
     let req = match route(&head, body, &|m| models.get(m).is_some()) {
         Routed::Error(s) => return fixed(s, exchange.response),
         Routed::Completion(r) => r,
     };
     if exchange.response == render_error(ErrorStatus::Unavailable).as_slice() {
-        return ReplayOutcome::FixedError {
+        return ExchangeReplay::FixedError {
             status: format!("{:?}", ErrorStatus::Unavailable),
         };
     }
     let Some(model) = models.get(&req.model) else {
-        return failed(ReplayFinding::RequestUnframed);
+        return failed(StructuralFinding::RequestUnframed);
     };
     let claimed = match claimed_body(exchange.response) {
         Ok(b) => b,
-        Err(problem) => return failed(ReplayFinding::NotACompletion { problem }),
+        Err(problem) => return failed(StructuralFinding::NotACompletion { problem }),
     };
     let expected_digest = hex::encode(model.digest);
     if claimed.model_sha3_256 != expected_digest {
-        return failed(ReplayFinding::OtherModel {
+        return failed(StructuralFinding::OtherModel {
             named: claimed.model_sha3_256,
             expected: expected_digest,
         });
     }
     let named = claimed.sampling.epoch;
     if named > exchange.epoch_seq || named.saturating_add(1) < exchange.epoch_seq {
-        return failed(ReplayFinding::KeyEpoch {
+        return failed(StructuralFinding::KeyEpoch {
             named,
             record: exchange.epoch_seq,
         });
     }
     let Some(key) = keys.get(&named) else {
-        return failed(ReplayFinding::KeyUnknown { epoch: named });
+        return failed(StructuralFinding::KeyUnknown { epoch: named });
     };
     let seed = seed_of(key, request);
     if claimed.sampling.seed != hex::encode(seed.0) {
-        return failed(ReplayFinding::SeedNotDerived {
+        return failed(StructuralFinding::SeedNotDerived {
             named: claimed.sampling.seed,
             derived: hex::encode(seed.0),
         });
     }
     let Some(choice) = claimed.choices.into_iter().next() else {
-        return failed(ReplayFinding::NotACompletion {
+        return failed(StructuralFinding::NotACompletion {
             problem: "no choice".into(),
         });
     };
     let ids = choice.token_ids;
     let finish = match token_shape(&ids, req.max_tokens, model.tokenizer.eos()) {
         Ok(f) => f,
-        Err(problem) => return failed(ReplayFinding::TokenShape { problem }),
+        Err(problem) => return failed(StructuralFinding::TokenShape { problem }),
     };
     let prompt = match model.tokenizer.encode(&req.prompt) {
         Ok(p) => p,
         Err(e) => {
-            return failed(ReplayFinding::Unreplayable {
+            return failed(StructuralFinding::Unreplayable {
                 problem: e.to_string(),
             });
         }
@@ -225,36 +146,66 @@ pub fn replay_exchange(
     match rebuilt {
         Ok(r) => {
             if let Some(offset) = first_difference(&r, exchange.response) {
-                return failed(ReplayFinding::NotCanonical {
+                return failed(StructuralFinding::NotCanonical {
                     offset: offset as u64,
                 });
             }
         }
         Err(e) => {
-            return failed(ReplayFinding::Unreplayable {
+            return failed(StructuralFinding::Unreplayable {
                 problem: e.to_string(),
             });
         }
     }
-    let verdict = teacher_forced_logits(model, &prompt, &ids).and_then(|rows| {
-        judge(&req.params(), &seed, &rows, &ids, tolerance).map_err(|e| e.to_string())
-    });
-    match verdict {
-        Err(problem) => failed(ReplayFinding::Unreplayable { problem }),
-        Ok(v) => match v.first_divergence {
-            None => ReplayOutcome::Passed(ReplayScores::from(&v)),
-            Some(d) => ReplayOutcome::Failed {
-                finding: ReplayFinding::Diverged {
-                    position: d.position,
-                    claimed: d.claimed,
-                    replayed: d.replayed,
-                    margin: d.margin,
-                    tolerance,
-                },
-                scores: Some(ReplayScores::from(&v)),
-            },
-        },
+    match teacher_forced_logits(model, &prompt, &ids)
+        .and_then(|rows| score_all(&req.params(), &seed, &rows, &ids).map_err(|e| e.to_string()))
+    {
+        Ok(r) => r,
+        Err(problem) => failed(StructuralFinding::Unreplayable { problem }),
     }
+}
+
+/// Every token's standing under the replay's rows.
+fn score_all(
+    params: &SamplingParams,
+    seed: &Seed,
+    rows: &[Vec<f32>],
+    ids: &[u32],
+) -> Result<ExchangeReplay, SamplerError> {
+    if rows.len() != ids.len() {
+        return Err(SamplerError::Length {
+            tokens: ids.len(),
+            rows: rows.len(),
+        });
+    }
+    let (mut trailing, mut near, mut logprob) = (Vec::new(), Vec::new(), 0.0);
+    for (i, (row, id)) in rows.iter().zip(ids).enumerate() {
+        let position = i as u64;
+        let s = score(params, seed, position, row, *id)?;
+        logprob += s.logprob;
+        if s.margin.is_nan() || s.margin > 0.0 {
+            trailing.push(TrailingToken {
+                position,
+                claimed: *id,
+                replayed: s.winner,
+                margin: s.margin,
+            });
+        }
+        let gaps = near_gaps(params, seed, position, row, NEAR_CAP)?;
+        if !gaps.is_empty() {
+            near.push(NearPosition { position, gaps });
+        }
+    }
+    Ok(ExchangeReplay::Replayed {
+        tokens: ids.len() as u64,
+        mean_logprob: if ids.is_empty() {
+            0.0
+        } else {
+            logprob / ids.len() as f64
+        },
+        trailing,
+        near,
+    })
 }
 
 /// The logits rows that predicted each of `ids` after `prompt`, from one pass.
@@ -270,7 +221,10 @@ pub fn teacher_forced_logits(
     // The last id is predicted, never run: the pass stops before it.
     all.extend_from_slice(&ids[..ids.len() - 1]);
     let rows = model.llama.logits_all(&all).map_err(|e| e.to_string())?;
-    Ok(rows.into_iter().skip(prompt.len().saturating_sub(1)).collect())
+    Ok(rows
+        .into_iter()
+        .skip(prompt.len().saturating_sub(1))
+        .collect())
 }
 
 /// The completion a response claims (its body parsed; the bytes are checked by rendering).

@@ -15,11 +15,12 @@ use rackwarden_inference::bundled::{BUNDLED_TRAINING, Variant, ensure, training_
 use rackwarden_inference::files::{LoadedModel, WEIGHTS_FILE};
 use rackwarden_inference::generate::{completion_body, draw};
 use rackwarden_inference::protocol::{CompletionRequest, render_completion};
-use rackwarden_inference::replay::{
-    RecordedExchange, ReplayFinding, ReplayModels, ReplayOutcome, replay_exchange,
-};
+use rackwarden_inference::replay::{RecordedExchange, ReplayModels, replay_exchange};
 use rackwarden_inference::serve::{ServeConfig, serve};
 use rackwarden_sampler::Seed;
+use rackwarden_sampler::verdict::{
+    ExchangeReplay, ReplayFailure, ReplayJudgement, StructuralFinding as ReplayFinding,
+};
 
 const NAME: &str = "bundled";
 const EPOCH: u64 = 7;
@@ -110,8 +111,8 @@ fn keys() -> BTreeMap<u64, [u8; 32]> {
     BTreeMap::from([(EPOCH, KEY), (EPOCH + 1, [0x4c; 32])])
 }
 
-fn replay(models: &ReplayModels, epoch: u64, request: &[u8], response: &[u8]) -> ReplayOutcome {
-    replay_exchange(
+fn replay(models: &ReplayModels, epoch: u64, request: &[u8], response: &[u8]) -> ReplayJudgement {
+    let r = replay_exchange(
         models,
         &keys(),
         &RecordedExchange {
@@ -119,15 +120,22 @@ fn replay(models: &ReplayModels, epoch: u64, request: &[u8], response: &[u8]) ->
             request,
             response,
         },
-        TOLERANCE,
-    )
+    );
+    // What is stored reads back as itself.
+    let json = serde_json::to_string(&r).unwrap();
+    assert_eq!(serde_json::from_str::<ExchangeReplay>(&json).unwrap(), r);
+    r.judge(TOLERANCE)
 }
 
-fn finding(o: ReplayOutcome) -> ReplayFinding {
+fn finding(o: ReplayJudgement) -> ReplayFinding {
     match o {
-        ReplayOutcome::Failed { finding, .. } => finding,
-        other => panic!("expected a finding, got {other:?}"),
+        ReplayJudgement::Failed(ReplayFailure::Structural(f)) => f,
+        other => panic!("expected a structural finding, got {other:?}"),
     }
+}
+
+fn diverged(o: &ReplayJudgement) -> bool {
+    matches!(o, ReplayJudgement::Failed(ReplayFailure::Diverged { .. }))
 }
 
 const BODY: &str =
@@ -143,7 +151,7 @@ fn honest_exchanges_replay_in_another_precision_within_the_key_window() {
         let resp = exchange(&rack, &req);
         for epoch in [EPOCH, EPOCH + 1] {
             match replay(&models, epoch, &req, &resp) {
-                ReplayOutcome::Passed(s) => assert_eq!(s.tokens, 48, "{variant:?}"),
+                ReplayJudgement::Passed { tokens, .. } => assert_eq!(tokens, 48, "{variant:?}"),
                 other => panic!("{variant:?}: {other:?}"),
             }
         }
@@ -159,10 +167,10 @@ fn honest_exchanges_replay_in_another_precision_within_the_key_window() {
         // A request the server refuses gets its fixed error, which replays as such.
         let bad = request_bytes(r#"{"model":"other","prompt":"x"}"#);
         let r = exchange(&rack, &bad);
-        assert!(matches!(
+        assert_eq!(
             replay(&models, EPOCH, &bad, &r),
-            ReplayOutcome::FixedError { .. }
-        ));
+            ReplayJudgement::NotGenerated
+        );
     }
 }
 
@@ -224,15 +232,17 @@ fn bytes_appended_another_requests_response_and_a_seed_of_the_hosts_choice_fail(
     ));
     let named_derived =
         completion_body(&model, &request, prompt.len(), EPOCH, &derived, ids, finish).unwrap();
-    assert!(matches!(
-        finding(replay(
-            &models,
-            EPOCH,
-            &req,
-            &render_completion(&named_derived)
-        )),
-        ReplayFinding::Diverged { .. } | ReplayFinding::TokenShape { .. }
-    ));
+    let j = replay(&models, EPOCH, &req, &render_completion(&named_derived));
+    assert!(
+        diverged(&j)
+            || matches!(
+                j,
+                ReplayJudgement::Failed(ReplayFailure::Structural(
+                    ReplayFinding::TokenShape { .. }
+                ))
+            ),
+        "{j:?}"
+    );
 }
 
 /// A model directory like `dir` with every matrix changed by `change`.
@@ -314,11 +324,8 @@ fn a_substituted_and_a_quantised_model_are_caught_by_the_tokens() {
             let request: CompletionRequest = serde_json::from_str(&body).unwrap();
             let resp = served_by(&fake, &honest, &req, &request);
             match replay(&models, EPOCH, &req, &resp) {
-                ReplayOutcome::Failed {
-                    finding: ReplayFinding::Diverged { .. },
-                    ..
-                } => caught += 1,
-                ReplayOutcome::Passed(_) => {}
+                j if diverged(&j) => caught += 1,
+                ReplayJudgement::Passed { .. } => {}
                 other => panic!("{}: {other:?}", fake_dir.display()),
             }
         }

@@ -21,10 +21,17 @@
 //! Pure and deterministic: no I/O, no clock, no randomness but the seed's.
 
 pub mod replay;
+pub mod verdict;
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use sha3::{Digest, Sha3_256};
+
+/// The replay's default tolerance: the largest margin (in units of perturbed logits, i.e.
+/// logits divided by the temperature) by which a claimed token may trail the seeded winner.
+/// Measured, not guessed: `cargo xtask bench replay` prints the honest margins it must
+/// absorb and the covert channel it leaves (`docs/replay.md`).
+pub const DEFAULT_TOLERANCE: f64 = 0.05;
 
 /// The first bytes of the seed derivation (`rackwarden/sampling-seed/v1` and a NUL).
 pub const SEED_DOMAIN: &[u8] = b"rackwarden/sampling-seed/v1\0";

@@ -102,6 +102,27 @@ pub fn covert_choices(
         .collect())
 }
 
+/// The gaps (at most `cap`) between the winner's perturbed logit and every other
+/// candidate's at `position`: a tolerance `t` leaves `1 + #(gaps <= t)` choices there.
+pub fn near_gaps(
+    params: &SamplingParams,
+    seed: &Seed,
+    position: u64,
+    logits: &[f32],
+    cap: f64,
+) -> Result<Vec<f64>, SamplerError> {
+    let values = perturbed(params, seed, position, logits)?;
+    let (w, best) = winner(&values);
+    let mut gaps: Vec<f64> = values
+        .into_iter()
+        .filter(|(t, _)| *t != w)
+        .map(|(_, v)| best - v)
+        .filter(|g| *g <= cap)
+        .collect();
+    gaps.sort_by(|a, b| a.total_cmp(b));
+    Ok(gaps)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

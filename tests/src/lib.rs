@@ -11,6 +11,7 @@ pub mod epoch;
 pub mod gpu;
 pub mod guardteam;
 pub mod redteam;
+pub mod replaybench;
 pub mod tamper;
 pub mod tpm;
 pub mod tpmbench;

@@ -52,6 +52,9 @@ fn main() {
     if all || what.iter().any(|w| w == "taps") {
         bench_taps();
     }
+    if all || what.iter().any(|w| w == "replay") {
+        rackwarden_tests::replaybench::bench_replay();
+    }
     if all || what.iter().any(|w| w == "tpm") {
         rackwarden_tests::tpmbench::bench_tpm();
     }
