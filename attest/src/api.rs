@@ -280,7 +280,12 @@ mod tests {
             seq: 3,
             trustworthiness: Aspect::ALL
                 .into_iter()
-                .filter(|a| !matches!(a, Aspect::RootOfTrust | Aspect::Storage | Aspect::Traffic))
+                .filter(|a| {
+                    !matches!(
+                        a,
+                        Aspect::RootOfTrust | Aspect::Storage | Aspect::Traffic | Aspect::Replay
+                    )
+                })
                 .map(|a| {
                     let s = if a == Aspect::Freshness {
                         Status::Warning

@@ -33,10 +33,15 @@ pub enum Aspect {
     /// policy requires one (`[policy.taps] required`), so verdicts made before it read and
     /// re-derive unchanged.
     Traffic,
+    /// Whether the opened exchanges are what the precommitted model produces (issue 28):
+    /// the verifier's replay of each, judged at `[policy.replay] tolerance`. In a verdict's
+    /// vector only when a replay was stored in the statement's window, so verdicts made
+    /// before it read and re-derive unchanged.
+    Replay,
 }
 
 impl Aspect {
-    pub const ALL: [Aspect; 10] = [
+    pub const ALL: [Aspect; 11] = [
         Aspect::Identity,
         Aspect::Chain,
         Aspect::Freshness,
@@ -47,6 +52,7 @@ impl Aspect {
         Aspect::RootOfTrust,
         Aspect::Storage,
         Aspect::Traffic,
+        Aspect::Replay,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +67,7 @@ impl Aspect {
             Aspect::RootOfTrust => "root_of_trust",
             Aspect::Storage => "storage",
             Aspect::Traffic => "traffic",
+            Aspect::Replay => "replay",
         }
     }
 }
@@ -167,10 +174,14 @@ pub enum FindingCode {
     TrafficOpeningUnknown,
     /// An opened raw-flow record's peer is not in the policy's `allowed_raw_flows`.
     TrafficFlowNotAllowed,
+    /// An opened exchange is not what the precommitted model produces for its request: a
+    /// byte its tokens do not determine, a seed not derived from the epoch's key, another
+    /// model, or a token trailing the seeded winner by more than the tolerance.
+    ReplayFailed,
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 80] = [
+    pub const ALL: [FindingCode; 81] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -251,6 +262,7 @@ impl FindingCode {
         FindingCode::TrafficOpeningRefused,
         FindingCode::TrafficOpeningUnknown,
         FindingCode::TrafficFlowNotAllowed,
+        FindingCode::ReplayFailed,
     ];
 
     pub fn aspect(self) -> Aspect {
@@ -335,6 +347,7 @@ impl FindingCode {
             | FindingCode::TrafficOpeningRefused
             | FindingCode::TrafficOpeningUnknown
             | FindingCode::TrafficFlowNotAllowed => Aspect::Traffic,
+            FindingCode::ReplayFailed => Aspect::Replay,
         }
     }
 
@@ -421,6 +434,7 @@ impl FindingCode {
             FindingCode::TrafficOpeningRefused => "traffic_opening_refused",
             FindingCode::TrafficOpeningUnknown => "traffic_opening_unknown",
             FindingCode::TrafficFlowNotAllowed => "traffic_flow_not_allowed",
+            FindingCode::ReplayFailed => "replay_failed",
         }
     }
 
@@ -622,6 +636,9 @@ impl FindingCode {
             }
             FindingCode::TrafficFlowNotAllowed => {
                 "a sampled record is traffic outside the inference endpoints with a peer the policy does not allow"
+            }
+            FindingCode::ReplayFailed => {
+                "an opened exchange is not what the precommitted model, sampled with the request's seed, produces for it"
             }
         }
     }

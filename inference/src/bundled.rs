@@ -292,3 +292,22 @@ pub fn training_text(root: &Path) -> Result<Vec<u8>, BundleError> {
     }
     Ok(text)
 }
+
+/// The bundled model of `variant` for the repository at `root`, made (once per content) in
+/// `root/target/models/<variant>`: where the demo, the tests and the benchmarks find it.
+pub fn cached(root: &Path, variant: Variant) -> Result<std::path::PathBuf, BundleError> {
+    let dir = root
+        .join("target")
+        .join("models")
+        .join(format!("{variant:?}").to_lowercase());
+    let text = match variant {
+        Variant::Trained => training_text(root)?,
+        Variant::Random => Vec::new(),
+    };
+    ensure(&dir, variant, &text, &BUNDLED_TRAINING, |step, loss| {
+        if step % 100 == 0 {
+            log::info!("training the bundled model: step {step}, loss {loss:.3} nats/byte");
+        }
+    })?;
+    Ok(dir)
+}

@@ -208,6 +208,24 @@ fn score_all(
     })
 }
 
+/// Judges the bytes of an inference connection that were not a complete exchange when the
+/// epoch closed (a partial record; `None` when the host sent none). Bytes sent with no request
+/// pending answer nothing: no server sends them. Bytes sent while a request is pending are
+/// the start of its response, judged whole when its exchange is committed.
+pub fn replay_partial(input: &[u8], output: &[u8]) -> Option<ExchangeReplay> {
+    if output.is_empty() {
+        return None;
+    }
+    let bytes = output.len() as u64;
+    Some(if input.is_empty() {
+        failed(StructuralFinding::UnrequestedOutput { bytes })
+    } else {
+        ExchangeReplay::InFlight {
+            output_bytes: bytes,
+        }
+    })
+}
+
 /// The logits rows that predicted each of `ids` after `prompt`, from one pass.
 pub fn teacher_forced_logits(
     model: &LoadedModel,

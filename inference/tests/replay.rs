@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
 use rackwarden_attest::sampling_key::{KeySource, SamplingKey};
-use rackwarden_inference::bundled::{BUNDLED_TRAINING, Variant, ensure, training_text};
+use rackwarden_inference::bundled::{Variant, cached};
 use rackwarden_inference::files::{LoadedModel, WEIGHTS_FILE};
 use rackwarden_inference::generate::{completion_body, draw};
 use rackwarden_inference::protocol::{CompletionRequest, render_completion};
@@ -29,13 +29,7 @@ const TOLERANCE: f64 = 0.05;
 
 /// The bundled model of `variant`, made once per content under the target directory.
 fn bundled(variant: Variant) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("models")
-        .join(format!("{variant:?}").to_lowercase());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let text = training_text(&root).unwrap();
-    ensure(&dir, variant, &text, &BUNDLED_TRAINING, |_, _| {}).unwrap();
-    dir
+    cached(&Path::new(env!("CARGO_MANIFEST_DIR")).join(".."), variant).unwrap()
 }
 
 struct Rack {

@@ -57,6 +57,8 @@ pub enum StructuralFinding {
     TokenShape { problem: String },
     #[error("the replay cannot run the model on it: {problem}")]
     Unreplayable { problem: String },
+    #[error("{bytes} bytes were sent on an inference connection with no request pending")]
+    UnrequestedOutput { bytes: u64 },
 }
 
 /// The replay of one exchange, tolerance-free.
@@ -74,6 +76,11 @@ pub enum ExchangeReplay {
     /// generated, no byte the host chose.
     FixedError {
         status: String,
+    },
+    /// The start of a response to a request still pending when the epoch closed: judged in
+    /// full when its exchange is committed (in a later epoch, with these bytes).
+    InFlight {
+        output_bytes: u64,
     },
     Failed {
         finding: StructuralFinding,
@@ -112,7 +119,9 @@ impl ExchangeReplay {
     /// Judges the stored replay at `tolerance`: the first token trailing by more fails it.
     pub fn judge(&self, tolerance: f64) -> ReplayJudgement {
         match self {
-            ExchangeReplay::FixedError { .. } => ReplayJudgement::NotGenerated,
+            ExchangeReplay::FixedError { .. } | ExchangeReplay::InFlight { .. } => {
+                ReplayJudgement::NotGenerated
+            }
             ExchangeReplay::Failed { finding } => {
                 ReplayJudgement::Failed(ReplayFailure::Structural(finding.clone()))
             }

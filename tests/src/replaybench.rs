@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use rackwarden_inference::bundled::{BUNDLED_TRAINING, Variant, ensure, training_text};
+use rackwarden_inference::bundled::{Variant, cached, training_text};
 use rackwarden_inference::calibrate::{HonestMeasurement, measure_honest, prompts_from_text};
 use rackwarden_inference::files::{LoadedModel, WEIGHTS_FILE};
 use rackwarden_inference::generate::draw;
@@ -28,12 +28,7 @@ fn repo() -> PathBuf {
 
 /// The bundled model of `variant` under `target/models/`, made once per content.
 pub fn bundled_dir(variant: Variant) -> PathBuf {
-    let dir = repo()
-        .join("target/models")
-        .join(format!("{variant:?}").to_lowercase());
-    let text = training_text(&repo()).expect("the repository's docs");
-    ensure(&dir, variant, &text, &BUNDLED_TRAINING, |_, _| {}).expect("the bundled model");
-    dir
+    cached(&repo(), variant).expect("the bundled model")
 }
 
 fn open(dir: &Path, dtype: DType) -> LoadedModel {

@@ -409,7 +409,8 @@ impl TappedRack {
         verifier.enroll(&rack, &host, &fx.host_pub);
         verifier.start();
         let mut sections = fx.sections(&verifier.daemon_lines(), "1 h", "32 MiB");
-        sections += "\n[taps]\ninference = [\"tcp:8000\"]\nspool_limit = \"64 MiB\"\n";
+        sections +=
+            "\n[taps]\ninference = [\"tcp:8000\", \"tcp:8001\"]\nspool_limit = \"64 MiB\"\n";
         let cfg = write_epoch_config(net, &sections);
         let sock = net.socket_path();
         let d = Daemon::start(&cfg, &sock);
@@ -634,5 +635,191 @@ fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
     assert!(
         !codes.iter().any(|c| c.starts_with("traffic")),
         "seq 2: {codes:?}"
+    );
+}
+
+/// Sends `request` to the rack's port `port` from outside and reads one response, framed by
+/// its content-length: exactly the bytes that crossed.
+fn ask(net: &Net, port: u16, request: Vec<u8>) -> Vec<u8> {
+    in_netns(&net.out_ns, move || {
+        let mut s = TcpStream::connect((RACK_ADDR, port)).expect("connect");
+        s.write_all(&request).expect("write the request");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = s.read(&mut buf).expect("read the response");
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&out));
+            out.extend_from_slice(&buf[..n]);
+            if let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&out[..end]).to_string();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .expect("content-length")
+                    .parse()
+                    .expect("a length");
+                if out.len() >= end + 4 + len {
+                    return out;
+                }
+            }
+        }
+    })
+}
+
+fn completion_request(prompt: &str) -> Vec<u8> {
+    let body =
+        format!(r#"{{"model":"bundled","prompt":"{prompt}","max_tokens":32,"temperature":0.8}}"#);
+    format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: rack\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Issue 28, end to end: the reference server serves the bundled model on the rack, seeded
+/// from the daemon's sampling key; the tap commits the exchanges, the verifier samples them,
+/// the daemon opens them, the replay service reruns the model over each, and the next
+/// statement's verdict has a `replay` aspect. Honest exchanges pass; a response served for
+/// another request fails at its seed and a response with bytes appended fails at the byte
+/// its tokens do not determine, each named by record.
+#[test]
+fn served_exchanges_are_replayed_and_forged_ones_fail_with_their_findings() {
+    use rackwarden_inference::{
+        bundled::{Variant, cached},
+        files::LoadedModel,
+        replay::ReplayModels,
+        serve::{ServeConfig, serve_connection},
+    };
+    use rackwarden_sampler::verdict::{ExchangeReplay, StructuralFinding};
+    let model_dir = cached(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
+        Variant::Trained,
+    )
+    .expect("the bundled model");
+    let net = Net::new("replay");
+    let (r, _d) = TappedRack::start(&net, 64);
+    let key_file = r.sock.parent().unwrap().join("sampling-key.json");
+
+    // The honest server: three connections on port 8000, in the rack's namespace.
+    let served = {
+        let dir = model_dir.clone();
+        spawn_in(&net.rack_ns, move || {
+            let model = LoadedModel::open(&dir, candle_core::DType::F32).expect("load");
+            let cfg = ServeConfig {
+                model_name: "bundled".into(),
+                key_file,
+            };
+            let l = TcpListener::bind((RACK_ADDR, 8000)).expect("bind 8000");
+            for _ in 0..3 {
+                let (s, _) = l.accept().expect("accept");
+                serve_connection(s, &model, &cfg);
+            }
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    let honest_req = completion_request("The verifier draws");
+    let honest = ask(&net, 8000, honest_req.clone());
+    assert!(
+        honest.starts_with(b"HTTP/1.1 200 OK\r\n"),
+        "{}",
+        String::from_utf8_lossy(&honest)
+    );
+    let other = ask(&net, 8000, completion_request("The daemon opens"));
+    let third_req = completion_request("Every byte is committed");
+    let third = ask(&net, 8000, third_req);
+    served.join().expect("the server");
+    // A dishonest host on port 8001: the first response answering another request, and the
+    // third with bytes appended.
+    let swapped_req = completion_request("A different prompt");
+    http_exchange(&net, 8001, swapped_req.clone(), honest.clone());
+    let mut appended = third.clone();
+    appended.extend_from_slice(b"\x00hidden");
+    let appended_req = completion_request("Every byte is committed");
+    http_exchange(&net, 8001, appended_req.clone(), appended);
+
+    r.epoch(1);
+    r.openings(1);
+    let store = rackwarden_verifier::store::Store::connect(&r.verifier.database()).unwrap();
+    let models = ReplayModels {
+        models: vec![(
+            "bundled".into(),
+            LoadedModel::open(&model_dir, candle_core::DType::F64).unwrap(),
+        )],
+    };
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    assert_eq!(
+        rackwarden_replay::run_once(&store, &models, 64, now).unwrap(),
+        1
+    );
+    let row = store
+        .replay(&r.rack, &r.host, 1)
+        .unwrap()
+        .expect("replayed");
+    println!("replay of epoch 1: {} records", row.records.len());
+    let (mut passed, mut seed, mut unrequested) = (0, 0, 0);
+    for rec in &row.records {
+        println!(
+            "  record {}: {}",
+            rec.index,
+            serde_json::to_string(&rec.replay)
+                .unwrap()
+                .chars()
+                .take(200)
+                .collect::<String>()
+        );
+        match &rec.replay {
+            ExchangeReplay::Replayed { trailing, .. } => {
+                assert!(
+                    trailing.is_empty(),
+                    "an honest response trails: {trailing:?}"
+                );
+                passed += 1;
+            }
+            ExchangeReplay::Failed {
+                finding: StructuralFinding::SeedNotDerived { .. },
+            } => seed += 1,
+            // The tap cut the response where its content-length ends: the appended bytes
+            // are the connection's rest, sent with no request pending.
+            ExchangeReplay::Failed {
+                finding: StructuralFinding::UnrequestedOutput { bytes },
+            } => {
+                assert_eq!(*bytes, 7, "the appended bytes");
+                unrequested += 1
+            }
+            other => panic!("record {}: {other:?}", rec.index),
+        }
+    }
+    assert_eq!(
+        (passed, seed, unrequested),
+        (4, 1, 1),
+        "every exchange was opened and replayed"
+    );
+    let _ = other;
+
+    // The next statement judges the replay: contraindicated, each forged record named.
+    r.epoch(2);
+    let result = &r.stored(2)["result"];
+    println!("seq 2 verdict: {:#}", result["trustworthiness"]);
+    assert_eq!(
+        result["trustworthiness"]["replay"], "contraindicated",
+        "{result:#}"
+    );
+    let details: Vec<String> = result["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "replay_failed")
+        .map(|f| f["detail"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(details.len(), 2, "{details:?}");
+    assert!(details.iter().any(|d| d.contains("seed")), "{details:?}");
+    assert!(
+        details.iter().any(|d| d.contains("no request pending")),
+        "{details:?}"
     );
 }

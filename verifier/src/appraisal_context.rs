@@ -5,7 +5,9 @@ use rackwarden_attest::statement::{Challenge, Statement};
 use rackwarden_attest::tpm::TpmSidecar;
 
 use crate::{
-    appraisal::{Context, NonceLookup, tpm::TpmContext, traffic::TrafficContext},
+    appraisal::{
+        Context, NonceLookup, replay::ReplayContext, tpm::TpmContext, traffic::TrafficContext,
+    },
     store::{DbError, HostKey, JudgingQuery, Store},
 };
 
@@ -78,6 +80,9 @@ pub fn load(
             .map(|r| Ok((*r, store.openings(&hk.rack, &hk.host, r.epoch_seq)?)))
             .collect::<Result<_, DbError>>()?,
     };
+    let replay = ReplayContext {
+        replays: store.replays_between(&hk.rack, &hk.host, after_ms, p.epoch_end_unix_ms)?,
+    };
     Ok(Context {
         keyid: hk.keyid.clone(),
         retired_ms: row.retired_ms,
@@ -108,5 +113,6 @@ pub fn load(
             statement_digest: pae_sha3,
         },
         traffic,
+        replay,
     })
 }

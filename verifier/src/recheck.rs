@@ -146,6 +146,11 @@ pub fn recheck(store: &Store, policy: &Policy) -> Result<RecheckReport, Verifier
     for o in &openings {
         fresh.insert_openings(o)?;
     }
+    // The replays as stored: the replay aspect judges them, by their times, at the policy's
+    // tolerance.
+    for r in store.all_replays()? {
+        fresh.insert_replay(&r)?;
+    }
     let digest = policy.digest();
     let mut v = Verifier::new(fresh, policy.clone())?;
     let all = store.all_statements()?;

@@ -20,6 +20,7 @@
 //! | root_of_trust | `tpm` | is it quoted by the enrolled AK, and does its IMA list replay and pass |
 //! | storage | `storage` | can state survive the wipe on a disk, in swap or a persistent filesystem |
 //! | traffic | `traffic` | did the tap commit every byte the policer passed, and are the records kept |
+//! | replay | `replay` | are the opened exchanges what the precommitted model produces |
 
 pub(crate) mod budget;
 mod chain;
@@ -28,6 +29,7 @@ mod freshness;
 mod identity;
 mod images;
 mod limiter;
+pub mod replay;
 pub mod state_bound;
 mod storage;
 pub mod tpm;
@@ -78,6 +80,7 @@ pub struct Context {
     pub tpm: tpm::TpmContext,
     /// The host's samples due in this epoch and the openings the statement names.
     pub traffic: traffic::TrafficContext,
+    pub replay: replay::ReplayContext,
 }
 
 /// What the store says about the statement's nonce.
@@ -138,12 +141,14 @@ impl Judge<'_> {
         root_of_trust: Option<TrustLevel>,
         storage: bool,
         traffic: bool,
+        replay: bool,
     ) -> AttestationResult {
         let mut tw: BTreeMap<Aspect, Status> = Aspect::ALL
             .iter()
             .filter(|a| root_of_trust.is_some() || **a != Aspect::RootOfTrust)
             .filter(|a| storage || **a != Aspect::Storage)
             .filter(|a| traffic || **a != Aspect::Traffic)
+            .filter(|a| replay || **a != Aspect::Replay)
             .map(|a| (*a, Status::Affirming))
             .collect();
         for f in &self.findings {
@@ -203,8 +208,13 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
     if traffic {
         traffic::check(&mut j, st, &ctx.traffic, now_ms);
     }
+    // After the traffic, for the same reason.
+    let replay = replay::in_play(&ctx.replay);
+    if replay {
+        replay::check(&mut j, &ctx.replay);
+    }
     Appraisal {
-        result: j.result(st, root_of_trust, storage, traffic),
+        result: j.result(st, root_of_trust, storage, traffic, replay),
         effects: Effects {
             consume_nonce: fresh,
             wipe_counts,

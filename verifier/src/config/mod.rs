@@ -54,6 +54,9 @@
 //! # keep_openings = "168 h"        # how long the opened bytes are kept (default: 7 days)
 //! # allowed_raw_flows = ["udp:53", "tcp:53", "udp:123", "non_ip"]  # peers of other flows
 //! #                                # (default: DNS, NTP, non_ip; add "tcp:VERIFIER_ADDR:PORT")
+//! # [policy.replay]                # judging the replay service's findings (docs/replay.md)
+//! # tolerance = 0.05               # how far a token may trail the seeded winner (default;
+//! #                                # between 0 and 1, in logits divided by the temperature)
 //!
 //! [racks.rack-a17]
 //! egress = "10 MB/s"
@@ -69,6 +72,7 @@ use std::{
 };
 
 use rackwarden_attest::units;
+use rackwarden_sampler::verdict::NEAR_CAP;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -150,6 +154,61 @@ pub struct Policy {
     /// its defaults, so policies written before it keep theirs.
     #[serde(skip_serializing_if = "TapsPolicy::is_default")]
     pub taps: TapsPolicy,
+    /// `[policy.replay]`: how the replays of opened exchanges are judged. Left out of the
+    /// digest at its defaults, so policies written before it keep theirs.
+    #[serde(skip_serializing_if = "ReplayPolicy::is_default")]
+    pub replay: ReplayPolicy,
+}
+
+/// `[policy.replay]`: the tolerance the replay's scores are judged at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ReplayPolicy {
+    /// How far a claimed token's perturbed logit may trail the seeded winner's
+    /// (`tolerance`, default [`rackwarden_sampler::DEFAULT_TOLERANCE`]): what honest replays
+    /// on other hardware need, and exactly the covert channel left (bench replay).
+    pub tolerance: Tolerance,
+}
+
+/// A replay tolerance: finite, between 0 and [`NEAR_CAP`] (above it the stored gaps no
+/// longer bound the covert channel exactly). Compared by its bits, so a policy stays `Eq`.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[serde(transparent)]
+pub struct Tolerance(f64);
+
+impl Tolerance {
+    pub fn new(t: f64) -> Result<Tolerance, String> {
+        if t.is_finite() && (0.0..=NEAR_CAP).contains(&t) {
+            Ok(Tolerance(t))
+        } else {
+            Err(format!("{t} is not between 0 and {NEAR_CAP}"))
+        }
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl PartialEq for Tolerance {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Tolerance {}
+
+impl Default for ReplayPolicy {
+    fn default() -> Self {
+        ReplayPolicy {
+            tolerance: Tolerance(rackwarden_sampler::DEFAULT_TOLERANCE),
+        }
+    }
+}
+
+impl ReplayPolicy {
+    fn is_default(&self) -> bool {
+        *self == ReplayPolicy::default()
+    }
 }
 
 /// `[policy.taps]`: what the host's tap must commit of the bytes its policer passed, and
@@ -336,6 +395,13 @@ struct RawPolicy {
     storage_exclude: Option<BTreeMap<String, Spanned<String>>>,
     credit_erase_by_key: Option<bool>,
     taps: Option<RawTaps>,
+    replay: Option<RawReplay>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReplay {
+    tolerance: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]
@@ -645,6 +711,14 @@ fn policy(src: &Source, p: &RawPolicy, checked: CheckedFirst) -> Result<Policy, 
         storage_exclude: storage_exclude(src, &p.storage_exclude)?,
         credit_erase_by_key: p.credit_erase_by_key.unwrap_or(false),
         taps: taps(src, &p.taps)?,
+        replay: match p.replay.as_ref().and_then(|r| r.tolerance.as_ref()) {
+            None => ReplayPolicy::default(),
+            Some(t) => ReplayPolicy {
+                tolerance: Tolerance::new(*t.get_ref()).map_err(|e| {
+                    src.err(Some(t.span()), format!("`policy.replay.tolerance`: {e}"))
+                })?,
+            },
+        },
     })
 }
 

@@ -10,6 +10,7 @@ use rackwarden_attest::{dsse::Envelope, result::AttestationResult, statement::St
 
 pub mod db;
 mod judging;
+mod replay;
 mod standing;
 pub mod testing;
 mod tlog;
@@ -18,6 +19,7 @@ mod traffic;
 pub use db::{DatabaseUrl, DbError, Dialect};
 use db::{Db, Row, vals};
 pub use judging::{JudgingQuery, JudgingRows};
+pub use replay::{PendingReplay, RecordReplay, ReplayRow};
 pub use standing::StandingRow;
 pub use tlog::TlogAppendError;
 pub use tpm::{TpmChallengeRow, TpmEnrollment, TpmPosition};
@@ -316,6 +318,7 @@ impl Store {
             standing::STANDING_SCHEMA,
             tlog::TLOG_SCHEMA,
             traffic::TRAFFIC_SCHEMA,
+            replay::REPLAY_SCHEMA,
         ]
         .concat();
         match self.db.dialect() {

@@ -1,0 +1,79 @@
+//! Replay: whether the opened exchanges are what the precommitted model produces (issue
+//! 28). The replay service (`rackwarden-replay`, run by the verifier's operator on hardware
+//! they trust) stores, per opened epoch, each exchange record's replay without a tolerance;
+//! here each is judged at `[policy.replay] tolerance`. A statement judges the replays stored
+//! in its window (after the host's previous stored statement ended, up to this one's end),
+//! from stored rows only, so `recheck` re-derives it and a recheck under another tolerance
+//! says what that tolerance would have found.
+
+use rackwarden_sampler::verdict::{ReplayFailure, ReplayJudgement};
+
+use super::{FindingCode as C, Judge, Status};
+use crate::store::ReplayRow;
+
+/// The replays stored in the statement's window.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayContext {
+    pub replays: Vec<ReplayRow>,
+}
+
+/// Whether the replay aspect is in a verdict: a replay was stored in its window.
+pub(super) fn in_play(ctx: &ReplayContext) -> bool {
+    !ctx.replays.is_empty()
+}
+
+pub(super) fn check(j: &mut Judge, ctx: &ReplayContext) {
+    let tolerance = j.policy.replay.tolerance.get();
+    for row in &ctx.replays {
+        for r in &row.records {
+            if let ReplayJudgement::Failed(f) = r.replay.judge(tolerance) {
+                let what = match &f {
+                    ReplayFailure::Structural(_) => "is not what the server renders",
+                    ReplayFailure::Diverged { .. } => "is not the model's draw",
+                };
+                j.add(
+                    C::ReplayFailed,
+                    Status::Contraindicated,
+                    format!(
+                        "epoch {} record {}: the response {what}: {f}",
+                        row.seq, r.index
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// One epoch's replay in figures, at a tolerance (the page).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ReplayFigures {
+    /// Exchange records opened and replayed.
+    pub replayed: u64,
+    /// Of them, completions scored token by token (the rest got a fixed error).
+    pub generated: u64,
+    pub failed: u64,
+    /// Tokens of the passed completions.
+    pub tokens: u64,
+    /// Bits a host could have hidden in the passed completions at this tolerance.
+    pub covert_bits: f64,
+}
+
+pub fn figures(row: &ReplayRow, tolerance: f64) -> ReplayFigures {
+    let mut f = ReplayFigures::default();
+    for r in &row.records {
+        f.replayed += 1;
+        match r.replay.judge(tolerance) {
+            ReplayJudgement::Passed {
+                tokens,
+                covert_bits,
+            } => {
+                f.generated += 1;
+                f.tokens += tokens;
+                f.covert_bits += covert_bits;
+            }
+            ReplayJudgement::NotGenerated => {}
+            ReplayJudgement::Failed(_) => f.failed += 1,
+        }
+    }
+    f
+}
