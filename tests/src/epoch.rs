@@ -227,6 +227,12 @@ ingress = "1 MB/s"
         in_netns(&self.ns, move || https_get(port, &path, &ca))
     }
 
+    /// The body of a GET (the HTML pages), or `None` if there was no 200.
+    pub fn get_text(&self, path: &str) -> Option<String> {
+        let (port, path, ca) = (self.port, path.to_string(), self.ca());
+        in_netns(&self.ns, move || https_get_text(port, &path, &ca))
+    }
+
     /// The host's stored statements, oldest first (the API lists newest first).
     /// POSTs envelopes (`body`: one, or a JSON array of them) to `/v1/statements`; the
     /// answer's JSON, or `None` if there was no 200.
@@ -320,6 +326,10 @@ fn https_post(port: u16, path: &str, body: Vec<u8>, ca: &Path) -> Option<serde_j
 }
 
 fn https_get(port: u16, path: &str, ca: &Path) -> Option<serde_json::Value> {
+    serde_json::from_str(&https_get_text(port, path, ca)?).ok()
+}
+
+fn https_get_text(port: u16, path: &str, ca: &Path) -> Option<String> {
     let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).ok()?).ok()?;
     let c = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -335,7 +345,7 @@ fn https_get(port: u16, path: &str, ca: &Path) -> Option<serde_json::Value> {
     if !r.status().is_success() {
         return None;
     }
-    r.json().ok()
+    r.text().ok()
 }
 
 /// Keys, a signed image set and workload hooks for one rack host.

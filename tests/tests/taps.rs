@@ -822,4 +822,18 @@ fn served_exchanges_are_replayed_and_forged_ones_fail_with_their_findings() {
         details.iter().any(|d| d.contains("no request pending")),
         "{details:?}"
     );
+    // The rack's page says what the replay found for the epoch.
+    let page = r
+        .verifier
+        .get_text(&format!("/racks/{}", r.rack))
+        .expect("the rack page");
+    let line = page
+        .lines()
+        .find(|l| l.contains("last replayed epoch"))
+        .unwrap_or_else(|| panic!("no replay line on the page:\n{page}"));
+    println!("page: {line}");
+    assert!(
+        line.contains("replayed 6 opened exchanges: 2 failed, 4 completions passed (128 tokens"),
+        "{line}"
+    );
 }

@@ -47,6 +47,8 @@ pub(super) fn check(j: &mut Judge, ctx: &ReplayContext) {
 /// One epoch's replay in figures, at a tolerance (the page).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ReplayFigures {
+    /// The tolerance the figures are at.
+    pub tolerance: f64,
     /// Exchange records opened and replayed.
     pub replayed: u64,
     /// Of them, completions scored token by token (the rest got a fixed error).
@@ -59,7 +61,10 @@ pub struct ReplayFigures {
 }
 
 pub fn figures(row: &ReplayRow, tolerance: f64) -> ReplayFigures {
-    let mut f = ReplayFigures::default();
+    let mut f = ReplayFigures {
+        tolerance,
+        ..ReplayFigures::default()
+    };
     for r in &row.records {
         f.replayed += 1;
         match r.replay.judge(tolerance) {

@@ -51,6 +51,9 @@ pub struct EpochPoint {
     /// The sample drawn for the epoch's traffic root and the openings received for it
     /// (`None`: nothing was sampled).
     pub sampling: Option<crate::store::SampleAndAnswer>,
+    /// What the replay of the epoch's opened exchanges found, at the policy's tolerance
+    /// (`None`: not replayed).
+    pub replay: Option<crate::appraisal::replay::ReplayFigures>,
 }
 
 impl EpochPoint {

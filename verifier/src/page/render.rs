@@ -430,7 +430,26 @@ fn epoch_tooltip(e: &EpochPoint, eg: Option<f64>, ing: Option<f64>, down: Option
     if let Some(sa) = &e.sampling {
         s += &format!("; {}", sampling_line(sa));
     }
+    if let Some(r) = &e.replay {
+        s += &format!("; {}", replay_line(r));
+    }
     s
+}
+
+/// What the replay of an epoch's opened exchanges found: how many were replayed, how many
+/// failed, and the covert channel the tolerance left in the ones that passed.
+fn replay_line(r: &crate::appraisal::replay::ReplayFigures) -> String {
+    format!(
+        "replayed {} opened exchange{}: {} failed, {} completion{} passed ({} tokens; at most {:.2} bits could hide in them at tolerance {})",
+        r.replayed,
+        if r.replayed == 1 { "" } else { "s" },
+        r.failed,
+        r.generated,
+        if r.generated == 1 { "" } else { "s" },
+        r.tokens,
+        r.covert_bits,
+        r.tolerance
+    )
 }
 
 /// What was sampled of an epoch's traffic and what became of it.
@@ -561,6 +580,9 @@ fn host_section(rack: &str, h: &HostView, boot_judged: bool) -> Markup {
             @if let Some((seq, sa)) = h.epochs.iter().rev().find_map(|e| Some((e.seq, e.sampling.as_ref()?))) {
                 p.meta.sampling data-seq=(seq) { "last sampled epoch, seq " (seq) ": " (sampling_line(sa)) }
             }
+            @if let Some((seq, r)) = h.epochs.iter().rev().find_map(|e| Some((e.seq, e.replay.as_ref()?))) {
+                p.meta.replay data-seq=(seq) { "last replayed epoch, seq " (seq) ": " (replay_line(r)) }
+            }
             @if !s.clearances.is_empty() {
                 ul.clearances {
                     @for c in &s.clearances {
@@ -669,6 +691,7 @@ mod tests {
             forked: false,
             traffic: None,
             sampling: None,
+            replay: None,
         }
     }
 

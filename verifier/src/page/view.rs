@@ -111,6 +111,11 @@ pub fn rack_view(
                     .collect();
                 for e in &mut points {
                     e.sampling = sampled.remove(&e.seq);
+                    if e.sampling.as_ref().is_some_and(|s| s.answer.is_some()) {
+                        e.replay = store.replay(rack, &hs.host, e.seq)?.map(|r| {
+                            crate::appraisal::replay::figures(&r, policy.replay.tolerance.get())
+                        });
+                    }
                 }
                 points
             },
@@ -191,6 +196,7 @@ fn epochs(parsed: &[Row], agreement: Option<&RackAgreement>, window: u32) -> Vec
                 forked,
                 traffic: st.as_ref().and_then(|s| s.predicate.traffic.clone()),
                 sampling: None,
+                replay: None,
             });
         }
         if base.is_some() || prev.is_none() {
