@@ -133,8 +133,12 @@ pub const DEMO_MAX_WIPE_INTERVAL: &str = "15 min";
 
 /// The demo's one completion over HTTP: what a client sends the rack's inference port, and
 /// what it gets back.
-const DEMO_REQUEST: &[u8] = b"POST /v1/completions HTTP/1.1\r\nHost: rack\r\nContent-Type: application/json\r\nContent-Length: 46\r\n\r\n{\"prompt\": \"The capital of France is\", \"n\": 1}";
-const DEMO_RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 26\r\n\r\n{\"text\": \" Paris.\", \"n\":1}";
+/// The completions the demo asks of the bundled model, one connection each.
+const DEMO_PROMPTS: [&str; 3] = [
+    "The verifier draws",
+    "Every byte the policer passes",
+    "The daemon wipes",
+];
 
 /// What keeps the demo running after it has printed its story: the namespaces, the verifier
 /// and the daemon (dropped in this order: daemon, verifier, then the namespaces).
@@ -155,6 +159,11 @@ pub struct FullDemo {
     pub status: serde_json::Value,
     pub rack: serde_json::Value,
     pub wipe_bytes: u64,
+    /// The completions the bundled model served, as the client got them.
+    pub completions: Vec<Vec<u8>>,
+    /// Epochs the replay service replayed, and what it found for the completions' epoch.
+    pub replayed: usize,
+    pub replay: Option<rackwarden_verifier::store::ReplayRow>,
     /// The rack's page at the verifier, where it was, and what became of the screenshot.
     pub page: PageShot,
     /// What keeps it running ([`full_live`]); `None` once torn down ([`full`]).
@@ -272,26 +281,47 @@ pub fn full_live(secs: f64) -> FullDemo {
         |e| e["delivery"]["delivered_seq"] == 0,
     );
     let report = traffic(&net, secs);
-    // And one completion over HTTP to the inference port: an exchange record.
-    crate::http_exchange(&net, 8000, DEMO_REQUEST.to_vec(), DEMO_RESPONSE.to_vec());
     // A second epoch, asked for by hand, carries the traffic's counters and its records.
-    wipe_now(&sock);
-    wait_epoch(
-        &sock,
-        std::time::Duration::from_secs(120),
-        "the second epoch delivered",
-        |e| e["delivery"]["delivered_seq"] == 1,
-    );
-    // The verifier sampled it; the daemon opens the records the sample landed in.
-    let status = wait_epoch(
-        &sock,
-        std::time::Duration::from_secs(120),
-        "the second epoch's sample answered",
-        |e| {
-            e["delivery"]["openings"]["answered"].as_u64() >= Some(1)
-                && e["delivery"]["openings"]["pending"] == 0
-        },
-    );
+    // `answered`: the samples the daemon must have answered by then (an idle epoch draws none).
+    let epoch = |seq: u64, what: &str, answered: u64| {
+        wipe_now(&sock);
+        wait_epoch(&sock, std::time::Duration::from_secs(120), what, |e| {
+            e["delivery"]["delivered_seq"] == seq
+        });
+        // The verifier sampled it; the daemon opens the records the sample landed in.
+        wait_epoch(
+            &sock,
+            std::time::Duration::from_secs(120),
+            "the epoch's sample answered",
+            |e| {
+                e["delivery"]["openings"]["answered"].as_u64() >= Some(answered)
+                    && e["delivery"]["openings"]["pending"] == 0
+            },
+        )
+    };
+    epoch(1, "the second epoch delivered", 1);
+    // The bundled model served on the inference port, seeded from the daemon's key: a third
+    // epoch of completions only, so the sample lands in them.
+    let model_dir = crate::serving::bundled_model();
+    let key_file = sock
+        .parent()
+        .map(|d| d.join("sampling-key.json"))
+        .unwrap_or_default();
+    let server =
+        crate::serving::serve_in(&net.rack_ns, &model_dir, key_file, 8000, DEMO_PROMPTS.len());
+    let completions: Vec<Vec<u8>> = DEMO_PROMPTS
+        .iter()
+        .map(|p| crate::serving::ask(&net, 8000, crate::serving::completion_request(p, 48)))
+        .collect();
+    let _ = server.join();
+    epoch(2, "the third epoch delivered", 2);
+    // The verifier's replay service reruns the model over the opened exchanges; the fourth
+    // statement's verdict judges what it found.
+    let replayed = crate::serving::replay_pending(&v.database(), &model_dir);
+    let status = epoch(3, "the fourth epoch delivered", 2);
+    let replay = rackwarden_verifier::store::Store::connect(&v.database())
+        .ok()
+        .and_then(|s| s.replay(&rack, &host, 2).ok().flatten());
     let url = format!("{}/racks/{rack}", v.url());
     let page = PageShot {
         saved: shoot(&net.rack_ns, &url, "demo-rack"),
@@ -304,6 +334,9 @@ pub fn full_live(secs: f64) -> FullDemo {
         history: v.history(&rack, &host),
         status,
         rack: v.get(&format!("/v1/racks/{rack}")).unwrap_or_default(),
+        completions,
+        replayed,
+        replay,
         wipe_bytes: rackwarden::units::parse_size(DEMO_WIPE).unwrap_or(0),
         live: Some(Live {
             _daemon: daemon,
@@ -447,7 +480,7 @@ impl FullDemo {
             .iter()
             .map(|f| f.delivered_frame_bytes)
             .sum();
-        self.history.len() == 2
+        self.history.len() == 4
             && self.page.saved.is_ok()
             && self.history.iter().all(|r| {
                 let p = crate::epoch::predicate_of(r);
@@ -458,12 +491,73 @@ impl FullDemo {
             && infer.delivered_frame_bytes == infer.offered_frame_bytes
             && total as f64 <= self.traffic.bound()
             && self.traffic_committed_and_opened()
+            && self.replayed_and_passed()
     }
 
-    /// The last statement commits every byte its policer passed, and a sample of it was
+    /// The completions' epoch was sampled, its exchanges replayed, and every one passed.
+    fn replayed_and_passed(&self) -> bool {
+        let Some(r) = &self.replay else {
+            return false;
+        };
+        let f = rackwarden_verifier::appraisal::replay::figures(
+            r,
+            rackwarden_sampler::DEFAULT_TOLERANCE,
+        );
+        f.generated >= 1
+            && f.failed == 0
+            && self
+                .history
+                .last()
+                .is_some_and(|l| l["result"]["trustworthiness"]["replay"] == "affirming")
+    }
+
+    /// The served completions and what the replay made of them.
+    fn render_replay(&self) -> String {
+        let mut s = String::new();
+        for c in &self.completions {
+            let body = c.split(|b| *b == b'\n').next_back().unwrap_or_default();
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+            s += &format!(
+                "served: {:?} ({} tokens, seed {}..., key of epoch {})\n",
+                v["choices"][0]["text"].as_str().unwrap_or("-"),
+                v["usage"]["completion_tokens"],
+                v["sampling"]["seed"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .get(..16)
+                    .unwrap_or("-"),
+                v["sampling"]["epoch"]
+            );
+        }
+        match &self.replay {
+            None => s += "the completions' epoch was not replayed (no exchange was sampled)\n",
+            Some(r) => {
+                let f = rackwarden_verifier::appraisal::replay::figures(
+                    r,
+                    rackwarden_sampler::DEFAULT_TOLERANCE,
+                );
+                s += &format!(
+                    "seq {}: the verifier's replay service reran the model over the {} opened exchange(s): {} passed, {} failed; {} tokens, at most {:.2} covert bits at tolerance {}\n",
+                    r.seq, f.replayed, f.generated, f.failed, f.tokens, f.covert_bits, f.tolerance
+                );
+            }
+        }
+        if let Some(l) = self.history.last() {
+            s += &format!(
+                "seq {}'s verdict, replay aspect: {}\n",
+                l["seq"],
+                l["result"]["trustworthiness"]["replay"]
+                    .as_str()
+                    .unwrap_or("not in play")
+            );
+        }
+        s
+    }
+
+    /// The bulk flow's statement (seq 1) commits every byte its policer passed, and a sample of it was
     /// opened and matched.
     fn traffic_committed_and_opened(&self) -> bool {
-        let Some(last) = self.history.last() else {
+        let Some(last) = self.history.get(1) else {
             return false;
         };
         let t = &crate::epoch::predicate_of(last)["traffic"];
@@ -519,9 +613,9 @@ impl FullDemo {
         )
     }
 
-    /// The last epoch's traffic commitment and what became of its sample.
+    /// The bulk flow's epoch (seq 1): its traffic commitment and what became of its sample.
     fn render_traffic(&self) -> String {
-        let Some(last) = self.history.last() else {
+        let Some(last) = self.history.get(1) else {
             return "no statement\n".into();
         };
         let t = &crate::epoch::predicate_of(last)["traffic"];
@@ -563,6 +657,8 @@ impl FullDemo {
         s += &self.overhead_as_the_page_counts_it();
         s += "\n== 3. taps: every byte committed, a sample opened ==\n";
         s += &self.render_traffic();
+        s += "\n== 4. replay: the bundled model served, the sampled exchanges rerun at the verifier ==\n";
+        s += &self.render_replay();
         s += &format!(
             "\nthe demo policy accepts a bounded {} host wipe (max_residue_host 64 GiB); a production\npolicy sets a few GiB and the daemon wipes all it safely can.\n",
             ByteSize(self.wipe_bytes)

@@ -12,6 +12,7 @@ pub mod gpu;
 pub mod guardteam;
 pub mod redteam;
 pub mod replaybench;
+pub mod serving;
 pub mod tamper;
 pub mod tpm;
 pub mod tpmbench;

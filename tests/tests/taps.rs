@@ -638,44 +638,6 @@ fn a_daemon_with_taps_commits_each_epochs_traffic_in_its_statement() {
     );
 }
 
-/// Sends `request` to the rack's port `port` from outside and reads one response, framed by
-/// its content-length: exactly the bytes that crossed.
-fn ask(net: &Net, port: u16, request: Vec<u8>) -> Vec<u8> {
-    in_netns(&net.out_ns, move || {
-        let mut s = TcpStream::connect((RACK_ADDR, port)).expect("connect");
-        s.write_all(&request).expect("write the request");
-        let mut out = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            let n = s.read(&mut buf).expect("read the response");
-            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&out));
-            out.extend_from_slice(&buf[..n]);
-            if let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&out[..end]).to_string();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length: "))
-                    .expect("content-length")
-                    .parse()
-                    .expect("a length");
-                if out.len() >= end + 4 + len {
-                    return out;
-                }
-            }
-        }
-    })
-}
-
-fn completion_request(prompt: &str) -> Vec<u8> {
-    let body =
-        format!(r#"{{"model":"bundled","prompt":"{prompt}","max_tokens":32,"temperature":0.8}}"#);
-    format!(
-        "POST /v1/completions HTTP/1.1\r\nhost: rack\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
 /// Issue 28, end to end: the reference server serves the bundled model on the rack, seeded
 /// from the daemon's sampling key; the tap commits the exchanges, the verifier samples them,
 /// the daemon opens them, the replay service reruns the model over each, and the next
@@ -684,78 +646,51 @@ fn completion_request(prompt: &str) -> Vec<u8> {
 /// its tokens do not determine, each named by record.
 #[test]
 fn served_exchanges_are_replayed_and_forged_ones_fail_with_their_findings() {
-    use rackwarden_inference::{
-        bundled::{Variant, cached},
-        files::LoadedModel,
-        replay::ReplayModels,
-        serve::{ServeConfig, serve_connection},
-    };
     use rackwarden_sampler::verdict::{ExchangeReplay, StructuralFinding};
-    let model_dir = cached(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
-        Variant::Trained,
-    )
-    .expect("the bundled model");
+    use rackwarden_tests::serving::{
+        ask, bundled_model, completion_request, replay_pending, serve_in,
+    };
+    let model_dir = bundled_model();
     let net = Net::new("replay");
     let (r, _d) = TappedRack::start(&net, 64);
     let key_file = r.sock.parent().unwrap().join("sampling-key.json");
 
     // The honest server: three connections on port 8000, in the rack's namespace.
-    let served = {
-        let dir = model_dir.clone();
-        spawn_in(&net.rack_ns, move || {
-            let model = LoadedModel::open(&dir, candle_core::DType::F32).expect("load");
-            let cfg = ServeConfig {
-                model_name: "bundled".into(),
-                key_file,
-            };
-            let l = TcpListener::bind((RACK_ADDR, 8000)).expect("bind 8000");
-            for _ in 0..3 {
-                let (s, _) = l.accept().expect("accept");
-                serve_connection(s, &model, &cfg);
-            }
-        })
-    };
-    thread::sleep(Duration::from_millis(300));
-    let honest_req = completion_request("The verifier draws");
-    let honest = ask(&net, 8000, honest_req.clone());
+    let served = serve_in(&net.rack_ns, &model_dir, key_file, 8000, 3);
+    let honest = ask(&net, 8000, completion_request("The verifier draws", 32));
     assert!(
         honest.starts_with(b"HTTP/1.1 200 OK\r\n"),
         "{}",
         String::from_utf8_lossy(&honest)
     );
-    let other = ask(&net, 8000, completion_request("The daemon opens"));
-    let third_req = completion_request("Every byte is committed");
-    let third = ask(&net, 8000, third_req);
+    ask(&net, 8000, completion_request("The daemon opens", 32));
+    let third = ask(
+        &net,
+        8000,
+        completion_request("Every byte is committed", 32),
+    );
     served.join().expect("the server");
     // A dishonest host on port 8001: the first response answering another request, and the
     // third with bytes appended.
-    let swapped_req = completion_request("A different prompt");
-    http_exchange(&net, 8001, swapped_req.clone(), honest.clone());
+    http_exchange(
+        &net,
+        8001,
+        completion_request("A different prompt", 32),
+        honest.clone(),
+    );
     let mut appended = third.clone();
     appended.extend_from_slice(b"\x00hidden");
-    let appended_req = completion_request("Every byte is committed");
-    http_exchange(&net, 8001, appended_req.clone(), appended);
+    http_exchange(
+        &net,
+        8001,
+        completion_request("Every byte is committed", 32),
+        appended,
+    );
 
     r.epoch(1);
     r.openings(1);
+    assert_eq!(replay_pending(&r.verifier.database(), &model_dir), 1);
     let store = rackwarden_verifier::store::Store::connect(&r.verifier.database()).unwrap();
-    let models = ReplayModels {
-        models: vec![(
-            "bundled".into(),
-            LoadedModel::open(&model_dir, candle_core::DType::F64).unwrap(),
-        )],
-    };
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-    };
-    assert_eq!(
-        rackwarden_replay::run_once(&store, &models, 64, now).unwrap(),
-        1
-    );
     let row = store
         .replay(&r.rack, &r.host, 1)
         .unwrap()
@@ -799,7 +734,6 @@ fn served_exchanges_are_replayed_and_forged_ones_fail_with_their_findings() {
         (4, 1, 1),
         "every exchange was opened and replayed"
     );
-    let _ = other;
 
     // The next statement judges the replay: contraindicated, each forged record named.
     r.epoch(2);

@@ -1,6 +1,7 @@
 //! `cargo xtask demo`: the product's job on an embedded default (see `rackwarden_tests::demo`):
 //! a verifier, a rack host in network namespaces capped at 1 MB/s, inference beside a bulk
-//! flow, and epochs with a bounded host wipe and a small image set, delivered and judged.
+//! flow, epochs with a bounded host wipe and a small image set, delivered and judged, and the
+//! bundled model served on the rack with its sampled completions replayed at the verifier.
 //! In a terminal it then keeps the verifier and its page up until Ctrl-C; `--exit` (or no
 //! terminal) tears everything down at once.
 use rackwarden_tests::demo::Hold;
@@ -14,7 +15,10 @@ fn main() {
         "a verifier on the rack's loopback; rackwardend runs an epoch at start, then inference and a"
     );
     println!(
-        "bulk gradient flow run for 6 s, then a second epoch is asked for with wipe-now ...\n"
+        "bulk gradient flow run for 6 s, then a second epoch is asked for with wipe-now; then the bundled"
+    );
+    println!(
+        "model serves three completions on the rack, a third epoch commits them, the verifier's replay\nservice reruns the model over the sampled ones, and a fourth epoch's verdict judges them ...\n"
     );
     let r = rackwarden_tests::demo::full_live(6.0);
     print!("{}", r.render());
@@ -22,7 +26,7 @@ fn main() {
     println!(
         "\n{}",
         if ok {
-            "DEMO OK: inference passed untouched, the gradient flow was held to the cap, and both epochs were wiped, checked, signed, delivered and affirmed"
+            "DEMO OK: inference passed untouched, the gradient flow was held to the cap, every epoch was wiped, checked, signed, delivered and affirmed, and the sampled completions replayed and passed"
         } else {
             "DEMO FAILED: see the tables above"
         }
