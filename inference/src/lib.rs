@@ -6,14 +6,19 @@
 //! - [`generate`]: serving one completion with the shared sampler;
 //! - [`serve`]: the HTTP/1.1 server;
 //! - [`replay`]: judging a recorded exchange by rerunning the model teacher-forced;
-//! - [`bundled`]: the small model the demo and the tests serve, written and trained here.
+//! - [`bundled`]: the small model the demo and the tests serve, written and trained here;
+//! - [`client`]: a request as a client sends it, a response as it crossed;
+//! - [`calibrate`], [`substitute`]: honest margins and substituted models, for the benchmark
+//!   and the attack tests.
 
 pub mod bundled;
 pub mod calibrate;
+pub mod client;
 pub mod files;
 pub mod generate;
 pub mod model;
 pub mod protocol;
 pub mod replay;
 pub mod serve;
+pub mod substitute;
 pub mod tokenizer;

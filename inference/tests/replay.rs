@@ -3,20 +3,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
+use std::collections::BTreeMap;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use candle_core::{DType, Tensor};
+use candle_core::DType;
 use rackwarden_attest::sampling_key::{KeySource, SamplingKey};
 use rackwarden_inference::bundled::{Variant, cached};
-use rackwarden_inference::files::{LoadedModel, WEIGHTS_FILE};
+use rackwarden_inference::files::LoadedModel;
 use rackwarden_inference::generate::{completion_body, draw};
 use rackwarden_inference::protocol::{CompletionRequest, render_completion};
 use rackwarden_inference::replay::{RecordedExchange, ReplayModels, replay_exchange};
 use rackwarden_inference::serve::{ServeConfig, serve};
+use rackwarden_inference::substitute::{self, substitute};
 use rackwarden_sampler::Seed;
 use rackwarden_sampler::verdict::{
     ExchangeReplay, ReplayFailure, ReplayJudgement, StructuralFinding as ReplayFinding,
@@ -59,40 +59,13 @@ fn start(dir: &Path) -> Rack {
 }
 
 fn request_bytes(body: &str) -> Vec<u8> {
-    format!(
-        "POST /v1/completions HTTP/1.1\r\nhost: rack\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
+    rackwarden_inference::client::request_with_body(body)
 }
 
 /// Sends `request` and reads one response, exactly the bytes on the wire.
 fn exchange(rack: &Rack, request: &[u8]) -> Vec<u8> {
     let mut s = TcpStream::connect(rack.addr).unwrap();
-    s.write_all(request).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = s.read(&mut buf).unwrap();
-        assert!(
-            n > 0,
-            "the server closed early: {}",
-            String::from_utf8_lossy(&out)
-        );
-        out.extend_from_slice(&buf[..n]);
-        if let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&out[..end]).to_string();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length: "))
-                .unwrap()
-                .parse()
-                .unwrap();
-            if out.len() >= end + 4 + len {
-                return out;
-            }
-        }
-    }
+    rackwarden_inference::client::ask(&mut s, request).unwrap()
 }
 
 fn replay_models(dir: &Path, dtype: DType) -> ReplayModels {
@@ -239,32 +212,6 @@ fn bytes_appended_another_requests_response_and_a_seed_of_the_hosts_choice_fail(
     );
 }
 
-/// A model directory like `dir` with every matrix changed by `change`.
-fn substitute(dir: &Path, out: &Path, change: impl Fn(&[f32]) -> Vec<f32>) {
-    let weights =
-        candle_core::safetensors::load(dir.join(WEIGHTS_FILE), &candle_core::Device::Cpu).unwrap();
-    let changed: HashMap<String, Tensor> = weights
-        .into_iter()
-        .map(|(k, t)| {
-            if t.rank() == 2 {
-                let shape = t.dims().to_vec();
-                let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-                (
-                    k,
-                    Tensor::from_vec(change(&v), shape, &candle_core::Device::Cpu).unwrap(),
-                )
-            } else {
-                (k, t)
-            }
-        })
-        .collect();
-    std::fs::create_dir_all(out).unwrap();
-    for f in ["config.json", "tokenizer.json"] {
-        std::fs::copy(dir.join(f), out.join(f)).unwrap();
-    }
-    candle_core::safetensors::save(&changed, out.join(WEIGHTS_FILE)).unwrap();
-}
-
 /// Serves `request` from `fake` while naming `honest`'s digest: what a host serving another
 /// model would send.
 fn served_by(
@@ -288,27 +235,11 @@ fn a_substituted_and_a_quantised_model_are_caught_by_the_tokens() {
     let models = replay_models(&dir, DType::F64);
     let tmp = tempfile::tempdir().unwrap();
 
-    // Same architecture, every weight moved by 5%.
+    // Same architecture, every weight moved by 5%; and a 4-bit quantised copy.
     let perturbed = tmp.path().join("perturbed");
-    substitute(&dir, &perturbed, |v| {
-        v.iter()
-            .enumerate()
-            .map(|(i, x)| x * (1.0 + 0.05 * if i % 2 == 0 { 1.0 } else { -1.0 }))
-            .collect()
-    });
-    // 4-bit absmax quantisation per 32 weights, as the common quantised formats do.
+    substitute(&dir, &perturbed, substitute::perturbed(0.05)).unwrap();
     let quantised = tmp.path().join("q4");
-    substitute(&dir, &quantised, |v| {
-        v.chunks(32)
-            .flat_map(|c| {
-                let m = c
-                    .iter()
-                    .fold(0f32, |a, x| a.max(x.abs()))
-                    .max(f32::MIN_POSITIVE);
-                c.iter().map(move |x| (x / m * 7.0).round() / 7.0 * m)
-            })
-            .collect()
-    });
+    substitute(&dir, &quantised, substitute::quantised_4bit).unwrap();
     for fake_dir in [perturbed, quantised] {
         let fake = LoadedModel::open(&fake_dir, DType::F32).unwrap();
         let mut caught = 0;

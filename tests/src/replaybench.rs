@@ -4,13 +4,14 @@
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::DType;
 use rackwarden_inference::bundled::{Variant, cached, training_text};
 use rackwarden_inference::calibrate::{HonestMeasurement, measure_honest, prompts_from_text};
-use rackwarden_inference::files::{LoadedModel, WEIGHTS_FILE};
+use rackwarden_inference::files::LoadedModel;
 use rackwarden_inference::generate::draw;
 use rackwarden_inference::protocol::CompletionRequest;
 use rackwarden_inference::replay::teacher_forced_logits;
+use rackwarden_inference::substitute::{self, substitute};
 use rackwarden_sampler::replay::judge;
 use rackwarden_sampler::{DEFAULT_TOLERANCE, SamplingParams, Seed};
 
@@ -165,57 +166,13 @@ fn cost(dir: &Path, text: &[u8], params: &SamplingParams) {
     );
 }
 
-/// A model directory like `dir` with every matrix changed by `change`.
-pub fn substitute(dir: &Path, out: &Path, change: impl Fn(&[f32]) -> Vec<f32>) {
-    let weights =
-        candle_core::safetensors::load(dir.join(WEIGHTS_FILE), &Device::Cpu).expect("weights");
-    let changed: std::collections::HashMap<String, Tensor> = weights
-        .into_iter()
-        .map(|(k, t)| {
-            if t.rank() == 2 {
-                let shape = t.dims().to_vec();
-                let v = t
-                    .flatten_all()
-                    .and_then(|f| f.to_vec1::<f32>())
-                    .expect("f32");
-                (
-                    k,
-                    Tensor::from_vec(change(&v), shape, &Device::Cpu).expect("tensor"),
-                )
-            } else {
-                (k, t)
-            }
-        })
-        .collect();
-    std::fs::create_dir_all(out).expect("mkdir");
-    for f in ["config.json", "tokenizer.json"] {
-        std::fs::copy(dir.join(f), out.join(f)).expect("copy");
-    }
-    candle_core::safetensors::save(&changed, out.join(WEIGHTS_FILE)).expect("save");
-}
-
 /// The per-sample catch rate d of two substituted models, and what k samples catch.
 fn detection(dir: &Path, text: &[u8], params: &SamplingParams) {
     let tmp = std::env::temp_dir().join(format!("rwbench-replay-{}", std::process::id()));
     let perturbed = tmp.join("perturbed");
-    substitute(dir, &perturbed, |v| {
-        v.iter()
-            .enumerate()
-            .map(|(i, x)| x * (1.0 + 0.05 * if i % 2 == 0 { 1.0 } else { -1.0 }))
-            .collect()
-    });
+    substitute(dir, &perturbed, substitute::perturbed(0.05)).expect("perturbed copy");
     let quantised = tmp.join("q4");
-    substitute(dir, &quantised, |v| {
-        v.chunks(32)
-            .flat_map(|c| {
-                let m = c
-                    .iter()
-                    .fold(0f32, |a, x| a.max(x.abs()))
-                    .max(f32::MIN_POSITIVE);
-                c.iter().map(move |x| (x / m * 7.0).round() / 7.0 * m)
-            })
-            .collect()
-    });
+    substitute(dir, &quantised, substitute::quantised_4bit).expect("quantised copy");
     let honest = open(dir, DType::F64);
     let request = CompletionRequest {
         model: String::new(),

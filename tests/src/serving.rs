@@ -2,7 +2,6 @@
 //! rack's namespace, completions asked from outside, and the verifier's replay run over what
 //! the tap committed. Shared by the taps suite and the demo.
 
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -59,14 +58,7 @@ pub fn serve_in(
 
 /// A completion request for the bundled model, as a client sends it.
 pub fn completion_request(prompt: &str, max_tokens: u32) -> Vec<u8> {
-    let body = format!(
-        r#"{{"model":"{MODEL_NAME}","prompt":"{prompt}","max_tokens":{max_tokens},"temperature":0.8}}"#
-    );
-    format!(
-        "POST /v1/completions HTTP/1.1\r\nhost: rack\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
+    rackwarden_inference::client::completion_request(MODEL_NAME, prompt, max_tokens, 0.8)
 }
 
 /// Sends `request` to the rack's `port` from outside and reads one response, framed by its
@@ -74,26 +66,7 @@ pub fn completion_request(prompt: &str, max_tokens: u32) -> Vec<u8> {
 pub fn ask(net: &Net, port: u16, request: Vec<u8>) -> Vec<u8> {
     in_netns(&net.out_ns, move || {
         let mut s = TcpStream::connect((RACK_ADDR, port)).expect("connect");
-        s.write_all(&request).expect("write the request");
-        let mut out = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            let n = s.read(&mut buf).expect("read the response");
-            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&out));
-            out.extend_from_slice(&buf[..n]);
-            if let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&out[..end]).to_string();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length: "))
-                    .expect("content-length")
-                    .parse()
-                    .expect("a length");
-                if out.len() >= end + 4 + len {
-                    return out;
-                }
-            }
-        }
+        rackwarden_inference::client::ask(&mut s, &request).expect("one response")
     })
 }
 

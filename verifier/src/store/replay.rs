@@ -181,13 +181,14 @@ mod tests {
             },
         ))
         .unwrap();
-        let pending: Vec<u64> = s
-            .pending_replays(10)
-            .unwrap()
-            .iter()
-            .map(|p| p.seq)
-            .collect();
-        assert_eq!(pending, vec![1, 2], "refused openings are not replayed");
+        let pending = || -> Vec<u64> {
+            s.pending_replays(10)
+                .unwrap()
+                .iter()
+                .map(|p| p.seq)
+                .collect()
+        };
+        assert_eq!(pending(), vec![1, 2], "refused openings are not replayed");
         let row = ReplayRow {
             rack: "r".into(),
             host: "h".into(),
@@ -215,13 +216,7 @@ mod tests {
             vec![row.clone()]
         );
         assert!(s.replays_between("r", "h", 500, 900).unwrap().is_empty());
-        let pending: Vec<u64> = s
-            .pending_replays(10)
-            .unwrap()
-            .iter()
-            .map(|p| p.seq)
-            .collect();
-        assert_eq!(pending, vec![2]);
+        assert_eq!(pending(), vec![2]);
         assert_eq!(s.all_replays().unwrap(), vec![row]);
     }
 }
