@@ -8,9 +8,10 @@
 //! - [`replay`]: judging a recorded exchange by rerunning the model teacher-forced;
 //! - [`bundled`]: the small model the demo and the tests serve, written and trained here;
 //! - [`client`]: a request as a client sends it, a response as it crossed;
-//! - [`calibrate`], [`substitute`]: honest margins and substituted models, for the benchmark
+//! - [`calibrate`], [`attacks`]: honest margins, and what dishonest hosts do, for the benchmark
 //!   and the attack tests.
 
+pub mod attacks;
 pub mod bundled;
 pub mod calibrate;
 pub mod client;
@@ -20,5 +21,4 @@ pub mod model;
 pub mod protocol;
 pub mod replay;
 pub mod serve;
-pub mod substitute;
 pub mod tokenizer;

@@ -10,13 +10,13 @@ use std::sync::Arc;
 
 use candle_core::DType;
 use rackwarden_attest::sampling_key::{KeySource, SamplingKey};
+use rackwarden_inference::attacks::{self, substitute};
 use rackwarden_inference::bundled::{Variant, cached};
 use rackwarden_inference::files::LoadedModel;
 use rackwarden_inference::generate::{completion_body, draw};
 use rackwarden_inference::protocol::{CompletionRequest, render_completion};
 use rackwarden_inference::replay::{RecordedExchange, ReplayModels, replay_exchange};
 use rackwarden_inference::serve::{ServeConfig, serve};
-use rackwarden_inference::substitute::{self, substitute};
 use rackwarden_sampler::Seed;
 use rackwarden_sampler::verdict::{
     ExchangeReplay, ReplayFailure, ReplayJudgement, StructuralFinding as ReplayFinding,
@@ -237,9 +237,9 @@ fn a_substituted_and_a_quantised_model_are_caught_by_the_tokens() {
 
     // Same architecture, every weight moved by 5%; and a 4-bit quantised copy.
     let perturbed = tmp.path().join("perturbed");
-    substitute(&dir, &perturbed, substitute::perturbed(0.05)).unwrap();
+    substitute(&dir, &perturbed, attacks::perturbed(0.05)).unwrap();
     let quantised = tmp.path().join("q4");
-    substitute(&dir, &quantised, substitute::quantised_4bit).unwrap();
+    substitute(&dir, &quantised, attacks::quantised_4bit).unwrap();
     for fake_dir in [perturbed, quantised] {
         let fake = LoadedModel::open(&fake_dir, DType::F32).unwrap();
         let mut caught = 0;
@@ -260,4 +260,56 @@ fn a_substituted_and_a_quantised_model_are_caught_by_the_tokens() {
             fake_dir.display()
         );
     }
+}
+
+/// A steganographic host hides one bit wherever another token is within its room of the
+/// seeded winner. Within the tolerance it passes (the bits it hid are the covert channel the
+/// tolerance leaves, measured in `cargo xtask bench replay`); with ten times the room it is
+/// caught at a token that trails by more than the tolerance.
+#[test]
+fn a_steganographic_host_passes_within_the_tolerance_and_is_caught_beyond_it() {
+    let dir = bundled(Variant::Trained);
+    let host = LoadedModel::open(&dir, DType::F32).unwrap();
+    let models = replay_models(&dir, DType::F64);
+    let mut secret = std::iter::repeat([true, false, true, true]).flatten();
+    let (mut hidden_within, mut caught_beyond, mut tokens) = (0, 0, 0);
+    for i in 0..12 {
+        let body = BODY.replace("The verifier", &format!("Exchange {i}: the verifier"));
+        let req = request_bytes(&body);
+        let request: CompletionRequest = serde_json::from_str(&body).unwrap();
+        let prompt = host.tokenizer.encode(&request.prompt).unwrap();
+        let seed = rackwarden_inference::protocol::seed_of(&KEY, &req);
+        let serve = |room: f64, secret: &mut dyn Iterator<Item = bool>| {
+            let (ids, hidden) =
+                attacks::hide_bits(&host, &request, &prompt, &seed, room, secret).unwrap();
+            let finish = if ids.len() < request.max_tokens as usize {
+                rackwarden_inference::protocol::FinishReason::Stop
+            } else {
+                rackwarden_inference::protocol::FinishReason::Length
+            };
+            let body =
+                completion_body(&host, &request, prompt.len(), EPOCH, &seed, ids, finish).unwrap();
+            (render_completion(&body), hidden)
+        };
+        // Within: 90% of the tolerance, so the replay's drift cannot push a choice over it.
+        let (resp, hidden) = serve(0.9 * TOLERANCE, &mut secret);
+        match replay(&models, EPOCH, &req, &resp) {
+            ReplayJudgement::Passed { tokens: n, .. } => tokens += n,
+            other => panic!("exchange {i}, within the tolerance: {other:?}"),
+        }
+        hidden_within += hidden;
+        let (resp, _) = serve(10.0 * TOLERANCE, &mut secret);
+        if diverged(&replay(&models, EPOCH, &req, &resp)) {
+            caught_beyond += 1;
+        }
+    }
+    println!(
+        "hidden within the tolerance: {hidden_within} bits in {tokens} tokens; caught beyond it: {caught_beyond} of 12"
+    );
+    assert!(hidden_within > 0, "the tolerance leaves some room");
+    assert!(
+        (hidden_within as f64) / (tokens as f64) < 0.1,
+        "{hidden_within} bits in {tokens} tokens"
+    );
+    assert!(caught_beyond >= 9, "{caught_beyond} of 12 caught");
 }

@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::DType;
+use rackwarden_inference::attacks::{self, substitute};
 use rackwarden_inference::bundled::{Variant, cached, training_text};
 use rackwarden_inference::calibrate::{HonestMeasurement, measure_honest, prompts_from_text};
 use rackwarden_inference::files::LoadedModel;
 use rackwarden_inference::generate::draw;
 use rackwarden_inference::protocol::CompletionRequest;
 use rackwarden_inference::replay::teacher_forced_logits;
-use rackwarden_inference::substitute::{self, substitute};
 use rackwarden_sampler::replay::judge;
 use rackwarden_sampler::{DEFAULT_TOLERANCE, SamplingParams, Seed};
 
@@ -170,9 +170,9 @@ fn cost(dir: &Path, text: &[u8], params: &SamplingParams) {
 fn detection(dir: &Path, text: &[u8], params: &SamplingParams) {
     let tmp = std::env::temp_dir().join(format!("rwbench-replay-{}", std::process::id()));
     let perturbed = tmp.join("perturbed");
-    substitute(dir, &perturbed, substitute::perturbed(0.05)).expect("perturbed copy");
+    substitute(dir, &perturbed, attacks::perturbed(0.05)).expect("perturbed copy");
     let quantised = tmp.join("q4");
-    substitute(dir, &quantised, substitute::quantised_4bit).expect("quantised copy");
+    substitute(dir, &quantised, attacks::quantised_4bit).expect("quantised copy");
     let honest = open(dir, DType::F64);
     let request = CompletionRequest {
         model: String::new(),
@@ -224,4 +224,36 @@ fn detection(dir: &Path, text: &[u8], params: &SamplingParams) {
         }
     }
     let _ = std::fs::remove_dir_all(&tmp);
+    steganography(dir, text, params, &request);
+}
+
+/// A steganographic host (`attacks::hide_bits`) at 90% of the tolerance and at 10 times it:
+/// the bits it actually hid per token, and how many exchanges passed the replay.
+fn steganography(dir: &Path, text: &[u8], params: &SamplingParams, request: &CompletionRequest) {
+    let host = open(dir, DType::F32);
+    let honest = open(dir, DType::F64);
+    let prompts = prompts_from_text(&host, text, 200, 32).expect("prompts");
+    println!(
+        "a steganographic host picking among tokens near the seeded winner (48-token exchanges):"
+    );
+    for room in [0.9 * DEFAULT_TOLERANCE, 10.0 * DEFAULT_TOLERANCE] {
+        let mut secret = std::iter::repeat([true, false, false, true]).flatten();
+        let (mut bits, mut tokens, mut passed) = (0u64, 0usize, 0usize);
+        for (i, p) in prompts.iter().enumerate() {
+            let (ids, hidden) =
+                attacks::hide_bits(&host, request, p, &seed(i), room, &mut secret).expect("draw");
+            let rows = teacher_forced_logits(&honest, p, &ids).expect("replay");
+            let v = judge(params, &seed(i), &rows, &ids, DEFAULT_TOLERANCE).expect("judge");
+            if v.passed() {
+                passed += 1;
+                bits += hidden;
+                tokens += ids.len();
+            }
+        }
+        println!(
+            "  room {room:.3}: {passed} of {} exchanges passed tolerance {DEFAULT_TOLERANCE}, carrying {bits} bits in {tokens} tokens = {:.4} bits/token",
+            prompts.len(),
+            bits as f64 / tokens.max(1) as f64
+        );
+    }
 }
