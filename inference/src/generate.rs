@@ -7,7 +7,7 @@ use rackwarden_sampler::{SamplerError, Seed, sample};
 use crate::files::LoadedModel;
 use crate::model::ModelError;
 use crate::protocol::{
-    Choice, CompletionBody, CompletionRequest, FinishReason, SamplingUsed, Usage,
+    Choice, CompletionBody, CompletionRequest, ErrorStatus, FinishReason, SamplingUsed, Usage,
 };
 use crate::tokenizer::TokenizerError;
 
@@ -82,15 +82,32 @@ pub fn completion_body(
     })
 }
 
-/// Serves `request` whole: tokenize, draw, and the canonical body.
+/// Whether the model can serve `request` at all, decided before drawing anything: the
+/// prompt must tokenize to at least one id, and prompt and `max_tokens` must fit the model's
+/// positions together (whether generation would stop early is not known before it runs).
+/// The server answers a refused request with the fixed 400 and the replay expects exactly
+/// that, so a client's oversized request is no finding against an honest host.
+pub fn admit(model: &LoadedModel, request: &CompletionRequest) -> Result<Vec<u32>, ErrorStatus> {
+    let prompt_ids = model
+        .tokenizer
+        .encode(&request.prompt)
+        .map_err(|_| ErrorStatus::BadRequest)?;
+    let needed = prompt_ids.len() as u64 + u64::from(request.max_tokens);
+    if prompt_ids.is_empty() || needed > model.llama.config().max_position_embeddings as u64 {
+        return Err(ErrorStatus::BadRequest);
+    }
+    Ok(prompt_ids)
+}
+
+/// Serves an admitted request ([`admit`]): draw, and the canonical body.
 pub fn complete(
     model: &LoadedModel,
     request: &CompletionRequest,
+    prompt_ids: &[u32],
     key_epoch: u64,
     seed: &Seed,
 ) -> Result<CompletionBody, GenerateError> {
-    let prompt_ids = model.tokenizer.encode(&request.prompt)?;
-    let (ids, finish) = draw(model, request, &prompt_ids, seed)?;
+    let (ids, finish) = draw(model, request, prompt_ids, seed)?;
     completion_body(
         model,
         request,

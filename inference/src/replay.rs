@@ -22,7 +22,7 @@ use rackwarden_sampler::verdict::{
 use rackwarden_sampler::{SamplerError, SamplingParams, Seed, score};
 
 use crate::files::LoadedModel;
-use crate::generate::completion_body;
+use crate::generate::{admit, completion_body};
 use crate::protocol::{
     CompletionBody, ErrorStatus, FinishReason, HeadParse, Routed, first_difference, parse_head,
     render_completion, render_error, route, seed_of,
@@ -87,14 +87,18 @@ pub fn replay_exchange(
         Routed::Error(s) => return fixed(s, exchange.response),
         Routed::Completion(r) => r,
     };
+    let Some(model) = models.get(&req.model) else {
+        return failed(StructuralFinding::RequestUnframed);
+    };
+    let prompt = match admit(model, &req) {
+        Ok(p) => p,
+        Err(s) => return fixed(s, exchange.response),
+    };
     if exchange.response == render_error(ErrorStatus::Unavailable).as_slice() {
         return ExchangeReplay::FixedError {
             status: format!("{:?}", ErrorStatus::Unavailable),
         };
     }
-    let Some(model) = models.get(&req.model) else {
-        return failed(StructuralFinding::RequestUnframed);
-    };
     let claimed = match claimed_body(exchange.response) {
         Ok(b) => b,
         Err(problem) => return failed(StructuralFinding::NotACompletion { problem }),
@@ -132,14 +136,6 @@ pub fn replay_exchange(
     let finish = match token_shape(&ids, req.max_tokens, model.tokenizer.eos()) {
         Ok(f) => f,
         Err(problem) => return failed(StructuralFinding::TokenShape { problem }),
-    };
-    let prompt = match model.tokenizer.encode(&req.prompt) {
-        Ok(p) => p,
-        Err(e) => {
-            return failed(StructuralFinding::Unreplayable {
-                problem: e.to_string(),
-            });
-        }
     };
     let rebuilt = completion_body(model, &req, prompt.len(), named, &seed, ids.clone(), finish)
         .map(|b| render_completion(&b));

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rackwarden_attest::sampling_key::SamplingKey;
 
 use crate::files::LoadedModel;
-use crate::generate::complete;
+use crate::generate::{admit, complete};
 use crate::protocol::{
     ErrorStatus, HeadParse, MAX_REQUEST_BODY, Routed, parse_head, render_completion, render_error,
     route, seed_of,
@@ -52,16 +52,21 @@ pub fn respond(model: &LoadedModel, cfg: &ServeConfig, head_len: usize, request:
     match route(&head, &request[head_len..], &|m| m == cfg.model_name) {
         Routed::Error(s) => render_error(s),
         Routed::Completion(req) => {
+            let prompt_ids = match admit(model, &req) {
+                Ok(ids) => ids,
+                Err(s) => return render_error(s),
+            };
             let Some(key) = read_key(&cfg.key_file) else {
                 return render_error(ErrorStatus::Unavailable);
             };
             let seed = seed_of(&key.key, request);
-            match complete(model, &req, key.epoch_seq, &seed) {
+            match complete(model, &req, &prompt_ids, key.epoch_seq, &seed) {
                 Ok(body) => render_completion(&body),
                 Err(e) => {
-                    // Too long for the model, a token the tokenizer cannot make: the request's fault.
-                    log::info!("request refused: {e}");
-                    render_error(ErrorStatus::BadRequest)
+                    // Admitted requests fit the model: this is the server's own failure,
+                    // answered as "not served" (the fixed 503), which replays as such.
+                    log::error!("an admitted request failed: {e}");
+                    render_error(ErrorStatus::Unavailable)
                 }
             }
         }

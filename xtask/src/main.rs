@@ -123,6 +123,10 @@ fn main() -> Result<()> {
                     "rackwarden",
                     "-p",
                     "rackwarden-verifier",
+                    "-p",
+                    "rackwarden-inference",
+                    "-p",
+                    "rackwarden-replay",
                     "--bins",
                 ];
                 if profile == "release" {
@@ -542,6 +546,23 @@ const INSTALL: &[(&str, &str, u32)] = &[
     (
         "target/{profile}/rackwarden-verifier",
         "usr/local/bin/rackwarden-verifier",
+        0o755,
+    ),
+    // The reference inference server (rack hosts), the replay service (the verifier's
+    // side) and the model tool (digests, the bundled model).
+    (
+        "target/{profile}/rackwarden-serve",
+        "usr/local/bin/rackwarden-serve",
+        0o755,
+    ),
+    (
+        "target/{profile}/rackwarden-replay",
+        "usr/local/bin/rackwarden-replay",
+        0o755,
+    ),
+    (
+        "target/{profile}/rackwarden-model",
+        "usr/local/bin/rackwarden-model",
         0o755,
     ),
     (

@@ -57,7 +57,7 @@ fn main() -> Result<()> {
         let model = LoadedModel::open(&dir, dtype)
             .with_context(|| format!("--model {m}: loading {}", dir.display()))?;
         log::info!(
-            "replaying {name} with {} (model {}): this digest must be the one the racks' manifest names",
+            "replaying {name} with {} (model digest {}): its three files must be the images the racks' signed manifest names",
             dir.display(),
             hex::encode(model.digest)
         );
