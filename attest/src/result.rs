@@ -178,10 +178,14 @@ pub enum FindingCode {
     /// byte its tokens do not determine, a seed not derived from the epoch's key, another
     /// model, or a token trailing the seeded winner by more than the tolerance.
     ReplayFailed,
+    /// An opened record holds output sent for a request still pending at the cut: it is
+    /// judged only if its exchange completes in a later epoch and is sampled there, so here
+    /// it is a gap, reported.
+    ReplayUnjudged,
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 81] = [
+    pub const ALL: [FindingCode; 82] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -263,6 +267,7 @@ impl FindingCode {
         FindingCode::TrafficOpeningUnknown,
         FindingCode::TrafficFlowNotAllowed,
         FindingCode::ReplayFailed,
+        FindingCode::ReplayUnjudged,
     ];
 
     pub fn aspect(self) -> Aspect {
@@ -347,7 +352,7 @@ impl FindingCode {
             | FindingCode::TrafficOpeningRefused
             | FindingCode::TrafficOpeningUnknown
             | FindingCode::TrafficFlowNotAllowed => Aspect::Traffic,
-            FindingCode::ReplayFailed => Aspect::Replay,
+            FindingCode::ReplayFailed | FindingCode::ReplayUnjudged => Aspect::Replay,
         }
     }
 
@@ -435,6 +440,7 @@ impl FindingCode {
             FindingCode::TrafficOpeningUnknown => "traffic_opening_unknown",
             FindingCode::TrafficFlowNotAllowed => "traffic_flow_not_allowed",
             FindingCode::ReplayFailed => "replay_failed",
+            FindingCode::ReplayUnjudged => "replay_unjudged",
         }
     }
 
@@ -639,6 +645,9 @@ impl FindingCode {
             }
             FindingCode::ReplayFailed => {
                 "an opened exchange is not what the precommitted model, sampled with the request's seed, produces for it"
+            }
+            FindingCode::ReplayUnjudged => {
+                "an opened record holds the start of a response still in flight at the cut: its bytes are not judged unless its exchange is sampled later"
             }
         }
     }

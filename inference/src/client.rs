@@ -25,14 +25,18 @@ pub fn request_with_body(body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Sends `request` on `stream` and reads one response, head and body, exactly the bytes
-/// that crossed.
+/// Sends `request` on `stream` and reads one response, head and body (no body for `HEAD`),
+/// exactly the bytes that crossed.
 pub fn ask(stream: &mut (impl Read + Write), request: &[u8]) -> io::Result<Vec<u8>> {
     stream.write_all(request)?;
+    let head_only = request.starts_with(b"HEAD ");
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
         if let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") {
+            if head_only {
+                return Ok(out);
+            }
             let head = String::from_utf8_lossy(&out[..end]).to_string();
             let len: usize = head
                 .lines()

@@ -17,6 +17,12 @@ pub const COMPLETIONS_PATH: &str = "/v1/completions";
 pub const MAX_REQUEST_BODY: u64 = 1 << 20;
 /// Header fields accepted in a request head.
 pub const MAX_HEADERS: usize = 64;
+/// The longest request head accepted: a longer one is refused (400), however it arrives.
+pub const MAX_HEAD: usize = 64 * 1024;
+/// The lowest temperature above 0 accepted: below it `logit / T` magnifies the replay's
+/// drift past any tolerance (and overflows near 0), so an honest response could not pass.
+/// Greedy decoding is temperature 0.
+pub const MIN_TEMPERATURE: f64 = 0.01;
 
 fn default_max_tokens() -> u32 {
     16
@@ -145,6 +151,19 @@ pub fn render_error(status: ErrorStatus) -> Vec<u8> {
     render(line, format!("{{\"error\":\"{code}\"}}").as_bytes())
 }
 
+/// The refusal of a request whose head is `head` (`None`: no head could be read): a `HEAD`
+/// request gets the same status line and headers without the body (RFC 9110 §9.3.2), as the
+/// tap frames it.
+pub fn render_refusal(head: Option<&RequestHead>, status: ErrorStatus) -> Vec<u8> {
+    let mut r = render_error(status);
+    if head.is_some_and(|h| h.method == "HEAD")
+        && let Some(end) = r.windows(4).position(|w| w == b"\r\n\r\n")
+    {
+        r.truncate(end + 4);
+    }
+    r
+}
+
 /// The whole response for a completion.
 pub fn render_completion(body: &CompletionBody) -> Vec<u8> {
     // Serializing a struct of strings and integers cannot fail; an empty body would not
@@ -179,8 +198,9 @@ pub fn parse_head(buf: &[u8]) -> HeadParse {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return HeadParse::Partial,
+        Ok(httparse::Status::Complete(n)) if n <= MAX_HEAD => n,
+        Ok(httparse::Status::Partial) if buf.len() <= MAX_HEAD => return HeadParse::Partial,
+        Ok(_) => return HeadParse::Refused(ErrorStatus::BadRequest),
         Err(_) => return HeadParse::Refused(ErrorStatus::BadRequest),
     };
     let mut content_length = None;
@@ -189,9 +209,12 @@ pub fn parse_head(buf: &[u8]) -> HeadParse {
             return HeadParse::Refused(ErrorStatus::LengthRequired);
         }
         if h.name.eq_ignore_ascii_case("content-length") {
+            // Digits only, as the tap reads it (Rust's parse would take a `+`).
             let n = std::str::from_utf8(h.value)
                 .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok());
+                .map(str::trim)
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u64>().ok());
             match (n, content_length) {
                 (Some(n), None) => content_length = Some(n),
                 _ => return HeadParse::Refused(ErrorStatus::BadRequest),
@@ -204,6 +227,12 @@ pub fn parse_head(buf: &[u8]) -> HeadParse {
         content_length,
         head_len,
     })
+}
+
+/// A body the server does not read (over [`MAX_REQUEST_BODY`]): refused with 413 before it
+/// arrives, and the connection closed.
+pub fn body_refused(head: &RequestHead) -> Option<ErrorStatus> {
+    (head.content_length.unwrap_or(0) > MAX_REQUEST_BODY).then_some(ErrorStatus::PayloadTooLarge)
 }
 
 /// What a complete request asks for: a completion or a fixed error. The server and the replay both route with this, so they agree on which
@@ -230,7 +259,9 @@ pub fn route(head: &RequestHead, body: &[u8], served: &dyn Fn(&str) -> bool) -> 
     if !served(&request.model) {
         return Routed::Error(ErrorStatus::NotFound);
     }
-    if request.params().check().is_err() {
+    if request.params().check().is_err()
+        || (request.temperature > 0.0 && request.temperature < MIN_TEMPERATURE)
+    {
         return Routed::Error(ErrorStatus::BadRequest);
     }
     Routed::Completion(request)
@@ -288,6 +319,32 @@ mod tests {
             HeadParse::Refused(ErrorStatus::LengthRequired)
         );
         assert_eq!(parse_head(b"POST /v1/comp"), HeadParse::Partial);
+        assert_eq!(
+            parse_head(b"POST / HTTP/1.1\r\ncontent-length: +5\r\n\r\n"),
+            HeadParse::Refused(ErrorStatus::BadRequest)
+        );
+        let long = format!("POST / HTTP/1.1\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+        assert_eq!(
+            parse_head(long.as_bytes()),
+            HeadParse::Refused(ErrorStatus::BadRequest)
+        );
+        assert_eq!(
+            parse_head(&long.as_bytes()[..MAX_HEAD + 1]),
+            HeadParse::Refused(ErrorStatus::BadRequest),
+            "a head is refused once it is longer than MAX_HEAD, however it arrives"
+        );
+        assert_eq!(
+            route(
+                &head,
+                br#"{"model":"m","prompt":"x","temperature":0.001}"#,
+                &|m| m == "m"
+            ),
+            Routed::Error(ErrorStatus::BadRequest)
+        );
+        let HeadParse::Complete(h) = parse_head(b"HEAD /v1/completions HTTP/1.1\r\n\r\n") else {
+            panic!("complete head");
+        };
+        assert!(render_refusal(Some(&h), ErrorStatus::MethodNotAllowed).ends_with(b"\r\n\r\n"));
     }
 
     #[test]

@@ -24,8 +24,8 @@ use rackwarden_sampler::{SamplerError, SamplingParams, Seed, score};
 use crate::files::LoadedModel;
 use crate::generate::{admit, completion_body};
 use crate::protocol::{
-    CompletionBody, ErrorStatus, FinishReason, HeadParse, Routed, first_difference, parse_head,
-    render_completion, render_error, route, seed_of,
+    CompletionBody, ErrorStatus, FinishReason, HeadParse, RequestHead, Routed, body_refused,
+    first_difference, parse_head, render_completion, render_error, render_refusal, route, seed_of,
 };
 
 /// The models the verifier replays with, by the name requests give.
@@ -54,8 +54,9 @@ fn failed(finding: StructuralFinding) -> ExchangeReplay {
     ExchangeReplay::Failed { finding }
 }
 
-fn fixed(expected: ErrorStatus, response: &[u8]) -> ExchangeReplay {
-    let want = render_error(expected);
+/// The response must be exactly the server's refusal of this request.
+fn fixed(head: Option<&RequestHead>, expected: ErrorStatus, response: &[u8]) -> ExchangeReplay {
+    let want = render_refusal(head, expected);
     match first_difference(&want, response) {
         None => ExchangeReplay::FixedError {
             status: format!("{expected:?}"),
@@ -76,15 +77,18 @@ pub fn replay_exchange(
     let request = exchange.request;
     let head = match parse_head(request) {
         HeadParse::Complete(h) => h,
-        HeadParse::Refused(s) => return fixed(s, exchange.response),
+        HeadParse::Refused(s) => return fixed(None, s, exchange.response),
         HeadParse::Partial => return failed(StructuralFinding::RequestUnframed),
     };
+    if let Some(s) = body_refused(&head) {
+        return fixed(Some(&head), s, exchange.response);
+    }
     let body = &request[head.head_len..];
     if head.content_length.unwrap_or(0) != body.len() as u64 {
         return failed(StructuralFinding::RequestUnframed);
     }
     let req = match route(&head, body, &|m| models.get(m).is_some()) {
-        Routed::Error(s) => return fixed(s, exchange.response),
+        Routed::Error(s) => return fixed(Some(&head), s, exchange.response),
         Routed::Completion(r) => r,
     };
     let Some(model) = models.get(&req.model) else {
@@ -92,12 +96,17 @@ pub fn replay_exchange(
     };
     let prompt = match admit(model, &req) {
         Ok(p) => p,
-        Err(s) => return fixed(s, exchange.response),
+        Err(s) => return fixed(Some(&head), s, exchange.response),
     };
-    if exchange.response == render_error(ErrorStatus::Unavailable).as_slice() {
-        return ExchangeReplay::FixedError {
-            status: format!("{:?}", ErrorStatus::Unavailable),
-        };
+    // Not served: the key could not be read (503), or this host does not serve that model
+    // (404; the verifier may hold models another host serves). Nothing generated, no byte
+    // chosen; the choice between serving and not is a bit a host has per exchange.
+    for s in [ErrorStatus::Unavailable, ErrorStatus::NotFound] {
+        if exchange.response == render_error(s).as_slice() {
+            return ExchangeReplay::FixedError {
+                status: format!("{s:?}"),
+            };
+        }
     }
     let claimed = match claimed_body(exchange.response) {
         Ok(b) => b,

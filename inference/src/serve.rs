@@ -14,12 +14,9 @@ use rackwarden_attest::sampling_key::SamplingKey;
 use crate::files::LoadedModel;
 use crate::generate::{admit, complete};
 use crate::protocol::{
-    ErrorStatus, HeadParse, MAX_REQUEST_BODY, Routed, parse_head, render_completion, render_error,
-    route, seed_of,
+    ErrorStatus, HeadParse, Routed, body_refused, parse_head, render_completion, render_error,
+    render_refusal, route, seed_of,
 };
-
-/// The longest request head read before the request is refused.
-pub const MAX_HEAD: usize = 64 * 1024;
 
 /// What the server serves and where it finds the epoch's sampling key.
 #[derive(Debug, Clone)]
@@ -50,7 +47,7 @@ pub fn respond(model: &LoadedModel, cfg: &ServeConfig, head_len: usize, request:
         return render_error(ErrorStatus::BadRequest);
     };
     match route(&head, &request[head_len..], &|m| m == cfg.model_name) {
-        Routed::Error(s) => render_error(s),
+        Routed::Error(s) => render_refusal(Some(&head), s),
         Routed::Completion(req) => {
             let prompt_ids = match admit(model, &req) {
                 Ok(ids) => ids,
@@ -78,28 +75,29 @@ pub fn serve_connection(mut stream: TcpStream, model: &LoadedModel, cfg: &ServeC
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
-        // Empty lines before a request line are skipped (RFC 9112 §2.2), as the tap does.
-        let lead = buf
-            .iter()
-            .take_while(|b| **b == b'\r' || **b == b'\n')
-            .count();
-        buf.drain(..lead);
+        // Empty lines (CRLF or LF) before a request line are skipped (RFC 9112 §2.2), as the
+        // tap does; a lone CR is not an empty line and fails the parse, there as here.
+        loop {
+            if buf.starts_with(b"\r\n") {
+                buf.drain(..2);
+            } else if buf.starts_with(b"\n") {
+                buf.drain(..1);
+            } else {
+                break;
+            }
+        }
         let (head_len, total) = match parse_head(&buf) {
             HeadParse::Complete(h) => {
-                let len = h.content_length.unwrap_or(0);
-                if len > MAX_REQUEST_BODY {
-                    let _ = stream.write_all(&render_error(ErrorStatus::PayloadTooLarge));
+                if let Some(s) = body_refused(&h) {
+                    let _ = stream.write_all(&render_refusal(Some(&h), s));
                     return;
                 }
-                (h.head_len, h.head_len + len as usize)
-            }
-            HeadParse::Partial if buf.len() > MAX_HEAD => {
-                let _ = stream.write_all(&render_error(ErrorStatus::BadRequest));
-                return;
+                let len = h.content_length.unwrap_or(0) as usize;
+                (h.head_len, h.head_len + len)
             }
             HeadParse::Partial => (0, usize::MAX),
             HeadParse::Refused(s) => {
-                let _ = stream.write_all(&render_error(s));
+                let _ = stream.write_all(&render_refusal(None, s));
                 return;
             }
         };

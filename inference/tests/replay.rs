@@ -145,6 +145,30 @@ fn honest_exchanges_replay_in_another_precision_within_the_key_window() {
             replay(&models, EPOCH, &long, &r),
             ReplayJudgement::NotGenerated
         );
+        // A temperature the replay's drift would be magnified by past any tolerance: refused.
+        let cold = request_bytes(r#"{"model":"bundled","prompt":"x","temperature":0.001}"#);
+        let r = exchange(&rack, &cold);
+        assert!(r.starts_with(b"HTTP/1.1 400 "));
+        assert_eq!(
+            replay(&models, EPOCH, &cold, &r),
+            ReplayJudgement::NotGenerated
+        );
+        // HEAD gets the refusal's head without its body, as the tap frames it.
+        let head = b"HEAD /v1/completions HTTP/1.1\r\nhost: rack\r\n\r\n".to_vec();
+        let r = exchange(&rack, &head);
+        assert!(r.starts_with(b"HTTP/1.1 405 ") && r.ends_with(b"\r\n\r\n"));
+        assert_eq!(
+            replay(&models, EPOCH, &head, &r),
+            ReplayJudgement::NotGenerated
+        );
+        // A host that does not serve a model the verifier holds answers 404: not served.
+        let not_here = rackwarden_inference::protocol::render_error(
+            rackwarden_inference::protocol::ErrorStatus::NotFound,
+        );
+        assert_eq!(
+            replay(&models, EPOCH, &req, &not_here),
+            ReplayJudgement::NotGenerated
+        );
         let bad = request_bytes(r#"{"model":"other","prompt":"x"}"#);
         let r = exchange(&rack, &bad);
         assert_eq!(

@@ -58,14 +58,13 @@ pub fn stored_key(
     Ok(None)
 }
 
-/// Replays one epoch's openings: each opened exchange record, with the keys of the epoch and
-/// the one before.
+/// Replays one epoch's openings: each opened exchange and partial record, with the keys of
+/// the epoch and the one before.
 pub fn replay_openings(
     store: &Store,
     models: &ReplayModels,
     pending: &PendingReplay,
-    now_ms: u64,
-) -> Result<ReplayRow, ReplayServiceError> {
+) -> Result<Vec<RecordReplay>, ReplayServiceError> {
     let bad = |problem: String| ReplayServiceError::Openings {
         rack: pending.rack.clone(),
         host: pending.host.clone(),
@@ -114,34 +113,47 @@ pub fn replay_openings(
         };
         records.push(RecordReplay { index, replay });
     }
-    Ok(ReplayRow {
-        rack: pending.rack.clone(),
-        host: pending.host.clone(),
-        seq: pending.seq,
-        replayed_ms: now_ms,
-        records,
-    })
+    Ok(records)
 }
 
-/// Replays every pending epoch (at most `limit`) and stores the rows; returns how many.
+/// Openings that could not be read back, by (rack, host, seq): skipped by later runs of the
+/// same service, so that damaged rows never hold back the ones after them.
+pub type Damaged = std::collections::BTreeSet<(String, String, u64)>;
+
+/// Replays every pending epoch (at most `limit` beyond those in `damaged`) and stores the
+/// rows; returns how many. A row is stamped when the replay is done, not when it began: the
+/// statement whose window holds the stamp judges it.
 pub fn run_once(
     store: &Store,
     models: &ReplayModels,
     limit: u64,
     now_ms: impl Fn() -> u64,
+    damaged: &mut Damaged,
 ) -> Result<usize, ReplayServiceError> {
-    let pending = store.pending_replays(limit)?;
+    let pending = store.pending_replays(limit.saturating_add(damaged.len() as u64))?;
     let mut done = 0;
     for p in &pending {
-        let row = match replay_openings(store, models, p, now_ms()) {
-            Ok(row) => row,
+        let key = (p.rack.clone(), p.host.clone(), p.seq);
+        if damaged.contains(&key) {
+            continue;
+        }
+        let records = match replay_openings(store, models, p) {
+            Ok(records) => records,
             Err(e @ ReplayServiceError::Openings { .. }) => {
                 // Stored openings that do not read back were matched by this verifier: a
-                // damaged row is logged, not replayed as if empty.
+                // damaged row is logged and skipped, never replayed as if empty.
                 log::error!("{e}");
+                damaged.insert(key);
                 continue;
             }
             Err(e) => return Err(e),
+        };
+        let row = ReplayRow {
+            rack: p.rack.clone(),
+            host: p.host.clone(),
+            seq: p.seq,
+            replayed_ms: now_ms(),
+            records,
         };
         let failed = row
             .records
@@ -155,7 +167,7 @@ pub fn run_once(
             .count();
         if store.insert_replay(&row)? {
             log::info!(
-                "{}/{} epoch {}: {} exchanges replayed ({failed} failed before scoring)",
+                "{}/{} epoch {}: {} records replayed ({failed} failed before scoring)",
                 row.rack,
                 row.host,
                 row.seq,

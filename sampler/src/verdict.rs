@@ -97,6 +97,10 @@ pub enum ReplayJudgement {
         covert_bits: f64,
     },
     NotGenerated,
+    /// Output of a response still in flight at the cut: not judged here (a gap, reported).
+    Unjudged {
+        bytes: u64,
+    },
     Failed(ReplayFailure),
 }
 
@@ -119,9 +123,10 @@ impl ExchangeReplay {
     /// Judges the stored replay at `tolerance`: the first token trailing by more fails it.
     pub fn judge(&self, tolerance: f64) -> ReplayJudgement {
         match self {
-            ExchangeReplay::FixedError { .. } | ExchangeReplay::InFlight { .. } => {
-                ReplayJudgement::NotGenerated
-            }
+            ExchangeReplay::FixedError { .. } => ReplayJudgement::NotGenerated,
+            ExchangeReplay::InFlight { output_bytes } => ReplayJudgement::Unjudged {
+                bytes: *output_bytes,
+            },
             ExchangeReplay::Failed { finding } => {
                 ReplayJudgement::Failed(ReplayFailure::Structural(finding.clone()))
             }
@@ -222,6 +227,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        assert_eq!(
+            ExchangeReplay::InFlight { output_bytes: 9 }.judge(0.05),
+            ReplayJudgement::Unjudged { bytes: 9 },
+            "in-flight output is a reported gap, not a pass"
+        );
         // Stored and read back, infinity included, it judges the same.
         let json = serde_json::to_string(&r).unwrap();
         assert!(json.contains("\"margin\":null"), "{json}");

@@ -84,5 +84,6 @@ pub fn replay_pending(db: &rackwarden_verifier::store::DatabaseUrl, model_dir: &
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64)
     };
-    rackwarden_replay::run_once(&store, &models, 64, now).expect("the replay")
+    rackwarden_replay::run_once(&store, &models, 64, now, &mut Default::default())
+        .expect("the replay")
 }

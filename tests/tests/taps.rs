@@ -767,7 +767,9 @@ fn served_exchanges_are_replayed_and_forged_ones_fail_with_their_findings() {
         .unwrap_or_else(|| panic!("no replay line on the page:\n{page}"));
     println!("page: {line}");
     assert!(
-        line.contains("replayed 6 opened exchanges: 2 failed, 4 completions passed (128 tokens"),
+        line.contains(
+            "replayed 6 opened records: 2 failed, 0 in flight and not judged, 4 completions passed (128 tokens"
+        ),
         "{line}"
     );
 }

@@ -66,8 +66,9 @@ fn main() -> Result<()> {
     let models = ReplayModels { models };
     let url = DatabaseUrl::parse(&cli.database);
     let store = Store::connect(&url).context("opening the verifier's database")?;
+    let mut damaged = rackwarden_replay::Damaged::new();
     loop {
-        let n = run_once(&store, &models, 64, now_ms)?;
+        let n = run_once(&store, &models, 64, now_ms, &mut damaged)?;
         if cli.once {
             log::info!("{n} epochs replayed");
             return Ok(());

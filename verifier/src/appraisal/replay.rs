@@ -26,19 +26,30 @@ pub(super) fn check(j: &mut Judge, ctx: &ReplayContext) {
     let tolerance = j.policy.replay.tolerance.get();
     for row in &ctx.replays {
         for r in &row.records {
-            if let ReplayJudgement::Failed(f) = r.replay.judge(tolerance) {
-                let what = match &f {
-                    ReplayFailure::Structural(_) => "is not what the server renders",
-                    ReplayFailure::Diverged { .. } => "is not the model's draw",
-                };
-                j.add(
-                    C::ReplayFailed,
-                    Status::Contraindicated,
+            match r.replay.judge(tolerance) {
+                ReplayJudgement::Failed(f) => {
+                    let what = match &f {
+                        ReplayFailure::Structural(_) => "cannot be the server's",
+                        ReplayFailure::Diverged { .. } => "is not the model's draw",
+                    };
+                    j.add(
+                        C::ReplayFailed,
+                        Status::Contraindicated,
+                        format!(
+                            "epoch {} record {}: the response {what}: {f}",
+                            row.seq, r.index
+                        ),
+                    );
+                }
+                ReplayJudgement::Unjudged { bytes } => j.add(
+                    C::ReplayUnjudged,
+                    Status::Warning,
                     format!(
-                        "epoch {} record {}: the response {what}: {f}",
+                        "epoch {} record {}: {bytes} bytes sent for a request still pending at the cut are not judged here",
                         row.seq, r.index
                     ),
-                );
+                ),
+                ReplayJudgement::Passed { .. } | ReplayJudgement::NotGenerated => {}
             }
         }
     }
@@ -54,6 +65,8 @@ pub struct ReplayFigures {
     /// Of them, completions scored token by token (the rest got a fixed error).
     pub generated: u64,
     pub failed: u64,
+    /// Records holding output of a response in flight at the cut, not judged.
+    pub unjudged: u64,
     /// Tokens of the passed completions.
     pub tokens: u64,
     /// Bits a host could have hidden in the passed completions at this tolerance.
@@ -77,6 +90,7 @@ pub fn figures(row: &ReplayRow, tolerance: f64) -> ReplayFigures {
                 f.covert_bits += covert_bits;
             }
             ReplayJudgement::NotGenerated => {}
+            ReplayJudgement::Unjudged { .. } => f.unjudged += 1,
             ReplayJudgement::Failed(_) => f.failed += 1,
         }
     }

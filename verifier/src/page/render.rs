@@ -440,10 +440,11 @@ fn epoch_tooltip(e: &EpochPoint, eg: Option<f64>, ing: Option<f64>, down: Option
 /// failed, and the covert channel the tolerance left in the ones that passed.
 fn replay_line(r: &crate::appraisal::replay::ReplayFigures) -> String {
     format!(
-        "replayed {} opened exchange{}: {} failed, {} completion{} passed ({} tokens; at most {:.2} bits could hide in them at tolerance {})",
+        "replayed {} opened record{}: {} failed, {} in flight and not judged, {} completion{} passed ({} tokens; at most {:.2} bits could hide in them at tolerance {})",
         r.replayed,
         if r.replayed == 1 { "" } else { "s" },
         r.failed,
+        r.unjudged,
         r.generated,
         if r.generated == 1 { "" } else { "s" },
         r.tokens,
