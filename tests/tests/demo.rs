@@ -49,14 +49,19 @@ fn the_demo_agrees_with_itself_and_exits_at_once_when_asked() {
         .unwrap();
     let page = client.get(fwd.url()).send().and_then(|r| r.text()).unwrap();
     assert!(page.contains("Scorecard"), "{page}");
-    // The page shows the second epoch's traffic committed, sampled and opened.
+    // The page shows the last epoch's traffic committed, the completions' epoch (seq 2)
+    // sampled and opened, and its opened exchanges replayed with none failed.
     assert!(
-        page.contains("seq 1: traffic committed:")
+        page.contains("seq 3: traffic committed:")
             && page
-                .contains("last sampled epoch, seq 1: sampled 16 offsets per direction: opened,"),
+                .contains("last sampled epoch, seq 2: sampled 16 offsets per direction: opened,")
+            && page.contains("last replayed epoch, seq 2: replayed ")
+            && page.contains(" opened records: 0 failed, 0 in flight and not judged, "),
         "{page}"
     );
     assert!(text.contains("== 3. taps"), "{text}");
+    assert!(text.contains("== 4. replay"), "{text}");
+    assert!(text.contains("replay aspect: affirming"), "{text}");
     // The page's scheduled overhead is the number the terminal printed.
     let at = page
         .find(r#"id="score-inference""#)
