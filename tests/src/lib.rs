@@ -14,6 +14,7 @@ pub mod redteam;
 pub mod replaybench;
 pub mod serving;
 pub mod tamper;
+pub mod tapped;
 pub mod tpm;
 pub mod tpmbench;
 pub mod tpmmatrix;
