@@ -71,8 +71,10 @@ const MODULES: &[&str] = &[
 /// The storage group's second virtual disk (`/dev/vda` in the guest).
 const SCRATCH_DISK_BYTES: u64 = 64 << 20;
 
-/// Guest memory and CPUs: two CPUs so the two-senders test runs on two CPUs.
-const GUEST_MEM_MIB: u64 = 2048;
+/// Guest memory and CPUs: two CPUs so the two-senders test runs on two CPUs; 3 GiB so the
+/// epoch guest wipes its 512 MiB beside an initramfs that carries the test binaries (about
+/// 320 MB unpacked since the test library links the inference crate).
+const GUEST_MEM_MIB: u64 = 3072;
 const GUEST_CPUS: u32 = 2;
 /// The guest epoch test wipes this much of the guest's RAM (and reports the coverage).
 const GUEST_WIPE: &str = "512 MiB";
