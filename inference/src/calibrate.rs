@@ -4,8 +4,8 @@
 //! tokens within a tolerance of the seeded winner is the room a steganographic host has there
 //! (`log2` of it, in bits).
 
-use rackwarden_sampler::replay::covert_choices;
-use rackwarden_sampler::{SamplingParams, Seed, score};
+use rackwarden_sampler::replay::score_response;
+use rackwarden_sampler::{SamplingParams, Seed};
 
 use crate::files::LoadedModel;
 use crate::generate::draw;
@@ -45,7 +45,8 @@ impl HonestMeasurement {
 }
 
 /// Serves each prompt with `serving` (seed `seeds(i)`), replays with `replay` in one
-/// teacher-forced pass, and scores every token; `tolerances` are the covert-channel points.
+/// teacher-forced pass, and scores every token as the replay service does; `tolerances` are
+/// the covert-channel points (up to `NEAR_CAP`, the widest gap the scores keep).
 pub fn measure_honest(
     serving: &LoadedModel,
     replay: &LoadedModel,
@@ -75,15 +76,13 @@ pub fn measure_honest(
         let t = std::time::Instant::now();
         let rows = teacher_forced_logits(replay, prompt, &ids)?;
         out.replay_seconds += t.elapsed().as_secs_f64();
-        for (p, (row, id)) in rows.iter().zip(&ids).enumerate() {
-            let s = score(params, &seed, p as u64, row, *id).map_err(|e| e.to_string())?;
-            out.margins.push(s.margin);
-            for (k, tol) in tolerances.iter().enumerate() {
-                let n = covert_choices(params, &seed, p as u64, row, *tol)
-                    .map_err(|e| e.to_string())?
-                    .len();
-                out.covert_bits[k] += (n.max(1) as f64).log2();
-            }
+        // What the replay service stores, then what the verifier derives from it.
+        let r = score_response(params, &seed, &rows, &ids).map_err(|e| e.to_string())?;
+        out.margins
+            .extend(std::iter::repeat_n(0.0, ids.len() - r.trailing.len()));
+        out.margins.extend(r.trailing.iter().map(|t| t.margin));
+        for (k, tol) in tolerances.iter().enumerate() {
+            out.covert_bits[k] += r.covert_bits(*tol);
         }
     }
     Ok(out)

@@ -15,11 +15,8 @@
 
 use std::collections::BTreeMap;
 
-use rackwarden_sampler::replay::near_gaps;
-use rackwarden_sampler::verdict::{
-    ExchangeReplay, NEAR_CAP, NearPosition, StructuralFinding, TrailingToken,
-};
-use rackwarden_sampler::{SamplerError, SamplingParams, Seed, score};
+use rackwarden_sampler::replay::score_response;
+use rackwarden_sampler::verdict::{ExchangeReplay, StructuralFinding};
 
 use crate::files::LoadedModel;
 use crate::generate::{admit, completion_body};
@@ -162,55 +159,14 @@ pub fn replay_exchange(
             });
         }
     }
-    match teacher_forced_logits(model, &prompt, &ids)
-        .and_then(|rows| score_all(&req.params(), &seed, &rows, &ids).map_err(|e| e.to_string()))
-    {
+    match teacher_forced_logits(model, &prompt, &ids).and_then(|rows| {
+        score_response(&req.params(), &seed, &rows, &ids)
+            .map(ExchangeReplay::from)
+            .map_err(|e| e.to_string())
+    }) {
         Ok(r) => r,
         Err(problem) => failed(StructuralFinding::Unreplayable { problem }),
     }
-}
-
-/// Every token's standing under the replay's rows.
-fn score_all(
-    params: &SamplingParams,
-    seed: &Seed,
-    rows: &[Vec<f32>],
-    ids: &[u32],
-) -> Result<ExchangeReplay, SamplerError> {
-    if rows.len() != ids.len() {
-        return Err(SamplerError::Length {
-            tokens: ids.len(),
-            rows: rows.len(),
-        });
-    }
-    let (mut trailing, mut near, mut logprob) = (Vec::new(), Vec::new(), 0.0);
-    for (i, (row, id)) in rows.iter().zip(ids).enumerate() {
-        let position = i as u64;
-        let s = score(params, seed, position, row, *id)?;
-        logprob += s.logprob;
-        if s.margin.is_nan() || s.margin > 0.0 {
-            trailing.push(TrailingToken {
-                position,
-                claimed: *id,
-                replayed: s.winner,
-                margin: s.margin,
-            });
-        }
-        let gaps = near_gaps(params, seed, position, row, NEAR_CAP)?;
-        if !gaps.is_empty() {
-            near.push(NearPosition { position, gaps });
-        }
-    }
-    Ok(ExchangeReplay::Replayed {
-        tokens: ids.len() as u64,
-        mean_logprob: if ids.is_empty() {
-            0.0
-        } else {
-            logprob / ids.len() as f64
-        },
-        trailing,
-        near,
-    })
 }
 
 /// Judges the bytes of an inference connection that were not a complete exchange when the

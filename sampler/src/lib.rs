@@ -277,22 +277,37 @@ pub fn score(
     logits: &[f32],
     claimed: u32,
 ) -> Result<TokenScore, SamplerError> {
+    check_token(logits, claimed)?;
+    let values = perturbed(params, seed, position, logits)?;
+    Ok(score_among(params, logits, &values, claimed))
+}
+
+fn check_token(logits: &[f32], claimed: u32) -> Result<(), SamplerError> {
     if claimed as usize >= logits.len() {
         return Err(SamplerError::Token {
             token: claimed,
             vocab: logits.len(),
         });
     }
-    let values = perturbed(params, seed, position, logits)?;
-    let (winner_id, best) = winner(&values);
+    Ok(())
+}
+
+/// [`score`] on the perturbed `values` already drawn for this position.
+fn score_among(
+    params: &SamplingParams,
+    logits: &[f32],
+    values: &[(u32, f64)],
+    claimed: u32,
+) -> TokenScore {
+    let (winner_id, best) = winner(values);
     let mine = values.iter().find(|(t, _)| *t == claimed).map(|(_, v)| *v);
     let logprob = softmax(logits, params.temperature)[claimed as usize].ln();
-    Ok(TokenScore {
+    TokenScore {
         winner: winner_id,
         margin: mine.map_or(f64::INFINITY, |v| best - v),
         in_candidates: mine.is_some(),
         logprob,
-    })
+    }
 }
 
 #[cfg(test)]

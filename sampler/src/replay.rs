@@ -1,11 +1,13 @@
 //! Judging a response against a replay: the scores of each claimed token under the replay's
-//! logits ([`judge`]), and what the tolerance leaves a dishonest host ([`covert_choices`]).
+//! logits ([`score_response`], [`judge`]), and what the tolerance leaves a dishonest host
+//! ([`covert_choices`]).
 //!
 //! The replay's logits come from running the precommitted model over the request and the
 //! claimed response in one teacher-forced pass (the verifier's replay service); this module
 //! only needs them, one row per generated position.
 
-use super::{SamplerError, SamplingParams, Seed, perturbed, score, winner};
+use super::verdict::{NEAR_CAP, NearPosition, ScoredResponse, TrailingToken};
+use super::{SamplerError, SamplingParams, Seed, check_token, perturbed, score_among, winner};
 
 /// Where a response first leaves what the replay accepts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,8 +39,66 @@ impl ReplayVerdict {
     }
 }
 
-/// Scores every claimed token (`claimed[i]` at position `i`) against the replay's `logits[i]`
-/// with the request's seed; a token whose margin exceeds `tolerance` is a divergence.
+/// Scores every claimed token (`claimed[i]` at position `i`) against the replay's
+/// `logits[i]` with the request's seed, tolerance-free: the tokens that are not the replay's
+/// draw with their margins, and at each position the gaps (up to [`NEAR_CAP`]) of the other
+/// candidates to the winner. The candidates' perturbed logits are drawn once per position.
+pub fn score_response(
+    params: &SamplingParams,
+    seed: &Seed,
+    logits: &[Vec<f32>],
+    claimed: &[u32],
+) -> Result<ScoredResponse, SamplerError> {
+    if claimed.len() != logits.len() {
+        return Err(SamplerError::Length {
+            tokens: claimed.len(),
+            rows: logits.len(),
+        });
+    }
+    let (mut trailing, mut near, mut logprob) = (Vec::new(), Vec::new(), 0.0);
+    for (i, (row, id)) in logits.iter().zip(claimed).enumerate() {
+        let position = i as u64;
+        check_token(row, *id)?;
+        let values = perturbed(params, seed, position, row)?;
+        let s = score_among(params, row, &values, *id);
+        logprob += s.logprob;
+        if s.margin.is_nan() || s.margin > 0.0 {
+            trailing.push(TrailingToken {
+                position,
+                claimed: *id,
+                replayed: s.winner,
+                margin: s.margin,
+            });
+        }
+        let best = values
+            .iter()
+            .find(|(t, _)| *t == s.winner)
+            .map_or(f64::NEG_INFINITY, |(_, v)| *v);
+        let mut gaps: Vec<f64> = values
+            .iter()
+            .filter(|(t, _)| *t != s.winner)
+            .map(|(_, v)| best - v)
+            .filter(|g| *g <= NEAR_CAP)
+            .collect();
+        if !gaps.is_empty() {
+            gaps.sort_by(|a, b| a.total_cmp(b));
+            near.push(NearPosition { position, gaps });
+        }
+    }
+    Ok(ScoredResponse {
+        tokens: claimed.len() as u64,
+        mean_logprob: if claimed.is_empty() {
+            0.0
+        } else {
+            logprob / claimed.len() as f64
+        },
+        trailing,
+        near,
+    })
+}
+
+/// Judges a response at `tolerance` ([`score_response`], then the first token trailing by
+/// more than it).
 pub fn judge(
     params: &SamplingParams,
     seed: &Seed,
@@ -46,40 +106,19 @@ pub fn judge(
     claimed: &[u32],
     tolerance: f64,
 ) -> Result<ReplayVerdict, SamplerError> {
-    let mut v = ReplayVerdict {
+    let r = score_response(params, seed, logits, claimed)?;
+    Ok(ReplayVerdict {
         tokens: claimed.len(),
-        differing: 0,
-        max_margin: 0.0,
-        mean_logprob: 0.0,
-        first_divergence: None,
-    };
-    if claimed.len() != logits.len() {
-        return Err(SamplerError::Length {
-            tokens: claimed.len(),
-            rows: logits.len(),
-        });
-    }
-    let mut logprob_sum = 0.0;
-    for (i, (row, c)) in logits.iter().zip(claimed).enumerate() {
-        let s = score(params, seed, i as u64, row, *c)?;
-        if s.margin > 0.0 {
-            v.differing += 1;
-        }
-        v.max_margin = v.max_margin.max(s.margin);
-        logprob_sum += s.logprob;
-        if s.margin > tolerance && v.first_divergence.is_none() {
-            v.first_divergence = Some(Divergence {
-                position: i as u64,
-                claimed: *c,
-                replayed: s.winner,
-                margin: s.margin,
-            });
-        }
-    }
-    if !claimed.is_empty() {
-        v.mean_logprob = logprob_sum / claimed.len() as f64;
-    }
-    Ok(v)
+        differing: r.trailing.iter().filter(|t| t.margin > 0.0).count(),
+        max_margin: r.trailing.iter().fold(0.0, |m, t| m.max(t.margin)),
+        mean_logprob: r.mean_logprob,
+        first_divergence: r.first_beyond(tolerance).map(|t| Divergence {
+            position: t.position,
+            claimed: t.claimed,
+            replayed: t.replayed,
+            margin: t.margin,
+        }),
+    })
 }
 
 /// The tokens a host could put at `position` and still pass: those whose margin against
@@ -102,33 +141,12 @@ pub fn covert_choices(
         .collect())
 }
 
-/// The gaps (at most `cap`) between the winner's perturbed logit and every other
-/// candidate's at `position`: a tolerance `t` leaves `1 + #(gaps <= t)` choices there.
-pub fn near_gaps(
-    params: &SamplingParams,
-    seed: &Seed,
-    position: u64,
-    logits: &[f32],
-    cap: f64,
-) -> Result<Vec<f64>, SamplerError> {
-    let values = perturbed(params, seed, position, logits)?;
-    let (w, best) = winner(&values);
-    let mut gaps: Vec<f64> = values
-        .into_iter()
-        .filter(|(t, _)| *t != w)
-        .map(|(_, v)| best - v)
-        .filter(|g| *g <= cap)
-        .collect();
-    gaps.sort_by(|a, b| a.total_cmp(b));
-    Ok(gaps)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::{request_seed, sample};
+    use crate::{request_seed, sample, score};
 
     /// A deterministic "model": logits for a vocabulary of `vocab` at each position, flat
     /// (`spread` small) or peaked (`spread` large), drawn from a fixed generator.

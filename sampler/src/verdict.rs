@@ -61,6 +61,60 @@ pub enum StructuralFinding {
     UnrequestedOutput { bytes: u64 },
 }
 
+/// A response scored token by token against the replay's logits, tolerance-free
+/// (`replay::score_response`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoredResponse {
+    pub tokens: u64,
+    pub mean_logprob: f64,
+    /// The tokens that are not the replay's draw, in position order.
+    pub trailing: Vec<TrailingToken>,
+    /// The positions where other candidates are within [`NEAR_CAP`] of the winner.
+    pub near: Vec<NearPosition>,
+}
+
+impl ScoredResponse {
+    /// The first token trailing the winner by more than `tolerance`.
+    pub fn first_beyond(&self, tolerance: f64) -> Option<&TrailingToken> {
+        first_beyond(&self.trailing, tolerance)
+    }
+
+    /// The bits a host could have hidden in this response within `tolerance`.
+    pub fn covert_bits(&self, tolerance: f64) -> f64 {
+        covert_bits(&self.near, tolerance)
+    }
+}
+
+impl From<ScoredResponse> for ExchangeReplay {
+    fn from(r: ScoredResponse) -> Self {
+        ExchangeReplay::Replayed {
+            tokens: r.tokens,
+            mean_logprob: r.mean_logprob,
+            trailing: r.trailing,
+            near: r.near,
+        }
+    }
+}
+
+/// The first of `trailing` (by position) that trails by more than `tolerance`; NaN trails by
+/// more than any tolerance.
+fn first_beyond(trailing: &[TrailingToken], tolerance: f64) -> Option<&TrailingToken> {
+    trailing
+        .iter()
+        .filter(|t| t.margin.is_nan() || t.margin > tolerance)
+        .min_by_key(|t| t.position)
+}
+
+/// Σ over positions of log2(1 + the gaps within `tolerance`).
+fn covert_bits(near: &[NearPosition], tolerance: f64) -> f64 {
+    near.iter()
+        .map(|p| {
+            let n = 1 + p.gaps.iter().filter(|g| **g <= tolerance).count();
+            (n as f64).log2()
+        })
+        .sum()
+}
+
 /// The replay of one exchange, tolerance-free.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
@@ -136,27 +190,15 @@ impl ExchangeReplay {
                 near,
                 ..
             } => {
-                if let Some(t) = trailing
-                    .iter()
-                    // NaN trails by more than any tolerance.
-                    .filter(|t| t.margin.is_nan() || t.margin > tolerance)
-                    .min_by_key(|t| t.position)
-                {
+                if let Some(t) = first_beyond(trailing, tolerance) {
                     return ReplayJudgement::Failed(ReplayFailure::Diverged {
                         token: *t,
                         tolerance,
                     });
                 }
-                let covert_bits = near
-                    .iter()
-                    .map(|p| {
-                        let n = 1 + p.gaps.iter().filter(|g| **g <= tolerance).count();
-                        (n as f64).log2()
-                    })
-                    .sum();
                 ReplayJudgement::Passed {
                     tokens: *tokens,
-                    covert_bits,
+                    covert_bits: covert_bits(near, tolerance),
                 }
             }
         }
