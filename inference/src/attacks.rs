@@ -12,6 +12,7 @@ use rackwarden_sampler::replay::covert_choices;
 use rackwarden_sampler::{Seed, sample};
 
 use crate::files::{CONFIG_FILE, LoadedModel, TOKENIZER_FILE, WEIGHTS_FILE};
+use crate::generate::draw_with;
 use crate::protocol::CompletionRequest;
 
 /// Every weight scaled by 1 ± `fraction`, the sign alternating.
@@ -82,41 +83,23 @@ pub fn hide_bits(
     secret: &mut dyn Iterator<Item = bool>,
 ) -> Result<(Vec<u32>, u64), String> {
     let params = request.params();
-    let mut cache = model.llama.new_cache();
-    let mut logits = model
-        .llama
-        .step(prompt_ids, &mut cache)
-        .map_err(|e| e.to_string())?;
-    let (mut ids, mut hidden) = (Vec::new(), 0u64);
-    for position in 0..u64::from(request.max_tokens) {
-        let winner = sample(&params, seed, position, &logits).map_err(|e| e.to_string())?;
-        let choices =
-            covert_choices(&params, seed, position, &logits, room).map_err(|e| e.to_string())?;
+    let mut hidden = 0u64;
+    let (ids, _) = draw_with(model, request, prompt_ids, |position, logits| {
+        let winner = sample(&params, seed, position, logits)?;
+        let choices = covert_choices(&params, seed, position, logits, room)?;
         // Two or more choices: one bit, the winner for 0 and another for 1.
-        let t = match (choices.iter().find(|c| **c != winner), choices.len() >= 2) {
-            (Some(other), true) => match secret.next() {
-                Some(true) => {
-                    hidden += 1;
-                    *other
-                }
-                Some(false) => {
-                    hidden += 1;
-                    winner
-                }
-                None => winner,
-            },
-            _ => winner,
+        // The next bit is taken only where there is a choice to carry it.
+        let Some(other) = choices.iter().find(|c| **c != winner) else {
+            return Ok(winner);
         };
-        ids.push(t);
-        if Some(t) == model.tokenizer.eos() {
-            break;
-        }
-        if position + 1 < u64::from(request.max_tokens) {
-            logits = model
-                .llama
-                .step(&[t], &mut cache)
-                .map_err(|e| e.to_string())?;
-        }
-    }
+        Ok(match secret.next() {
+            Some(bit) => {
+                hidden += 1;
+                if bit { *other } else { winner }
+            }
+            None => winner,
+        })
+    })
+    .map_err(|e| e.to_string())?;
     Ok((ids, hidden))
 }

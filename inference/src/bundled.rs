@@ -48,6 +48,12 @@ pub enum BundleError {
     TooLittleText(usize, usize),
 }
 
+/// The error of an I/O failure on `path`, for `map_err`.
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError {
+    let path = path.display().to_string();
+    move |error| BundleError::Io { path, error }
+}
+
 /// A standard normal draw from the generator (Box–Muller on two 53-bit uniforms).
 fn normal(rng: &mut ChaCha20Rng) -> f64 {
     let u = |rng: &mut ChaCha20Rng| ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
@@ -81,10 +87,6 @@ pub fn write_model_dir(
     cfg: &LlamaConfig,
     weights: &HashMap<String, Tensor>,
 ) -> Result<(), BundleError> {
-    let io = |path: &Path| {
-        let path = path.display().to_string();
-        move |error| BundleError::Io { path, error }
-    };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut config = serde_json::to_value(cfg).unwrap_or_default();
     if let Some(o) = config.as_object_mut() {
@@ -220,10 +222,6 @@ pub fn ensure(
     progress: impl FnMut(usize, f32),
 ) -> Result<Ensured, BundleError> {
     use sha3::{Digest, Sha3_256};
-    let io = |path: &Path| {
-        let path = path.display().to_string();
-        move |error| BundleError::Io { path, error }
-    };
     let cfg = bundled_config();
     let recipe = serde_json::json!({
         "config": cfg,
@@ -274,10 +272,6 @@ pub fn ensure(
 /// The text the bundled model is trained on: the repository's README and `docs/*.md`, in
 /// name order, read from the repository at `root`.
 pub fn training_text(root: &Path) -> Result<Vec<u8>, BundleError> {
-    let io = |path: &Path| {
-        let path = path.display().to_string();
-        move |error| BundleError::Io { path, error }
-    };
     let docs = root.join("docs");
     let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&docs)
         .map_err(io(&docs))?

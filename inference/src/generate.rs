@@ -29,12 +29,26 @@ pub fn draw(
     seed: &Seed,
 ) -> Result<(Vec<u32>, FinishReason), GenerateError> {
     let params = request.params();
+    draw_with(model, request, prompt_ids, |position, logits| {
+        Ok(sample(&params, seed, position, logits)?)
+    })
+}
+
+/// Generation's loop: the prompt through the model, then `pick(position, logits)` chooses
+/// each id (the sampler for the honest server, something else for a dishonest one) until
+/// end-of-sequence or `max_tokens`.
+pub fn draw_with(
+    model: &LoadedModel,
+    request: &CompletionRequest,
+    prompt_ids: &[u32],
+    mut pick: impl FnMut(u64, &[f32]) -> Result<u32, GenerateError>,
+) -> Result<(Vec<u32>, FinishReason), GenerateError> {
     let eos = model.tokenizer.eos();
     let mut cache = model.llama.new_cache();
     let mut logits = model.llama.step(prompt_ids, &mut cache)?;
     let mut out = Vec::new();
     for position in 0..u64::from(request.max_tokens) {
-        let t = sample(&params, seed, position, &logits)?;
+        let t = pick(position, &logits)?;
         out.push(t);
         if Some(t) == eos {
             return Ok((out, FinishReason::Stop));
