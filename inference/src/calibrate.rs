@@ -20,8 +20,6 @@ pub struct HonestMeasurement {
     /// Per tolerance asked, the sum over tokens of log2(tokens within it): bits a host could
     /// hide in these completions and still pass.
     pub covert_bits: Vec<f64>,
-    pub generate_seconds: f64,
-    pub replay_seconds: f64,
 }
 
 impl HonestMeasurement {
@@ -70,12 +68,8 @@ pub fn measure_honest(
     };
     for (i, prompt) in prompts.iter().enumerate() {
         let seed = seeds(i);
-        let t = std::time::Instant::now();
         let (ids, _) = draw(serving, &request, prompt, &seed).map_err(|e| e.to_string())?;
-        out.generate_seconds += t.elapsed().as_secs_f64();
-        let t = std::time::Instant::now();
         let rows = teacher_forced_logits(replay, prompt, &ids)?;
-        out.replay_seconds += t.elapsed().as_secs_f64();
         // What the replay service stores, then what the verifier derives from it.
         let r = score_response(params, &seed, &rows, &ids).map_err(|e| e.to_string())?;
         out.margins
