@@ -302,6 +302,7 @@ mod tests {
                 detail: "the statement answers no challenge".into(),
             }],
             root_of_trust: None,
+            guard: None,
         };
         assert_eq!(
             resp.results,

@@ -141,6 +141,13 @@ pub enum FindingCode {
     ExecutableNotAllowed,
     ImaViolation,
     BootPcrMismatch,
+    BootLogInvalid,
+    BootLogMismatch,
+    BootLogMissing,
+    BootComponentNotAccepted,
+    BootCmdlineNotAccepted,
+    SecureBootNotAccepted,
+    GuardContradictsBoot,
     StorageResidue,
     StorageResidueInconsistent,
     StorageUnreadable,
@@ -185,7 +192,7 @@ pub enum FindingCode {
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 82] = [
+    pub const ALL: [FindingCode; 89] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -250,6 +257,13 @@ impl FindingCode {
         FindingCode::ExecutableNotAllowed,
         FindingCode::ImaViolation,
         FindingCode::BootPcrMismatch,
+        FindingCode::BootLogInvalid,
+        FindingCode::BootLogMismatch,
+        FindingCode::BootLogMissing,
+        FindingCode::BootComponentNotAccepted,
+        FindingCode::BootCmdlineNotAccepted,
+        FindingCode::SecureBootNotAccepted,
+        FindingCode::GuardContradictsBoot,
         FindingCode::StorageResidue,
         FindingCode::StorageResidueInconsistent,
         FindingCode::StorageUnreadable,
@@ -336,6 +350,13 @@ impl FindingCode {
             FindingCode::ExecutableNotAllowed => Aspect::RootOfTrust,
             FindingCode::ImaViolation => Aspect::RootOfTrust,
             FindingCode::BootPcrMismatch => Aspect::RootOfTrust,
+            FindingCode::BootLogInvalid => Aspect::RootOfTrust,
+            FindingCode::BootLogMismatch => Aspect::RootOfTrust,
+            FindingCode::BootLogMissing => Aspect::RootOfTrust,
+            FindingCode::BootComponentNotAccepted => Aspect::RootOfTrust,
+            FindingCode::BootCmdlineNotAccepted => Aspect::RootOfTrust,
+            FindingCode::SecureBootNotAccepted => Aspect::RootOfTrust,
+            FindingCode::GuardContradictsBoot => Aspect::RootOfTrust,
             FindingCode::StorageResidue
             | FindingCode::StorageResidueInconsistent
             | FindingCode::StorageUnreadable
@@ -423,6 +444,13 @@ impl FindingCode {
             FindingCode::ExecutableNotAllowed => "executable_not_allowed",
             FindingCode::ImaViolation => "ima_violation",
             FindingCode::BootPcrMismatch => "boot_pcr_mismatch",
+            FindingCode::BootLogInvalid => "boot_log_invalid",
+            FindingCode::BootLogMismatch => "boot_log_mismatch",
+            FindingCode::BootLogMissing => "boot_log_missing",
+            FindingCode::BootComponentNotAccepted => "boot_component_not_accepted",
+            FindingCode::BootCmdlineNotAccepted => "boot_cmdline_not_accepted",
+            FindingCode::SecureBootNotAccepted => "secure_boot_not_accepted",
+            FindingCode::GuardContradictsBoot => "guard_contradicts_boot",
             FindingCode::StorageResidue => "storage_residue",
             FindingCode::StorageResidueInconsistent => "storage_residue_inconsistent",
             FindingCode::StorageUnreadable => "storage_unreadable",
@@ -595,6 +623,25 @@ impl FindingCode {
                 "IMA recorded a violation (a file measured while open for writing): its content is unknown"
             }
             FindingCode::BootPcrMismatch => "a boot PCR differs from the policy's reference value",
+            FindingCode::BootLogInvalid => "the boot's event log the host shipped does not parse",
+            FindingCode::BootLogMismatch => {
+                "the boot's event log does not replay to the quoted PCRs 0-9 (or they changed within the boot): the log is not what was measured"
+            }
+            FindingCode::BootLogMissing => {
+                "the policy judges the boot from its event log, but none of this boot has verified: the boot is not judged"
+            }
+            FindingCode::BootComponentNotAccepted => {
+                "a measured boot loader, kernel or initrd is not in the policy's accepted set"
+            }
+            FindingCode::BootCmdlineNotAccepted => {
+                "the measured kernel command line lacks a required argument, carries a forbidden one, or is not proven by the log"
+            }
+            FindingCode::SecureBootNotAccepted => {
+                "Secure Boot is not enabled, or a measured PK, KEK, db or dbx is not one the policy accepts"
+            }
+            FindingCode::GuardContradictsBoot => {
+                "the daemon says its guard is sealed as BPF LSM programs, but the measured command line enables no BPF LSM"
+            }
             FindingCode::StorageResidue => {
                 "writable persistent storage (disks, swap, persistent filesystems) exceeds the policy's max_residue_persistent: state can survive the wipe there"
             }
@@ -699,6 +746,35 @@ pub struct AttestationResult {
     /// host's claim. Absent when no TPM is in play, as in verdicts made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_of_trust: Option<crate::tpm::TrustLevel>,
+    /// What the daemon's sealed guard rests on, judged from the measured boot (issue 41).
+    /// Absent when the statement reports no sealed guard, as in verdicts made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<GuardBasis>,
+}
+
+/// What a sealed guard's claim rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardBasis {
+    /// The quoted boot allows the guard (BPF LSM enabled on the measured command line, or an
+    /// accepted kernel for the fmod_ret guard) and IMA proves the accepted daemon ran: the TPM
+    /// says what the daemon says.
+    ProvenByBoot,
+    /// Only the daemon says so: no verified boot log, no IMA proof of the daemon, or a boot
+    /// that does not show what the guard needs.
+    DaemonWord,
+    /// The measured boot cannot run the guard the daemon says is sealed.
+    ContradictedByBoot,
+}
+
+impl GuardBasis {
+    pub fn name(self) -> &'static str {
+        match self {
+            GuardBasis::ProvenByBoot => "proven_by_boot",
+            GuardBasis::DaemonWord => "daemon_word",
+            GuardBasis::ContradictedByBoot => "contradicted_by_boot",
+        }
+    }
 }
 
 #[cfg(test)]

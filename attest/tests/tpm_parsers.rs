@@ -450,12 +450,14 @@ proptest! {
         signature_hex in "[0-9a-f]{0,40}|.{0,10}",
         pcrs in prop::collection::btree_map(any::<u8>(), "[0-9a-f]{60,68}|.{0,8}", 0..4),
         ima in prop::option::of((any::<u64>(), "[A-Za-z0-9+/=]{0,120}|.{0,20}")),
+        boot in prop::option::of(("[A-Za-z0-9+/=]{0,200}|.{0,20}", ".{0,40}")),
     ) {
         let sidecar = TpmSidecar {
             quote: quote_hex,
             signature: signature_hex,
             pcrs: pcrs.into_iter().collect::<BTreeMap<u8, String>>(),
             ima: ima.map(|(offset, entries)| rackwarden_attest::tpm::ImaDelta { offset, entries }),
+            boot: boot.map(|(log, cmdline)| rackwarden_attest::tpm::BootEvidence { log, cmdline }),
         };
         match sidecar.decode() {
             Ok(d) => {

@@ -83,6 +83,11 @@ pub fn load(
     let replay = ReplayContext {
         replays: store.replays_between(&hk.rack, &hk.host, after_ms, p.epoch_end_unix_ms)?,
     };
+    // Only a statement with a quote can be judged by a boot.
+    let boot = match &sidecar {
+        Some(_) => store.tpm_boot(&hk.rack, &hk.host)?,
+        None => None,
+    };
     Ok(Context {
         keyid: hk.keyid.clone(),
         retired_ms: row.retired_ms,
@@ -111,6 +116,7 @@ pub fn load(
             enrollment: rows.tpm_enrollment,
             position: rows.tpm_position,
             statement_digest: pae_sha3,
+            boot,
         },
         traffic,
         replay,

@@ -15,8 +15,9 @@ use rackwarden_attest::{
     result::{AttestationResult, FindingCode, Status},
     statement::{Challenge, GENESIS_PREV, Statement},
     tpm::{
-        AkPublic, ImaEntry, ImaSource, PcrSelection, PcrValues, QuoteInfo, RootOfTrust, TpmSidecar,
-        TrustLevel, encode_ima_binary, quote::encode_signature, replay_pcr10,
+        AkPublic, BootEvidence, EventLog, ImaEntry, ImaSource, PcrSelection, PcrValues, QuoteInfo,
+        RootOfTrust, TpmSidecar, TrustLevel, encode_ima_binary, quote::encode_signature,
+        replay_pcr10,
     },
 };
 use rackwarden_verifier::store::TpmEnrollment;
@@ -25,7 +26,7 @@ use rackwarden_verifier::{config::VerifierConfig, service::Verifier};
 const RACK: &str = "rack-t";
 const DAEMON: [u8; 32] = [0xd0; 32];
 const PYTHON: [u8; 32] = [0x9e; 32];
-const QUOTED: [u8; 9] = [0, 1, 2, 3, 4, 5, 6, 7, 10];
+const QUOTED: [u8; 11] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
 
 fn config(dir: &std::path::Path, min: &str, boot: &str) -> VerifierConfig {
     let allowlist = dir.join("allowlist.txt");
@@ -60,6 +61,8 @@ struct Host {
     ima: Vec<ImaEntry>,
     /// Entries already shipped.
     shipped: usize,
+    /// The boot's event log and command line, shipped with the next statement.
+    boot_log: Option<(EventLog, String)>,
     seq: u64,
     prev: String,
 }
@@ -81,6 +84,7 @@ impl Host {
             pcrs: QUOTED.iter().map(|p| (*p, [*p; 32])).collect(),
             ima: Vec::new(),
             shipped: 0,
+            boot_log: None,
             seq: 0,
             prev: GENESIS_PREV.into(),
         };
@@ -96,6 +100,16 @@ impl Host {
         self.measure("boot_aggregate", [0x11; 32]);
         self.measure("/usr/local/bin/rackwardend", DAEMON);
         self.measure("/etc/rackwarden/rackwarden.toml", [0xcf; 32]);
+    }
+
+    /// A fresh measured boot: PCRs 0-9 are `log`'s replay (the TPM extended what the log
+    /// records), and the next statement ships the log with `cmdline`.
+    fn measured_boot(&mut self, log: EventLog, cmdline: &str) {
+        let replayed = log.replay_sha256().unwrap();
+        for p in 0..=9u8 {
+            self.pcrs.insert(p, *replayed.get(p).unwrap());
+        }
+        self.boot_log = Some((log, cmdline.into()));
     }
 
     /// IMA measures a file: the list grows and PCR 10 is extended.
@@ -160,12 +174,17 @@ impl Host {
         let digest = rackwarden_attest::sha3(&dsse::pae(&env.payload_type, &body));
         let (attest, sig) = self.quote(&digest);
         let delta = encode_ima_binary(&self.ima[self.shipped..]);
-        env.tpm = Some(TpmSidecar::new(
+        let mut sidecar = TpmSidecar::new(
             &attest,
             &sig,
             &self.pcrs,
             Some((self.shipped as u64, &delta)),
-        ));
+        );
+        sidecar.boot = self
+            .boot_log
+            .take()
+            .map(|(log, cmdline)| BootEvidence::new(&log.to_bytes(), &cmdline));
+        env.tpm = Some(sidecar);
         self.shipped = self.ima.len();
         self.seq += 1;
         self.prev = hex::encode(digest);
@@ -508,4 +527,268 @@ fn recheck_re_derives_tpm_verdicts_across_a_new_ak() {
         .unwrap();
     let report = rackwarden_verifier::recheck::recheck(&v.store, &policy).unwrap();
     assert!(report.untrusted(), "a rewritten verdict is reported");
+}
+
+/// A UEFI boot's event log as OVMF and the Linux EFI stub write it: Secure Boot's variables
+/// (PCR 7), the applications started (PCR 4: `apps`, the kernel last), and the initrd and the
+/// command line (PCR 9).
+fn boot_log(apps: &[[u8; 32]], initrd: [u8; 32], cmdline: &str, secure_boot: u8) -> EventLog {
+    use rackwarden_attest::tpm::boot::{encode_variable, secure_boot_variable_guid};
+    use rackwarden_attest::tpm::eventlog::{
+        EV_EFI_BOOT_SERVICES_APPLICATION, EV_EFI_VARIABLE_DRIVER_CONFIG, EV_EVENT_TAG,
+        EV_SEPARATOR, LINUX_EFI_INITRD_EVENT_TAG_ID, LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID, LogEvent,
+        TPM_ALG_SHA256, efi_load_options_digest,
+    };
+    use sha2::{Digest, Sha256};
+    let ev = |pcr: u32, event_type: u32, data: Vec<u8>, digest: [u8; 32]| LogEvent {
+        offset: 0,
+        pcr,
+        event_type,
+        digests: vec![(TPM_ALG_SHA256, digest.to_vec())],
+        data,
+    };
+    let mut log = EventLog::new_sha256();
+    for (name, value) in [
+        ("SecureBoot", vec![secure_boot]),
+        ("PK", b"the platform key".to_vec()),
+        ("db", DB.to_vec()),
+    ] {
+        let data = encode_variable(secure_boot_variable_guid(name), name, &value);
+        let d: [u8; 32] = Sha256::digest(&data).into();
+        log.events
+            .push(ev(7, EV_EFI_VARIABLE_DRIVER_CONFIG, data, d));
+    }
+    for pcr in 0..8 {
+        log.events.push(ev(
+            pcr,
+            EV_SEPARATOR,
+            vec![0; 4],
+            Sha256::digest([0u8; 4]).into(),
+        ));
+    }
+    for a in apps {
+        log.events
+            .push(ev(4, EV_EFI_BOOT_SERVICES_APPLICATION, vec![0; 32], *a));
+    }
+    let tag = |id: u32| {
+        let mut d = id.to_le_bytes().to_vec();
+        d.extend(6u32.to_le_bytes());
+        d.extend(b"event\0");
+        d
+    };
+    log.events.push(ev(
+        9,
+        EV_EVENT_TAG,
+        tag(LINUX_EFI_INITRD_EVENT_TAG_ID),
+        initrd,
+    ));
+    log.events.push(ev(
+        9,
+        EV_EVENT_TAG,
+        tag(LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID),
+        efi_load_options_digest(cmdline),
+    ));
+    log
+}
+
+const SHIM: [u8; 32] = [0x5a; 32];
+const KERNEL: [u8; 32] = [0x4b; 32];
+const NEW_KERNEL: [u8; 32] = [0x4c; 32];
+const INITRD: [u8; 32] = [0x1d; 32];
+const DB: &[u8] = b"the signature database";
+const CMDLINE: &str = "root=/dev/vda ro lsm=lockdown,yama,integrity,bpf ima_policy=tcb";
+
+fn boot_policy(kernels: &[[u8; 32]]) -> String {
+    use sha2::{Digest, Sha256};
+    let list = |v: &[[u8; 32]]| {
+        v.iter()
+            .map(|d| format!("\"{}\"", hex::encode(d)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "[policy.boot]\nloaders = [{}]\nkernels = [{}]\ninitrds = [{}]\ncmdline_required = [\"ima_policy=tcb\"]\ncmdline_forbidden = [\"init\"]\nsecure_boot = true\nsecure_boot_variables = {{ db = [\"{}\"] }}\n",
+        list(&[SHIM]),
+        list(kernels),
+        list(&[INITRD]),
+        hex::encode(Sha256::digest(DB))
+    )
+}
+
+/// The guard the statement reports: sealed as BPF LSM programs.
+fn lsm_guard(st: &mut Statement) {
+    use rackwarden_attest::evidence::{GuardAttach, LimiterReport, LsmGuard};
+    if let LimiterReport::Present(e) = &mut st.predicate.limiter
+        && let Some(sp) = &mut e.self_protection
+        && let LsmGuard::Sealed { attach, .. } = &mut sp.lsm_guard
+    {
+        *attach = GuardAttach::Lsm;
+    }
+}
+
+#[test]
+fn a_boot_is_judged_from_its_event_log_for_the_whole_boot() {
+    use rackwarden_attest::result::GuardBasis;
+    let (mut v, d) = verifier("tpm_ima", &boot_policy(&[KERNEL]));
+    let mut h = Host::new(&mut v, "h1", true);
+    h.measured_boot(boot_log(&[SHIM, KERNEL], INITRD, CMDLINE, 1), CMDLINE);
+    // The statement with the log, then one without: judged by the boot the first verified.
+    for _ in 0..2 {
+        let r = ingest(&mut v, &h.next(lsm_guard).1);
+        assert_eq!(tpm_codes(&r), vec![]);
+        assert_eq!(r.root_of_trust, Some(TrustLevel::TpmIma));
+        assert_eq!(r.guard, Some(GuardBasis::ProvenByBoot));
+    }
+    let boot = v.store.tpm_boot(RACK, "h1").unwrap().unwrap();
+    assert_eq!(boot.seq, 0);
+    assert_eq!(boot.measured.kernel, Some(hex::encode(KERNEL)));
+    // The fmod_ret guard needs no BPF LSM: an accepted kernel is its proof.
+    let r = ingest(&mut v, &h.next(|_| {}).1);
+    assert_eq!(r.guard, Some(GuardBasis::ProvenByBoot));
+
+    // Something extends PCR 9 after boot: the boot's log no longer describes it.
+    h.pcrs.insert(9, [0x99; 32]);
+    let r = ingest(&mut v, &h.next(lsm_guard).1);
+    let codes = tpm_codes(&r);
+    assert_eq!(codes[0].0, FindingCode::BootLogMismatch, "{codes:?}");
+    assert!(codes[0].2.contains("PCR 9 changed"), "{codes:?}");
+    assert_eq!(r.guard, None);
+
+    // recheck re-derives every verdict from the stored sidecars, the boot log among them.
+    let policy = config(d.path(), "tpm_ima", &boot_policy(&[KERNEL])).policy;
+    let report = rackwarden_verifier::recheck::recheck(&v.store, &policy).unwrap();
+    assert!(
+        report.differences.is_empty() && !report.untrusted(),
+        "{:#?}",
+        report.differences
+    );
+}
+
+#[test]
+fn each_boot_outside_the_policy_is_named() {
+    use rackwarden_attest::result::GuardBasis;
+    let (mut v, _d) = verifier("tpm_ima", &boot_policy(&[KERNEL]));
+    let judge = |v: &mut Verifier, name: &str, log: EventLog, cmdline: &str| {
+        let mut h = Host::new(v, name, true);
+        h.measured_boot(log, cmdline);
+        ingest(v, &h.next(lsm_guard).1)
+    };
+    let first = |r: &AttestationResult| {
+        let codes = tpm_codes(r);
+        assert!(!codes.is_empty(), "no finding");
+        (codes[0].0, codes[0].2.clone())
+    };
+
+    // A kernel outside the accepted set.
+    let r = judge(
+        &mut v,
+        "k",
+        boot_log(&[SHIM, NEW_KERNEL], INITRD, CMDLINE, 1),
+        CMDLINE,
+    );
+    let (code, detail) = first(&r);
+    assert_eq!(code, FindingCode::BootComponentNotAccepted);
+    assert!(detail.contains(&hex::encode(NEW_KERNEL)), "{detail}");
+    assert_eq!(rot(&r), Status::Contraindicated);
+    // A loader outside it (a GRUB nobody accepted between shim and the kernel).
+    let r = judge(
+        &mut v,
+        "l",
+        boot_log(&[SHIM, [0x66; 32], KERNEL], INITRD, CMDLINE, 1),
+        CMDLINE,
+    );
+    assert!(first(&r).1.starts_with("boot loader"), "{:?}", first(&r));
+
+    // A command line without bpf in lsm=, while the daemon says its BPF LSM guard is sealed.
+    let no_bpf = "root=/dev/vda ro lsm=lockdown,yama ima_policy=tcb";
+    let r = judge(
+        &mut v,
+        "c",
+        boot_log(&[SHIM, KERNEL], INITRD, no_bpf, 1),
+        no_bpf,
+    );
+    let codes: Vec<FindingCode> = tpm_codes(&r).into_iter().map(|c| c.0).collect();
+    assert_eq!(codes, vec![FindingCode::GuardContradictsBoot]);
+    assert_eq!(r.guard, Some(GuardBasis::ContradictedByBoot));
+    // A forbidden argument and a missing required one.
+    let bad = "root=/dev/vda init=/bin/sh lsm=bpf";
+    let r = judge(&mut v, "f", boot_log(&[SHIM, KERNEL], INITRD, bad, 1), bad);
+    let details: Vec<String> = tpm_codes(&r).into_iter().map(|c| c.2).collect();
+    assert!(
+        details.iter().any(|d| d.contains("lacks `ima_policy=tcb`")),
+        "{details:?}"
+    );
+    assert!(
+        details.iter().any(|d| d.contains("carries `init=/bin/sh`")),
+        "{details:?}"
+    );
+    // The host lies about its command line: it does not hash to the measured one.
+    let r = judge(
+        &mut v,
+        "m",
+        boot_log(&[SHIM, KERNEL], INITRD, no_bpf, 1),
+        CMDLINE,
+    );
+    let (code, detail) = first(&r);
+    assert_eq!(code, FindingCode::BootCmdlineNotAccepted);
+    assert!(detail.contains("does not hash"), "{detail}");
+    assert_eq!(r.guard, Some(GuardBasis::DaemonWord));
+
+    // Secure Boot disabled.
+    let r = judge(
+        &mut v,
+        "s",
+        boot_log(&[SHIM, KERNEL], INITRD, CMDLINE, 0),
+        CMDLINE,
+    );
+    let (code, detail) = first(&r);
+    assert_eq!(code, FindingCode::SecureBootNotAccepted);
+    assert!(detail.contains("disabled"), "{detail}");
+
+    // One event edited in the log shipped (the kernel swapped for an accepted one), the
+    // quote made over what was really measured: the replay does not match.
+    let mut h = Host::new(&mut v, "e", true);
+    h.measured_boot(boot_log(&[SHIM, NEW_KERNEL], INITRD, CMDLINE, 1), CMDLINE);
+    if let Some((log, _)) = &mut h.boot_log {
+        let kernel = log.events.iter_mut().rfind(|e| e.pcr == 4).unwrap();
+        kernel.digests[0].1 = KERNEL.to_vec();
+    }
+    let r = ingest(&mut v, &h.next(lsm_guard).1);
+    let (code, detail) = first(&r);
+    assert_eq!(code, FindingCode::BootLogMismatch);
+    assert!(detail.contains("PCR 4 quoted"), "{detail}");
+    assert_eq!(r.guard, None);
+
+    // No log at all: the boot is not judged, and the verdict says so.
+    let mut h = Host::new(&mut v, "n", true);
+    let r = ingest(&mut v, &h.next(lsm_guard).1);
+    let (code, _) = first(&r);
+    assert_eq!(code, FindingCode::BootLogMissing);
+    assert_eq!(rot(&r), Status::Warning);
+}
+
+#[test]
+fn a_kernel_update_is_accepted_once_its_digest_is_in_the_set() {
+    let log = || boot_log(&[SHIM, NEW_KERNEL], INITRD, CMDLINE, 1);
+    let (mut before, _d) = verifier("tpm_ima", &boot_policy(&[KERNEL]));
+    let mut h = Host::new(&mut before, "u", true);
+    h.measured_boot(log(), CMDLINE);
+    let r = ingest(&mut before, &h.next(lsm_guard).1);
+    assert_eq!(first_code(&r), Some(FindingCode::BootComponentNotAccepted));
+    // The same host, the same boot, under the policy with the new kernel added to the set.
+    let (mut after, _d2) = verifier("tpm_ima", &boot_policy(&[KERNEL, NEW_KERNEL]));
+    let mut h = Host::new(&mut after, "u", true);
+    h.measured_boot(log(), CMDLINE);
+    let r = ingest(&mut after, &h.next(lsm_guard).1);
+    assert_eq!(tpm_codes(&r), vec![]);
+    assert_eq!(rot(&r), Status::Affirming);
+}
+
+/// The verdict's root-of-trust aspect (the example statement's other aspects vary).
+fn rot(r: &AttestationResult) -> Status {
+    r.trustworthiness[&rackwarden_attest::result::Aspect::RootOfTrust]
+}
+
+fn first_code(r: &AttestationResult) -> Option<FindingCode> {
+    tpm_codes(r).first().map(|c| c.0)
 }

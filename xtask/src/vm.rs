@@ -1206,28 +1206,6 @@ fn sha256sum_digest(out: &str) -> Result<String> {
     Ok(digest.to_string())
 }
 
-/// `sha256sum` of bytes given in pieces, as lowercase hex.
-fn sha256_pieces(pieces: &[&[u8]]) -> Result<String> {
-    use std::io::Write as _;
-    let mut child = Command::new("sha256sum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("running sha256sum")?;
-    {
-        // sha256sum reads all its input before it writes: writing first cannot deadlock.
-        let mut stdin = child.stdin.take().context("sha256sum's stdin")?;
-        for p in pieces {
-            stdin.write_all(p).context("writing to sha256sum")?;
-        }
-    }
-    let out = child.wait_with_output().context("sha256sum")?;
-    if !out.status.success() {
-        bail!("sha256sum failed ({})", out.status);
-    }
-    sha256sum_digest(&String::from_utf8_lossy(&out.stdout))
-}
-
 /// Little-endian integers of a PE image or bzImage setup header, `None` past its end.
 fn le_u16(b: &[u8], off: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(off..off + 2)?.try_into().ok()?))
@@ -1237,56 +1215,15 @@ fn le_u32(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
 }
 
-/// The Authenticode SHA-256 of a PE image (the PE/COFF spec's "Windows Authenticode Portable
-/// Executable Signature Format"): the headers without the checksum and the certificate
-/// table's directory entry, the sections in file order, then what follows them short of the
-/// certificate table. What UEFI firmware logs for an image it starts.
+/// The Authenticode SHA-256 of a PE image: what UEFI firmware logs for an image it starts
+/// (the `authenticode` crate over `object`'s PE reader, as `rackwarden boot-reference` uses).
 fn authenticode_sha256(pe: &[u8]) -> Result<String> {
-    let bad = |what: &str| anyhow::anyhow!("not a PE image: {what}");
-    let nt = le_u32(pe, 0x3c).ok_or_else(|| bad("no e_lfanew"))? as usize;
-    if pe.get(nt..nt + 4) != Some(b"PE\0\0".as_slice()) {
-        bail!(bad("no PE signature"));
-    }
-    let sections = usize::from(le_u16(pe, nt + 6).ok_or_else(|| bad("no NumberOfSections"))?);
-    let optional_size =
-        usize::from(le_u16(pe, nt + 20).ok_or_else(|| bad("no SizeOfOptionalHeader"))?);
-    let optional = nt + 24;
-    let directories = match le_u16(pe, optional) {
-        Some(0x20b) => optional + 112,
-        Some(0x10b) => optional + 96,
-        _ => bail!(bad("optional header magic")),
-    };
-    let checksum = optional + 64;
-    // The certificate table is data directory 4.
-    let cert_entry = directories + 4 * 8;
-    let headers_end = le_u32(pe, optional + 60).ok_or_else(|| bad("no SizeOfHeaders"))? as usize;
-    let cert_size = le_u32(pe, cert_entry + 4).ok_or_else(|| bad("no data directories"))? as usize;
-    let mut raw: Vec<(usize, usize)> = Vec::new();
-    for i in 0..sections {
-        let header = optional + optional_size + 40 * i;
-        let size = le_u32(pe, header + 16).ok_or_else(|| bad("short section table"))? as usize;
-        let at = le_u32(pe, header + 20).ok_or_else(|| bad("short section table"))? as usize;
-        if size > 0 {
-            raw.push((at, size));
-        }
-    }
-    raw.sort();
-    let range = |from: usize, to: usize| pe.get(from..to).ok_or_else(|| bad("range outside"));
-    let mut pieces = vec![
-        range(0, checksum)?,
-        range(checksum + 4, cert_entry)?,
-        range(cert_entry + 8, headers_end)?,
-    ];
-    let mut hashed = headers_end;
-    for (at, size) in raw {
-        pieces.push(range(at, at + size)?);
-        hashed += size;
-    }
-    let end = pe.len().saturating_sub(cert_size);
-    if hashed < end {
-        pieces.push(range(hashed, end)?);
-    }
-    sha256_pieces(&pieces)
+    use object::read::pe::PeFile64;
+    let file = PeFile64::parse(pe).map_err(|e| anyhow::anyhow!("not a PE32+ image: {e}"))?;
+    let mut h = <sha2::Sha256 as sha2::Digest>::new();
+    authenticode::authenticode_digest(&file, &mut h)
+        .map_err(|e| anyhow::anyhow!("PE offsets out of range: {e}"))?;
+    Ok(crate::hex_lower(&sha2::Digest::finalize(h)))
 }
 
 /// q35's `acpi_data_size` (hw/i386/pc.c): qemu keeps the top of low memory for ACPI tables

@@ -275,6 +275,25 @@ impl EventLog {
         Ok(PcrValues(pcrs))
     }
 
+    /// A log with no events whose Spec ID event lists the SHA-256 bank alone: what tests and
+    /// tools build logs on.
+    pub fn new_sha256() -> EventLog {
+        EventLog {
+            spec_id: SpecId {
+                platform_class: 0,
+                spec_version: (2, 0),
+                spec_errata: 0,
+                uintn_size: 2,
+                banks: vec![BankSize {
+                    alg: TPM_ALG_SHA256,
+                    digest_size: 32,
+                }],
+                vendor_info: Vec::new(),
+            },
+            events: Vec::new(),
+        }
+    }
+
     /// The events that extend `pcr`, in order.
     pub fn events_of(&self, pcr: u32) -> impl Iterator<Item = &LogEvent> {
         self.events.iter().filter(move |e| e.pcr == pcr)

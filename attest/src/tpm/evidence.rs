@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
 use serde::{Deserialize, Serialize};
 
+use super::boot::{BootEvidence, BootLogError, decode_boot_log};
+use super::eventlog::EventLog;
 use super::ima::{ImaEntry, ImaError, parse_ima_binary};
 use super::pcr::PcrValues;
 
@@ -125,6 +127,11 @@ pub struct TpmSidecar {
     /// The IMA entries measured since the previous statement, or none when IMA is unavailable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ima: Option<ImaDelta>,
+    /// The boot's event log and command line: with the first quote after the daemon starts
+    /// and after its AK is enrolled (PCRs 0-9 do not change within a boot, so the verifier
+    /// keeps what it read from one shipment for the boot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<BootEvidence>,
 }
 
 /// A stretch of the IMA list: entries `offset..offset+count` of this boot's list.
@@ -148,6 +155,8 @@ pub enum SidecarError {
     ImaBase64(String),
     #[error("tpm.ima.entries: {0}")]
     Ima(#[from] ImaError),
+    #[error(transparent)]
+    BootLog(#[from] BootLogError),
 }
 
 /// A sidecar with its fields decoded.
@@ -158,6 +167,8 @@ pub struct DecodedSidecar {
     pub pcrs: PcrValues,
     /// `(offset, entries)`, when IMA entries were shipped.
     pub ima: Option<(u64, Vec<ImaEntry>)>,
+    /// The boot's event log and the command line shipped with it.
+    pub boot: Option<(EventLog, String)>,
 }
 
 impl TpmSidecar {
@@ -175,6 +186,7 @@ impl TpmSidecar {
                 offset,
                 entries: B64.encode(bytes),
             }),
+            boot: None,
         }
     }
 
@@ -202,11 +214,16 @@ impl TpmSidecar {
                 Some((d.offset, parse_ima_binary(&bytes)?))
             }
         };
+        let boot = match &self.boot {
+            None => None,
+            Some(b) => Some((decode_boot_log(b)?, b.cmdline.clone())),
+        };
         Ok(DecodedSidecar {
             quote: hex_field("quote", &self.quote)?,
             signature: hex_field("signature", &self.signature)?,
             pcrs,
             ima,
+            boot,
         })
     }
 }

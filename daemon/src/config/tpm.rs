@@ -6,6 +6,7 @@
 //! tcti = "device:/dev/tpmrm0"      # or "swtpm:host=127.0.0.1,port=2321" (tests)
 //! pcrs = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]   # sha256 bank; 9 the initrd and command line, 10 IMA
 //! ima_list = "/sys/kernel/security/ima/binary_runtime_measurements"
+//! event_log = "/sys/kernel/security/tpm0/binary_bios_measurements"  # shipped once per boot
 //! ```
 //!
 //! `auto` quotes where the TPM can be used and otherwise says why not in every statement;
@@ -51,6 +52,8 @@ pub struct TpmConfig {
     /// Sorted, each once, 0..=23.
     pub pcrs: Vec<u8>,
     pub ima_list: PathBuf,
+    /// The firmware's boot event log, shipped with the first quote after start.
+    pub event_log: PathBuf,
 }
 
 impl Default for TpmConfig {
@@ -60,6 +63,7 @@ impl Default for TpmConfig {
             tcti: DEFAULT_TCTI.to_string(),
             pcrs: DEFAULT_QUOTE_PCRS.to_vec(),
             ima_list: PathBuf::from(DEFAULT_IMA_LIST),
+            event_log: PathBuf::from(rackwarden_attest::tpm::EVENT_LOG_PATH),
         }
     }
 }
@@ -71,6 +75,7 @@ pub(super) struct RawTpm {
     tcti: Option<Spanned<String>>,
     pcrs: Option<Spanned<Vec<Spanned<i64>>>>,
     ima_list: Option<Spanned<String>>,
+    event_log: Option<Spanned<String>>,
 }
 
 pub(super) fn validate(err: Err, raw: Option<RawTpm>) -> Result<TpmConfig, ConfigError> {
@@ -89,8 +94,12 @@ pub(super) fn validate(err: Err, raw: Option<RawTpm>) -> Result<TpmConfig, Confi
             None => defaults.pcrs,
         },
         ima_list: match &raw.ima_list {
-            Some(p) => ima_list(err, p)?,
+            Some(p) => absolute_path(err, "tpm.ima_list", p)?,
             None => defaults.ima_list,
+        },
+        event_log: match &raw.event_log {
+            Some(p) => absolute_path(err, "tpm.event_log", p)?,
+            None => defaults.event_log,
         },
     })
 }
@@ -157,15 +166,12 @@ fn pcrs(err: Err, list: &Spanned<Vec<Spanned<i64>>>) -> Result<Vec<u8>, ConfigEr
     Ok(out)
 }
 
-fn ima_list(err: Err, v: &Spanned<String>) -> Result<PathBuf, ConfigError> {
+fn absolute_path(err: Err, key: &str, v: &Spanned<String>) -> Result<PathBuf, ConfigError> {
     let p = PathBuf::from(v.get_ref());
     if !p.is_absolute() {
         return Err(err(
             Some(v.span()),
-            format!(
-                "`tpm.ima_list` must be an absolute path (it is `{}`)",
-                v.get_ref()
-            ),
+            format!("`{key}` must be an absolute path (it is `{}`)", v.get_ref()),
         ));
     }
     Ok(p)
@@ -210,7 +216,7 @@ burst = "256 KiB"
     #[test]
     fn tpm_keys_are_read_and_pcrs_sorted() {
         let c = parse(
-            "mode = \"required\"\ntcti = \"swtpm:host=127.0.0.1,port=2321\"\npcrs = [10, 7, 0]\nima_list = \"/tmp/ima\"\n",
+            "mode = \"required\"\ntcti = \"swtpm:host=127.0.0.1,port=2321\"\npcrs = [10, 7, 0]\nima_list = \"/tmp/ima\"\nevent_log = \"/tmp/log\"\n",
         )
         .unwrap();
         assert_eq!(
@@ -220,6 +226,7 @@ burst = "256 KiB"
                 tcti: "swtpm:host=127.0.0.1,port=2321".into(),
                 pcrs: vec![0, 7, 10],
                 ima_list: PathBuf::from("/tmp/ima"),
+                event_log: PathBuf::from("/tmp/log"),
             }
         );
         assert_eq!(parse("mode = \"off\"\n").unwrap().tpm.mode, TpmMode::Off);

@@ -92,7 +92,7 @@ impl Attestor {
             log::info!("tpm: AK {} ({:?})", hex::encode(&ak.name), ak.source);
         }
         let tpm = std::sync::Arc::new(std::sync::Mutex::new(tpm));
-        let quoter = super::StatementQuoter::new(tpm.clone(), &cfg.pcrs, ima);
+        let quoter = super::StatementQuoter::new(tpm.clone(), &cfg.pcrs, ima, &cfg.event_log);
         Attestor {
             root,
             tpm: Some(TpmParts {
@@ -145,7 +145,7 @@ impl Attestor {
         }
     }
 
-    /// Makes the next statement ship the whole IMA list again. Called once the AK is enrolled:
+    /// Makes the next statement ship the whole IMA list (and the boot's event log) again. Called once the AK is enrolled:
     /// the quotes before could not be checked, so the verifier holds no verified position to
     /// continue from, and only a list from the boot aggregate lets it replay PCR 10 again.
     pub fn resend_ima_from_boot(&self) {

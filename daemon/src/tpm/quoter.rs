@@ -1,9 +1,12 @@
-//! The quote over one statement and the IMA entries it covers: the [`TpmSidecar`] that goes
-//! beside the envelope.
+//! The quote over one statement, the IMA entries it covers and, once per boot, the boot's
+//! event log: the [`TpmSidecar`] that goes beside the envelope.
 
-use std::{collections::BTreeMap, path::PathBuf};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
-use rackwarden_attest::tpm::{ImaSource, TpmSidecar};
+use rackwarden_attest::tpm::{BOOT_LOG_PCRS, BootEvidence, ImaSource, TpmSidecar};
 
 use super::{SharedTpm, TpmError, ima_cursor::ImaCursor};
 
@@ -18,6 +21,23 @@ pub struct StatementQuoter {
     /// nothing the list says could be checked).
     ima_list: Option<PathBuf>,
     cursor: ImaCursor,
+    boot_log: BootLogShipment,
+}
+
+/// Whether the boot's event log still has to go: with the first quote after start and after
+/// the AK is enrolled. PCRs 0-9 do not change within a boot, so once is enough for the
+/// verifier, which keeps what the log measured for the boot.
+#[derive(Debug)]
+enum BootLogShipment {
+    /// The next quote ships it (it covers PCRs 0-9).
+    Pending {
+        log: PathBuf,
+    },
+    Shipped {
+        log: PathBuf,
+    },
+    /// The quote does not cover PCRs 0-9, or the host has no event log: nothing could check it.
+    Never,
 }
 
 impl std::fmt::Debug for StatementQuoter {
@@ -26,12 +46,24 @@ impl std::fmt::Debug for StatementQuoter {
             .field("pcrs", &self.pcrs)
             .field("ima_list", &self.ima_list)
             .field("cursor", &self.cursor)
+            .field("boot_log", &self.boot_log)
             .finish()
     }
 }
 
 impl StatementQuoter {
-    pub fn new(tpm: SharedTpm, pcrs: &[u8], ima: &ImaSource) -> StatementQuoter {
+    pub fn new(tpm: SharedTpm, pcrs: &[u8], ima: &ImaSource, event_log: &Path) -> StatementQuoter {
+        let boot_log = if BOOT_LOG_PCRS.clone().all(|p| pcrs.contains(&p)) {
+            BootLogShipment::Pending {
+                log: event_log.to_path_buf(),
+            }
+        } else {
+            log::warn!(
+                "tpm: [tpm] pcrs does not cover PCRs 0-9: the boot event log {} is not shipped (nothing could replay it)",
+                event_log.display()
+            );
+            BootLogShipment::Never
+        };
         let ima_list = match ima {
             ImaSource::Measured { list } if pcrs.contains(&IMA_PCR) => Some(PathBuf::from(list)),
             ImaSource::Measured { list } => {
@@ -47,6 +79,7 @@ impl StatementQuoter {
             pcrs: pcrs.to_vec(),
             ima_list,
             cursor: ImaCursor::at_boot_aggregate(),
+            boot_log,
         }
     }
 
@@ -56,18 +89,63 @@ impl StatementQuoter {
     pub fn quote_statement(&mut self, chain_digest: &[u8; 32]) -> Result<TpmSidecar, TpmError> {
         let quote = self.quote_twice(chain_digest)?;
         let ima = self.ima_delta(&quote.pcr_values);
-        Ok(TpmSidecar::new(
+        let mut sidecar = TpmSidecar::new(
             &quote.attest,
             &quote.signature,
             &quote.pcr_values,
             ima.as_ref()
                 .map(|(offset, bytes)| (*offset, bytes.as_slice())),
-        ))
+        );
+        sidecar.boot = self.boot_evidence();
+        Ok(sidecar)
     }
 
-    /// The next quote ships the whole IMA list, from the boot aggregate.
+    /// The next quote ships the whole IMA list, from the boot aggregate, and the boot's
+    /// event log.
     pub fn restart_ima(&mut self) {
         self.cursor = ImaCursor::at_boot_aggregate();
+        if let BootLogShipment::Shipped { log } = &self.boot_log {
+            self.boot_log = BootLogShipment::Pending { log: log.clone() };
+        }
+    }
+
+    /// The event log and command line, when they are due. A log that cannot be read now is
+    /// tried again with the next quote; a host without one (no UEFI event log) never ships.
+    fn boot_evidence(&mut self) -> Option<BootEvidence> {
+        let BootLogShipment::Pending { log } = &self.boot_log else {
+            return None;
+        };
+        let log = log.clone();
+        let read = std::fs::read(&log).and_then(|l| {
+            let cmdline = std::fs::read_to_string("/proc/cmdline")?;
+            Ok((l, cmdline))
+        });
+        match read {
+            Ok((bytes, cmdline)) => {
+                log::info!(
+                    "tpm: shipping the boot event log {} ({} bytes) with this quote",
+                    log.display(),
+                    bytes.len()
+                );
+                self.boot_log = BootLogShipment::Shipped { log };
+                Some(BootEvidence::new(&bytes, &cmdline))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                log::warn!(
+                    "tpm: no boot event log at {}: the verifier cannot judge this host's boot",
+                    log.display()
+                );
+                self.boot_log = BootLogShipment::Never;
+                None
+            }
+            Err(e) => {
+                log::warn!(
+                    "tpm: cannot read the boot event log {}: {e}; trying again with the next quote",
+                    log.display()
+                );
+                None
+            }
+        }
     }
 
     /// A quote, tried once more after a failed TPM command: a statement without a quote from

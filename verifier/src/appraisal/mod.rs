@@ -22,6 +22,7 @@
 //! | traffic | `traffic` | did the tap commit every byte the policer passed, and are the records kept |
 //! | replay | `replay` | are the opened exchanges what the precommitted model produces |
 
+mod boot;
 pub(crate) mod budget;
 mod chain;
 mod clock;
@@ -105,6 +106,8 @@ pub struct Effects {
     pub rotate_to: Option<NextKey>,
     /// The host's IMA list verified this far: the position the next statement continues.
     pub tpm_position: Option<crate::store::TpmPosition>,
+    /// A boot whose event log verified with this statement: judges the boot's later ones.
+    pub tpm_boot: Option<crate::store::TpmBoot>,
 }
 
 #[derive(Debug, Clone)]
@@ -139,6 +142,7 @@ impl Judge<'_> {
         self,
         st: &Statement,
         root_of_trust: Option<TrustLevel>,
+        guard: Option<rackwarden_attest::result::GuardBasis>,
         storage: bool,
         traffic: bool,
         replay: bool,
@@ -165,6 +169,7 @@ impl Judge<'_> {
             trustworthiness: tw,
             findings: self.findings,
             root_of_trust,
+            guard,
         }
     }
 }
@@ -192,12 +197,13 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
     images::check(&mut j, st, ctx);
     chain::check_incidents(&mut j, st);
     // Last, so verdicts made before the TPM existed keep their finding order.
-    let (root_of_trust, tpm_position) = if ctx.tpm.in_play(st, policy.min_root_of_trust) {
-        let out = tpm::check(&mut j, st, &ctx.tpm);
-        (Some(out.level), out.position)
-    } else {
-        (None, None)
-    };
+    let (root_of_trust, tpm_position, tpm_boot, guard) =
+        if ctx.tpm.in_play(st, policy.min_root_of_trust) {
+            let out = tpm::check(&mut j, st, &ctx.tpm);
+            (Some(out.level), out.position, out.boot, out.guard)
+        } else {
+            (None, None, None, None)
+        };
     // After the TPM, for the same reason.
     let storage = storage::in_play(&j, st);
     if storage {
@@ -214,12 +220,13 @@ pub fn appraise(policy: &Policy, st: &Statement, ctx: &Context, now_ms: u64) -> 
         replay::check(&mut j, &ctx.replay);
     }
     Appraisal {
-        result: j.result(st, root_of_trust, storage, traffic, replay),
+        result: j.result(st, root_of_trust, guard, storage, traffic, replay),
         effects: Effects {
             consume_nonce: fresh,
             wipe_counts,
             rotate_to,
             tpm_position,
+            tpm_boot,
         },
     }
 }

@@ -12,13 +12,14 @@ use std::collections::BTreeMap;
 
 use rackwarden_attest::statement::Statement;
 use rackwarden_attest::tpm::{
-    AkPublic, DecodedSidecar, ImaEntry, QuoteError, QuoteInfo, TpmSidecar, TrustLevel,
-    replay_pcr10, verify_quote,
+    AkPublic, DecodedSidecar, ImaEntry, MeasuredBoot, QuoteError, QuoteInfo, TpmSidecar,
+    TrustLevel, replay_pcr10, verify_quote,
 };
 
 use super::{FindingCode as C, Judge, Status};
 use crate::config::RuntimePolicy;
-use crate::store::{TpmEnrollment, TpmPosition};
+use crate::store::{TpmBoot, TpmEnrollment, TpmPosition};
+use rackwarden_attest::result::GuardBasis;
 
 /// What the store knows for the TPM check.
 #[derive(Debug, Clone, Default)]
@@ -31,6 +32,8 @@ pub struct TpmContext {
     pub position: Option<TpmPosition>,
     /// The statement's chain digest: what its quote must have as qualifying data.
     pub statement_digest: [u8; 32],
+    /// The host's last boot whose event log verified.
+    pub boot: Option<TpmBoot>,
 }
 
 impl TpmContext {
@@ -52,12 +55,17 @@ impl TpmContext {
 pub(crate) struct TpmOutcome {
     pub level: TrustLevel,
     pub position: Option<TpmPosition>,
+    /// A boot whose newly shipped event log verified: stored for the boot's later statements.
+    pub boot: Option<TpmBoot>,
+    /// What the daemon's sealed guard rests on (`None`: nothing sealed, or no verified boot).
+    pub guard: Option<GuardBasis>,
 }
 
 const PCR_IMA: u8 = 10;
 
 pub(crate) fn check(j: &mut Judge, st: &Statement, ctx: &TpmContext) -> TpmOutcome {
-    let outcome = verified_level(j, st, ctx);
+    let (mut outcome, measured) = verified_level(j, st, ctx);
+    outcome.guard = super::boot::guard_basis(j, st, measured.as_ref(), outcome.level);
     let min = j.policy.min_root_of_trust;
     if outcome.level < min {
         j.add(
@@ -85,12 +93,22 @@ fn claimed_reason(st: &Statement) -> String {
     }
 }
 
-const NONE: TpmOutcome = TpmOutcome {
-    level: TrustLevel::None,
-    position: None,
-};
+const NONE: (TpmOutcome, Option<MeasuredBoot>) = (
+    TpmOutcome {
+        level: TrustLevel::None,
+        position: None,
+        boot: None,
+        guard: None,
+    },
+    None,
+);
 
-fn verified_level(j: &mut Judge, st: &Statement, ctx: &TpmContext) -> TpmOutcome {
+/// The level granted, and the boot the statement is judged by (for the guard).
+fn verified_level(
+    j: &mut Judge,
+    st: &Statement,
+    ctx: &TpmContext,
+) -> (TpmOutcome, Option<MeasuredBoot>) {
     let claims_tpm = st
         .predicate
         .root_of_trust
@@ -134,6 +152,7 @@ fn verified_level(j: &mut Judge, st: &Statement, ctx: &TpmContext) -> TpmOutcome
         );
     }
     check_boot(j, &decoded);
+    let boot = super::boot::check(j, st, ctx.boot.as_ref(), &info, &decoded);
     let position = check_ima(j, st, ctx, &info, &decoded);
     let level = match (&position, &j.policy.runtime) {
         (Some(_), Some(_)) if !j.has(super::Aspect::RootOfTrust, Status::Contraindicated) => {
@@ -141,7 +160,15 @@ fn verified_level(j: &mut Judge, st: &Statement, ctx: &TpmContext) -> TpmOutcome
         }
         _ => TrustLevel::Tpm,
     };
-    TpmOutcome { level, position }
+    (
+        TpmOutcome {
+            level,
+            position,
+            boot: boot.store,
+            guard: None,
+        },
+        boot.measured,
+    )
 }
 
 /// The quote: AK signature, qualifying data = this statement's digest, PCR digest.

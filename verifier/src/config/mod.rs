@@ -78,8 +78,10 @@ use toml::Spanned;
 
 pub use rackwarden_attest::config_error::{ConfigError, line_of};
 
+mod boot;
 mod flow_rule;
 mod tpm;
+pub use boot::{BootLogPolicy, forbids};
 pub use flow_rule::FlowRule;
 pub use tpm::{RuntimePolicy, TpmEnrolConfig, parse_allowlist};
 
@@ -130,6 +132,9 @@ pub struct Policy {
     /// Reference values (hex SHA-256 bank) of boot PCRs (empty: the boot is not judged).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub boot_pcrs: BTreeMap<u8, String>,
+    /// `[policy.boot]`'s sets, judged from the boot's event log (`None`: not judged so).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot_log: Option<BootLogPolicy>,
     /// The most writable persistent bytes (residue in a statement's storage inventory) a
     /// host may have. Default 0; left out of the digest at 0, so policies written before it
     /// keep theirs.
@@ -389,7 +394,7 @@ struct RawPolicy {
     manifest_key: Option<Spanned<String>>,
     min_root_of_trust: Option<Spanned<String>>,
     runtime: Option<tpm::RawRuntime>,
-    boot: Option<tpm::RawBoot>,
+    boot: Option<boot::RawBoot>,
     max_residue_persistent: Option<Spanned<String>>,
     require_storage_inventory: Option<bool>,
     storage_exclude: Option<BTreeMap<String, Spanned<String>>>,
@@ -703,6 +708,7 @@ fn policy(src: &Source, p: &RawPolicy, checked: CheckedFirst) -> Result<Policy, 
             p.min_root_of_trust.as_ref().map(|s| s.span()),
         )?,
         boot_pcrs: tpm::boot(src, &p.boot)?,
+        boot_log: boot::boot_log(src, p.boot.as_ref())?,
         max_residue_persistent: match &p.max_residue_persistent {
             None => 0,
             Some(v) => src.size("policy.max_residue_persistent", v)?,

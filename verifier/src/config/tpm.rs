@@ -19,6 +19,8 @@
 //!
 //! [policy.boot]                  # reference PCR values where the boot path measures them
 //! pcrs = { 0 = "<64 hex>", 4 = "<64 hex>" }
+//! # ...or, better, sets judged from the boot's event log (see `config/boot.rs`)
+//! kernels = ["<sha256>"]
 //! ```
 
 use std::{
@@ -76,11 +78,6 @@ pub(super) struct RawRuntime {
     exclude: Vec<Spanned<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawBoot {
-    pcrs: BTreeMap<String, Spanned<String>>,
-}
 
 pub(super) fn tpm_enrol(
     src: &Source,
@@ -143,7 +140,11 @@ pub(super) fn min_root_of_trust(
     })
 }
 
-fn sha256_hex(src: &Source, key: &str, s: &Spanned<String>) -> Result<String, ConfigError> {
+pub(super) fn sha256_hex(
+    src: &Source,
+    key: &str,
+    s: &Spanned<String>,
+) -> Result<String, ConfigError> {
     let v = s.get_ref();
     if v.len() == 64
         && v.bytes()
@@ -237,7 +238,7 @@ pub fn parse_allowlist(path: &Path, text: &str) -> Result<BTreeSet<String>, Conf
 
 pub(super) fn boot(
     src: &Source,
-    raw: &Option<RawBoot>,
+    raw: &Option<super::boot::RawBoot>,
 ) -> Result<BTreeMap<u8, String>, ConfigError> {
     let Some(raw) = raw else {
         return Ok(BTreeMap::new());

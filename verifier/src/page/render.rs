@@ -515,7 +515,8 @@ fn traffic_line(t: &TrafficReport) -> String {
 /// The host's root of trust: the level verified, what the host said, and what stays on the
 /// daemon's word.
 fn root_of_trust_line(r: &RootOfTrustView, boot_judged: bool) -> Markup {
-    use rackwarden_attest::tpm::{RootOfTrust, TrustLevel};
+    use rackwarden_attest::result::GuardBasis;
+    use rackwarden_attest::tpm::{MeasuredCmdline, RootOfTrust, TrustLevel};
     let level = r.verified.unwrap_or(TrustLevel::None);
     html! {
         p.root-of-trust data-level=(level.name()) {
@@ -528,12 +529,43 @@ fn root_of_trust_line(r: &RootOfTrustView, boot_judged: bool) -> Markup {
             @if level == TrustLevel::None {
                 " · everything on this host rests on its daemon's word: its signing key is readable by the host's root"
             } @else if !boot_judged && r.guard_sealed {
-                " · boot not appraised (the policy names no reference PCRs): the kernel, its command line (lsm=…bpf) and so the guard's sealed state rest on the daemon's word"
+                " · boot not appraised (the policy names no reference PCRs or boot sets): the kernel, its command line (lsm=…bpf) and so the guard's sealed state rest on the daemon's word"
             } @else if !boot_judged {
-                " · boot not appraised (the policy names no reference PCRs): the kernel and its command line rest on the daemon's word; this host reports no sealed guard"
+                " · boot not appraised (the policy names no reference PCRs or boot sets): the kernel and its command line rest on the daemon's word; this host reports no sealed guard"
+            }
+            @if let Some((reset_count, seq, m)) = &r.boot {
+                br;
+                span.measured-boot {
+                    "measured boot (event log replayed to the quoted PCRs 0-9 with statement " (seq) ", TPM resetCount " (reset_count) "): "
+                    @for l in &m.loaders { "loader " code { (short(l)) } " → " }
+                    "kernel " code { (m.kernel.as_deref().map_or("none", short)) }
+                    @for i in &m.initrds { " · initrd " code { (short(i)) } }
+                    @match &m.cmdline {
+                        MeasuredCmdline::Measured { cmdline } => { " · command line " code { (cmdline) } }
+                        MeasuredCmdline::Mismatch { .. } => { " · command line: the host's does not hash to the measured one" }
+                        MeasuredCmdline::NotMeasured => { " · command line not measured" }
+                    }
+                    " · Secure Boot " (match m.secure_boot.enabled { Some(true) => "on", Some(false) => "off", None => "not measured" })
+                }
+            }
+            @if r.guard_sealed {
+                br;
+                span.guard-basis data-guard=(r.guard.map_or("daemon_word", |g| g.name())) {
+                    @match r.guard {
+                        Some(GuardBasis::ProvenByBoot) => { "guard sealed: proven by the boot (the TPM quoted a boot that runs it; IMA, the accepted daemon that sealed it)" }
+                        Some(GuardBasis::ContradictedByBoot) => { "guard sealed, says the daemon: contradicted by the measured boot" }
+                        Some(GuardBasis::DaemonWord) => { "guard sealed: on the daemon's word (the measured boot does not show what it needs, or IMA does not prove the daemon)" }
+                        None => { "guard sealed: on the daemon's word (no verified boot log)" }
+                    }
+                }
             }
         }
     }
+}
+
+/// The first 12 hex digits of a digest, for a line a reader scans (the API has the rest).
+fn short(d: &str) -> &str {
+    d.get(..12).unwrap_or(d)
 }
 
 /// Beside the verdict, in the page's first line: whether it rests on the daemon's word alone
@@ -649,7 +681,7 @@ pub fn rack(v: &RackView) -> Markup {
                 (secrets_card(v))
             }
             h2 { "Hosts" }
-            @for h in &v.hosts { (host_section(&st.rack, h, !v.policy.boot_pcrs.is_empty())) }
+            @for h in &v.hosts { (host_section(&st.rack, h, !v.policy.boot_pcrs.is_empty() || v.policy.boot_log.is_some())) }
             h2 #inventory { "What is shared" }
             p { "Derived from the evidence schema: every field a signed statement can carry, by kind." }
             table {
@@ -772,6 +804,7 @@ mod tests {
             verified: Some(TrustLevel::Tpm),
             claimed: None,
             guard_sealed: false,
+            ..Default::default()
         };
         let without = root_of_trust_line(&r, false).into_string();
         assert!(

@@ -99,6 +99,10 @@ pub fn rack_view(
                 guard_sealed: last
                     .and_then(|(_, s, _)| s.as_ref())
                     .is_some_and(guard_sealed),
+                guard: last.and_then(|(_, _, r)| r.as_ref()).and_then(|r| r.guard),
+                boot: store
+                    .tpm_boot(rack, &hs.host)?
+                    .map(|b| (b.reset_count, b.seq, b.measured)),
             },
             epochs: {
                 let mut points = epochs(&parsed, agreement, window);

@@ -450,6 +450,9 @@ impl Verifier {
         if let Some(pos) = &effects.tpm_position {
             self.store.set_tpm_position(&hk.rack, &hk.host, pos)?;
         }
+        if let Some(boot) = &effects.tpm_boot {
+            self.store.set_tpm_boot(&hk.rack, &hk.host, boot)?;
+        }
         if let Some(nk) = &effects.rotate_to {
             self.store.rotate_key(
                 &Rotation {

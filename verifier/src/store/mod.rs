@@ -22,7 +22,7 @@ pub use judging::{JudgingQuery, JudgingRows};
 pub use replay::{PendingReplay, RecordReplay, ReplayRow};
 pub use standing::StandingRow;
 pub use tlog::TlogAppendError;
-pub use tpm::{TpmChallengeRow, TpmEnrollment, TpmPosition};
+pub use tpm::{TpmBoot, TpmChallengeRow, TpmEnrollment, TpmPosition};
 pub use traffic::{OpeningsRow, SampleAndAnswer, SampleRow};
 
 /// The database. Its connection is the store's alone: callers ask for rows and
@@ -124,6 +124,12 @@ CREATE TABLE IF NOT EXISTS tpm_challenges (
 CREATE TABLE IF NOT EXISTS tpm_positions (
   rack TEXT NOT NULL, host TEXT NOT NULL, reset_count INTEGER NOT NULL,
   ima_count INTEGER NOT NULL, pcr10 TEXT NOT NULL, seq INTEGER NOT NULL,
+  PRIMARY KEY (rack, host));
+-- Measured boot (issue 41): each host's boot whose event log replayed to its quoted PCRs
+-- 0-9, and what that log measured (JSON): later statements of the same boot are judged by it.
+CREATE TABLE IF NOT EXISTS tpm_boots (
+  rack TEXT NOT NULL, host TEXT NOT NULL, reset_count INTEGER NOT NULL,
+  pcrs TEXT NOT NULL, measured TEXT NOT NULL, seq INTEGER NOT NULL,
   PRIMARY KEY (rack, host));
 ";
 

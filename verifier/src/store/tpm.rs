@@ -1,6 +1,8 @@
 //! The TPM rows (issue 22): enrolled AKs, outstanding credential challenges, and each host's
 //! IMA replay position.
 
+use rackwarden_attest::tpm::MeasuredBoot;
+
 use super::{
     DbError, Store,
     db::{Row, vals},
@@ -43,6 +45,16 @@ pub struct TpmPosition {
     pub reset_count: u32,
     pub ima_count: u64,
     pub pcr10: [u8; 32],
+    pub seq: u64,
+}
+
+/// A boot whose event log replayed to the quoted PCRs 0-9 (`pcrs`) in the boot whose TPM
+/// resetCount is `reset_count`, and what it measured, as of statement `seq`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TpmBoot {
+    pub reset_count: u32,
+    pub pcrs: std::collections::BTreeMap<u8, [u8; 32]>,
+    pub measured: MeasuredBoot,
     pub seq: u64,
 }
 
@@ -227,6 +239,47 @@ impl Store {
             .as_ref()
             .map(row_position)
             .transpose()
+    }
+
+    /// The host's last boot whose event log verified (`None`: none, or a row that no longer
+    /// reads, which then judges as no verified boot: a finding, not a silent pass).
+    pub fn tpm_boot(&self, rack: &str, host: &str) -> Result<Option<TpmBoot>, DbError> {
+        let Some(r) = self.db.query_opt(
+            "SELECT reset_count, pcrs, measured, seq FROM tpm_boots WHERE rack = ?1 AND host = ?2",
+            vals![rack, host],
+        )?
+        else {
+            return Ok(None);
+        };
+        let pcrs: std::collections::BTreeMap<u8, String> =
+            serde_json::from_str(&r.text(1)?).unwrap_or_default();
+        let pcrs = pcrs
+            .into_iter()
+            .filter_map(|(i, v)| Some((i, <[u8; 32]>::try_from(hex::decode(v).ok()?).ok()?)))
+            .collect();
+        let Ok(measured) = serde_json::from_str(&r.text(2)?) else {
+            return Ok(None);
+        };
+        Ok(Some(TpmBoot {
+            reset_count: r.u64(0)? as u32,
+            pcrs,
+            measured,
+            seq: r.u64(3)?,
+        }))
+    }
+
+    pub fn set_tpm_boot(&self, rack: &str, host: &str, b: &TpmBoot) -> Result<(), DbError> {
+        let pcrs: std::collections::BTreeMap<u8, String> =
+            b.pcrs.iter().map(|(i, v)| (*i, hex::encode(v))).collect();
+        let pcrs = serde_json::to_string(&pcrs).unwrap_or_default();
+        let measured = serde_json::to_string(&b.measured).unwrap_or_default();
+        self.db.execute(
+            "INSERT INTO tpm_boots (rack, host, reset_count, pcrs, measured, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT(rack, host) DO UPDATE SET reset_count = excluded.reset_count,
+               pcrs = excluded.pcrs, measured = excluded.measured, seq = excluded.seq",
+            vals![rack, host, b.reset_count, pcrs.as_str(), measured.as_str(), b.seq],
+        )?;
+        Ok(())
     }
 
     pub fn set_tpm_position(&self, rack: &str, host: &str, p: &TpmPosition) -> Result<(), DbError> {

@@ -236,6 +236,19 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The `[policy.boot]` values that accept this host's boot, read from its event log (or
+    /// the Authenticode digest of kernel images, to add to `kernels` before an update).
+    BootReference {
+        /// The firmware's event log.
+        #[arg(long, default_value = rackwarden_attest::tpm::EVENT_LOG_PATH)]
+        event_log: PathBuf,
+        /// The command line the kernel runs with (checked against the measured digest).
+        #[arg(long, default_value = "/proc/cmdline")]
+        cmdline: PathBuf,
+        /// Print the digest firmware or shim logs for these kernel (PE) images instead.
+        #[arg(long)]
+        kernel: Vec<PathBuf>,
+    },
     /// The verifier's transparency log, as this host kept it.
     Log {
         #[command(subcommand)]

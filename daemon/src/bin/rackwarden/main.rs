@@ -2,6 +2,7 @@
 //! parses, calls the `rackwarden` library and prints.
 
 mod args;
+mod boot;
 mod budget;
 mod evidence;
 mod image;
@@ -90,6 +91,11 @@ fn run(cmd: &Cmd) -> anyhow::Result<ExitCode> {
             verifier_config,
             json,
         } => operate::check_config(&config.path(), verifier_config.as_deref(), *json)?,
+        Cmd::BootReference {
+            event_log,
+            cmdline,
+            kernel,
+        } => boot::reference(event_log, cmdline, kernel)?,
         Cmd::Log {
             cmd:
                 LogCmd::Verify {
