@@ -154,12 +154,21 @@ pub enum LsmGuard {
         objects: usize,
         /// Attempts it refused since it was loaded (someone tried).
         refusals: u64,
+        /// TPM character devices it refuses to every other process (0: the TPM is not kept
+        /// for the daemon, or the host has none): with them, the daemon's AK quotes only what
+        /// the daemon asks.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        tpm_devices: u32,
     },
     /// Not loaded, and why.
     Unavailable { reason: String },
     /// A statement from a daemon that predates the guard.
     #[default]
     NotReported,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Where the guard's programs run. Both refuse the same calls, in the kernel, before they

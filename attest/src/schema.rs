@@ -91,6 +91,7 @@ pub fn example_statement() -> Statement {
                 bpf_hook_args: 4,
                 objects: 1,
                 refusals: 0,
+                tpm_devices: 0,
             },
         }),
     };

@@ -15,6 +15,8 @@ pub const GUARD_MAGIC: u64 = 0x5257_4755_4152_4431; // "RWGUARD1"
 pub const GUARD_MAX_IDS: usize = 16;
 pub const GUARD_MAX_DIRS: usize = 8;
 pub const GUARD_MAX_IFACES: usize = 8;
+/// TPM character devices (`tpm<N>` and `tpmrm<N>`) the guard keeps for the daemon.
+pub const GUARD_MAX_TPM_DEVS: usize = 4;
 /// The netlink hook reads at most this many messages of one `sendmsg`; a larger batch to an
 /// interface-bearing rtnetlink socket is refused for everyone but the daemon.
 pub const GUARD_MAX_NLMSGS: u32 = 32;
@@ -46,7 +48,9 @@ pub struct KernelOffsets {
     pub skb_len: u32,
     pub sk_protocol: u32,
     pub sk_net: u32,
-    pub _pad: u32,
+    /// `inode.i_rdev` (kernel encoding), `inode.i_mode` (a u16).
+    pub inode_rdev: u32,
+    pub inode_mode: u32,
 }
 
 /// A file as the kernel names it: the superblock's `s_dev` (kernel encoding: major << 20 |
@@ -93,6 +97,11 @@ pub struct GuardConfig {
     pub maps: [u32; GUARD_MAX_IDS],
     pub progs: [u32; GUARD_MAX_IDS],
     pub links: [u32; GUARD_MAX_IDS],
+    /// The TPM's character devices (`i_rdev`, kernel encoding): opening any node of them is
+    /// refused to every process but the daemon, so no other process can load the daemon's
+    /// AK and quote with it (a shell writing raw TPM commands included).
+    pub n_tpm_devs: u32,
+    pub tpm_devs: [u32; GUARD_MAX_TPM_DEVS],
 }
 
 impl Default for GuardConfig {
@@ -112,6 +121,8 @@ impl Default for GuardConfig {
             maps: [0; GUARD_MAX_IDS],
             progs: [0; GUARD_MAX_IDS],
             links: [0; GUARD_MAX_IDS],
+            n_tpm_devs: 0,
+            tpm_devs: [0; GUARD_MAX_TPM_DEVS],
         }
     }
 }
@@ -136,6 +147,8 @@ pub struct GuardRefusals {
     pub ptrace: u64,
     /// Opening the daemon's executable for writing, or `prctl(PR_SET_MM_EXE_FILE/MAP)`.
     pub identity: u64,
+    /// Opening a TPM device node (the daemon's AK is usable through it).
+    pub tpm: u64,
     /// `bpf_ktime_get_ns` of the latest refusal on this CPU, and who it was.
     pub last_ns: u64,
     pub last_tgid: u32,

@@ -238,10 +238,11 @@ impl StatusReport {
                     hooks,
                     objects,
                     refusals,
+                    tpm_devices,
                     ..
                 } => writeln!(
                     s,
-                    "guard: sealed ({}; {objects} objects; hooks {}); refused {refusals} attempts",
+                    "guard: sealed ({}; {objects} objects; {tpm_devices} TPM devices kept for the daemon; hooks {}); refused {refusals} attempts",
                     attach.name(),
                     hooks.join(", ")
                 ),

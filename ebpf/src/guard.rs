@@ -17,7 +17,10 @@
 //!   no `bpf()` hook sees;
 //! - becoming the daemon: ptrace of it (`ptrace_access_check`, which also guards
 //!   `/proc/PID/mem`, `/proc/PID/fd` and `pidfd_getfd`), writing its executable
-//!   (`file_open`), or setting another executable (`task_prctl`).
+//!   (`file_open`), or setting another executable (`task_prctl`);
+//! - using the TPM: opening any node of its character devices (`file_open`, by `i_rdev`, so
+//!   a node made anew with `mknod` is the same device), so the daemon's AK quotes only what
+//!   the daemon asks.
 //!
 //! The daemon is whoever runs the daemon's executable (`mm->exe_file`, by device and inode).
 //! Kernel threads (no `mm`) are never refused.
@@ -34,7 +37,7 @@ use aya_ebpf::{
 };
 use rackwarden_common::guard::{
     FileId, GUARD_MAGIC, GUARD_MAX_DIRS, GUARD_MAX_IDS, GUARD_MAX_IFACES, GUARD_MAX_NLMSGS,
-    GuardConfig, GuardRefusals,
+    GUARD_MAX_TPM_DEVS, GuardConfig, GuardRefusals,
 };
 
 /// No program can write the config, ours included; the daemon freezes it after writing it.
@@ -84,6 +87,7 @@ enum Path {
     Netlink = 5,
     Ptrace = 6,
     Identity = 7,
+    Tpm = 8,
 }
 
 #[inline(always)]
@@ -157,6 +161,7 @@ fn refuse(path: Path) -> i32 {
             Path::Netlink => &mut c.netlink,
             Path::Ptrace => &mut c.ptrace,
             Path::Identity => &mut c.identity,
+            Path::Tpm => &mut c.tpm,
         };
         *n = n.wrapping_add(1);
         // SAFETY: helpers without preconditions.
@@ -380,19 +385,52 @@ pub fn rw_guard_ptrace(ctx: LsmContext) -> i32 {
     }
 }
 
-/// `security_file_open(file)`: nobody opens the daemon's executable for writing, the daemon
-/// included (it is replaced by a new file, a new inode, which is not the daemon's).
+const S_IFMT: u16 = 0o170000;
+const S_IFCHR: u16 = 0o020000;
+
+/// Whether `inode` is a node of one of the TPM's character devices.
+#[inline(always)]
+fn is_tpm_device(cfg: &GuardConfig, inode: u64) -> bool {
+    if cfg.n_tpm_devs == 0 {
+        return false;
+    }
+    match read::<u16>(inode, cfg.off.inode_mode) {
+        Some(mode) if mode & S_IFMT == S_IFCHR => {}
+        _ => return false,
+    }
+    let Some(rdev) = read::<u32>(inode, cfg.off.inode_rdev) else {
+        return false;
+    };
+    let mut i = 0;
+    while i < GUARD_MAX_TPM_DEVS {
+        if i as u32 >= cfg.n_tpm_devs {
+            break;
+        }
+        if cfg.tpm_devs[i] == rdev {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// `security_file_open(file)`: nobody but the daemon opens the TPM, in any mode; nobody opens
+/// the daemon's executable for writing, the daemon included (it is replaced by a new file, a
+/// new inode, which is not the daemon's).
 #[lsm(hook = "file_open")]
 pub fn rw_guard_file_open(ctx: LsmContext) -> i32 {
     let Some(cfg) = config() else { return 0 };
     let file: u64 = ctx.arg(0);
+    let Some(inode) = read::<u64>(file, cfg.off.file_inode) else {
+        return 0;
+    };
+    if is_tpm_device(cfg, inode) && !caller_is_daemon(cfg) {
+        return refuse(Path::Tpm);
+    }
     match read::<u32>(file, cfg.off.file_mode) {
         Some(mode) if mode & FMODE_WRITE != 0 => {}
         _ => return 0,
     }
-    let Some(inode) = read::<u64>(file, cfg.off.file_inode) else {
-        return 0;
-    };
     match file_id(cfg, inode) {
         Some(f) if is_daemon_exe(cfg, &f) => refuse(Path::Identity),
         _ => 0,

@@ -6,6 +6,7 @@
 //! Addresses are TEST-NET-1 (192.0.2.0/24) and exist only inside the fixture's namespaces.
 
 pub mod benchstats;
+pub mod bootmatrix;
 pub mod demo;
 pub mod epoch;
 pub mod gpu;

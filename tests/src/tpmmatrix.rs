@@ -48,6 +48,10 @@ pub struct Platform {
     pub tcti: String,
     /// The binary IMA list the daemon reads (`[tpm] ima_list`).
     pub list: PathBuf,
+    /// The boot's event log the daemon ships (`[tpm] event_log`): the guest firmware's, or
+    /// none for swtpm (no firmware measured anything into it; a path that does not exist,
+    /// so that a test host's own TPM log is never shipped as swtpm's).
+    pub event_log: PathBuf,
     /// The CA that issued the TPM's EK certificate (the verifier's `[tpm] ek_roots`).
     pub ca_root: PathBuf,
     pub ca_intermediate: PathBuf,
@@ -70,6 +74,7 @@ impl Platform {
             ca_root: swtpm.ca_root.clone(),
             ca_intermediate: swtpm.ca_intermediate.clone(),
             list: dir.join("binary_runtime_measurements"),
+            event_log: dir.join("swtpm-has-no-event-log"),
             scratch: dir.to_path_buf(),
             source: TpmSource::Simulated {
                 swtpm,
@@ -88,6 +93,7 @@ impl Platform {
             source: TpmSource::Device,
             tcti: "device:/dev/tpmrm0".into(),
             list: "/sys/kernel/security/ima/binary_runtime_measurements".into(),
+            event_log: rackwarden_attest::tpm::EVENT_LOG_PATH.into(),
             ca_root: ca_root.into(),
             ca_intermediate: ca_intermediate.into(),
             scratch: scratch.into(),
@@ -254,9 +260,10 @@ impl Matrix {
         );
         let sections = fx.sections(&verifier.daemon_lines(), "1 h", "16 MiB")
             + &format!(
-                "\n[tpm]\nmode = \"required\"\ntcti = \"{}\"\nima_list = \"{}\"\n",
+                "\n[tpm]\nmode = \"required\"\ntcti = \"{}\"\nima_list = \"{}\"\nevent_log = \"{}\"\n",
                 platform.tcti,
-                platform.list.display()
+                platform.list.display(),
+                platform.event_log.display()
             );
         let config = write_epoch_config(&net, &sections);
         let socket = net.socket_path();
@@ -598,4 +605,87 @@ pub fn run(mut m: Matrix) {
     assert!(codes(&r).contains(&"tpm_reboot".to_string()), "{r:#}");
     assert_eq!(r["root_of_trust"], "tpm_ima", "{r:#}");
     drop(d);
+}
+
+/// TPM2_GetRandom(8) as raw bytes in `printf` octal: tag TPM_ST_NO_SESSIONS, size 12,
+/// TPM_CC_GetRandom, bytesRequested 8. What a root shell can write to the TPM with builtins.
+const GET_RANDOM: &str = r"\200\001\000\000\000\014\000\000\001\173\000\010";
+
+/// Root's shell writes a raw TPM command to `dev` (the shell's builtins only: IMA sees
+/// nothing new). `Err` with the shell's error when the open or the write fails.
+fn shell_writes_tpm_command(dev: &Path) -> Result<(), String> {
+    let out = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("exec 3<>{} && printf '{GET_RANDOM}' >&3", dev.display()))
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// `major:minor` of the TPM resource manager's device (sysfs).
+fn tpmrm_major_minor() -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string("/sys/class/tpmrm/tpmrm0/dev").ok()?;
+    let (ma, mi) = text.trim().split_once(':')?;
+    Some((ma.parse().ok()?, mi.parse().ok()?))
+}
+
+/// The TPM kept for the daemon (issue 41): with the guard sealed, the daemon still quotes
+/// every statement, and root's shell writing raw TPM commands (to the device, or to a node
+/// made anew for it with `mknod`) is refused; before the guard, the same shell reached the
+/// TPM, which is the attack: root loading the daemon's AK and quoting what it likes.
+pub fn run_guarded(mut m: Matrix) {
+    crate::set_protection(m.config.clone(), "lsm");
+    let dev = Path::new("/dev/tpmrm0");
+    shell_writes_tpm_command(dev)
+        .unwrap_or_else(|e| panic!("before the guard, root's shell reaches the TPM: {e}"));
+    m.verifier.start();
+    let (mut daemon, r) = m.start_and_first(None);
+    assert_eq!(r["status"], "affirming", "{r:#}");
+    assert_eq!(r["root_of_trust"], "tpm_ima", "{r:#}");
+    let st = crate::status_json(&m.socket);
+    let guard = &st["self_protection"]["lsm_guard"];
+    assert_eq!(guard["state"], "sealed", "{:#}", st["self_protection"]);
+    assert!(
+        guard["tpm_devices"].as_u64() >= Some(2),
+        "the guard keeps tpm0 and tpmrm0: {guard:#}"
+    );
+    let refused_before = guard["refusals"].as_u64().unwrap_or(0);
+
+    let err = shell_writes_tpm_command(dev).expect_err("root's shell still reaches the TPM");
+    assert!(err.contains("not permitted"), "{err}");
+    let (major, minor) = tpmrm_major_minor().expect("the guest's tpmrm0");
+    let node = m.platform.scratch.join("tpm-anew");
+    let _ = std::fs::remove_file(&node);
+    let made = std::process::Command::new("mknod")
+        .arg(&node)
+        .args(["c", &major.to_string(), &minor.to_string()])
+        .status()
+        .unwrap();
+    assert!(made.success(), "mknod {}", node.display());
+    let err_anew = shell_writes_tpm_command(&node).expect_err("a node made anew reaches the TPM");
+    let _ = std::fs::remove_file(&node);
+    assert!(err_anew.contains("not permitted"), "{err_anew}");
+    let err_tpm0 = shell_writes_tpm_command(Path::new("/dev/tpm0"))
+        .expect_err("root's shell reaches the TPM through /dev/tpm0");
+    assert!(err_tpm0.contains("not permitted"), "{err_tpm0}");
+
+    // The daemon quotes on: the guard keeps the TPM for it, not from it.
+    let r = m.next_epoch();
+    assert_eq!(r["status"], "affirming", "{r:#}");
+    let st = crate::status_json(&m.socket);
+    let refused = st["self_protection"]["lsm_guard"]["refusals"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        refused >= refused_before + 3,
+        "three refusals counted ({refused_before} -> {refused})"
+    );
+    println!(
+        "TPM-MATRIX raw TPM commands from root's shell: refused by the guard ({err}); a node made anew: refused; the daemon's next statement: affirming"
+    );
+    daemon.stop();
 }

@@ -420,10 +420,12 @@ burst = "256 KiB"
 
 [tpm]
 ima_list = "{ima}"
+event_log = "{event_log}"
 {tpm}
 "#,
         state = dir.display(),
         ima = dir.join("ima.bin").display(),
+        event_log = dir.join("swtpm-has-no-event-log").display(),
     );
     std::fs::write(&path, &text).unwrap();
     rackwarden::config::Config::load(&path).unwrap_or_else(|e| panic!("{e}"))

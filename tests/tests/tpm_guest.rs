@@ -405,3 +405,38 @@ fn the_tpm_attack_matrix_in_the_guest() {
         )
     }));
 }
+
+/// Measured boot judged from the firmware's event log, through the daemon and the verifier:
+/// the policy from `rackwarden boot-reference` accepts this boot; a kernel outside the set,
+/// a missing required argument, Secure Boot required and an edited log are each
+/// contraindicated; a kernel update is accepted once its digest is added.
+#[test]
+#[ignore = "needs the `tpm` vm-test guest (a TPM and IMA); `cargo xtask vm-test --group tpm` runs it"]
+fn the_boot_is_judged_from_the_event_log_in_the_guest() {
+    require_tpm_guest("the_boot_is_judged_from_the_event_log_in_the_guest");
+    rackwarden_tests::bootmatrix::run(rackwarden_tests::tpmmatrix::Matrix::new("gbt", |_| {
+        rackwarden_tests::tpmmatrix::Platform::device(
+            Path::new(CA_ROOT),
+            Path::new(CA_INTERMEDIATE),
+            Path::new("/root/rw-boot-matrix"),
+        )
+    }));
+}
+
+/// The guard keeps the TPM for the daemon: root's shell writing raw TPM commands to the
+/// device is refused while the daemon quotes on.
+#[test]
+#[ignore = "needs the `tpm` vm-test guest (a TPM and IMA); `cargo xtask vm-test --group tpm` runs it"]
+fn the_guard_keeps_the_tpm_for_the_daemon() {
+    require_tpm_guest("the_guard_keeps_the_tpm_for_the_daemon");
+    rackwarden_tests::tpmmatrix::run_guarded(rackwarden_tests::tpmmatrix::Matrix::new(
+        "ggd",
+        |_| {
+            rackwarden_tests::tpmmatrix::Platform::device(
+                Path::new(CA_ROOT),
+                Path::new(CA_INTERMEDIATE),
+                Path::new("/root/rw-guard-tpm"),
+            )
+        },
+    ));
+}

@@ -2273,6 +2273,7 @@ fn a_policy_can_require_the_guard() {
         bpf_hook_args: 4,
         objects: 20,
         refusals: 0,
+        tpm_devices: 0,
     };
     let r = judge(
         &mut v,
@@ -2317,6 +2318,7 @@ fn a_policy_can_require_the_guard() {
             bpf_hook_args: 3,
             objects: 20,
             refusals: 0,
+            tpm_devices: 0,
         },
     );
     void.bpf_lsm_active = false;

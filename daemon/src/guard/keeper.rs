@@ -47,6 +47,7 @@ impl GuardKeeper {
         mode: GuardMode,
         pins: &PinPaths,
         interfaces: &[String],
+        tpm: bool,
     ) -> Result<(), GuardError> {
         if let GuardMode::Off | GuardMode::Watch = mode {
             super::record(LsmGuard::Unavailable {
@@ -61,7 +62,7 @@ impl GuardKeeper {
             });
             return Ok(());
         }
-        let want = match Protected::of_limiter(pins, interfaces) {
+        let want = match Protected::of_limiter(pins, interfaces, tpm) {
             Ok(p) => p,
             Err(e) => {
                 log::warn!("cannot list what the guard protects: {e}");
@@ -83,9 +84,10 @@ impl GuardKeeper {
 
     fn sealed(&mut self, s: Sealed) {
         log::info!(
-            "sealed by the guard ({}): {} objects, hooks {} (bpf hook: {} arguments)",
+            "sealed by the guard ({}): {} objects, {} TPM devices kept for the daemon, hooks {} (bpf hook: {} arguments)",
             s.attach.name(),
             s.objects,
+            s.protected.tpm_devs.len(),
             s.hooks.join(", "),
             s.bpf_hook_args
         );
@@ -95,6 +97,7 @@ impl GuardKeeper {
             bpf_hook_args: s.bpf_hook_args,
             objects: s.objects,
             refusals: 0,
+            tpm_devices: s.protected.tpm_devs.len() as u32,
         });
         self.state = GuardState::Sealed(s);
     }

@@ -38,7 +38,7 @@ use aya::{
 use rackwarden_attest::evidence::{GuardAttach, LsmGuard};
 use rackwarden_common::guard::{
     FileId, GUARD_MAGIC, GUARD_MAX_DIRS, GUARD_MAX_IDS, GUARD_MAX_IFACES, GuardConfig,
-    GuardRefusals, GuardedIface, KernelOffsets, guard_map_names,
+    GUARD_MAX_TPM_DEVS, GuardRefusals, GuardedIface, KernelOffsets, guard_map_names,
 };
 
 use crate::{bpf_syscall, pins::PinPaths};
@@ -148,7 +148,8 @@ pub fn kernel_offsets(btf: &KernelBtf) -> Result<KernelOffsets, BtfError> {
         skb_len: btf.offset("sk_buff", "len", 4)?,
         sk_protocol: btf.offset("sock", "sk_protocol", 2)?,
         sk_net: btf.offset("sock", "__sk_common.skc_net.net", 8)?,
-        _pad: 0,
+        inode_rdev: btf.offset("inode", "i_rdev", 4)?,
+        inode_mode: btf.offset("inode", "i_mode", 2)?,
     })
 }
 
@@ -179,6 +180,8 @@ pub struct Protected {
     pub dirs: Vec<u64>,
     pub ifaces: Vec<GuardedIface>,
     pub daemon_exe: FileId,
+    /// The TPM's character devices (kernel encoding), kept for the daemon.
+    pub tpm_devs: Vec<u32>,
 }
 
 /// The id of the object pinned at `path`.
@@ -202,8 +205,13 @@ fn pinned_ids(dir: &Path) -> Result<Vec<u32>, GuardError> {
 }
 
 impl Protected {
-    /// The limiter under `pins` and `ifaces` in the calling thread's network namespace.
-    pub fn of_limiter(pins: &PinPaths, ifaces: &[String]) -> Result<Protected, GuardError> {
+    /// The limiter under `pins` and `ifaces` in the calling thread's network namespace, and
+    /// the host's TPM when `tpm` (the daemon quotes with it: `[tpm] mode` not `off`).
+    pub fn of_limiter(
+        pins: &PinPaths,
+        ifaces: &[String],
+        tpm: bool,
+    ) -> Result<Protected, GuardError> {
         let netns = Path::new("/proc/thread-self/ns/net");
         let netns = std::fs::metadata(netns).map_err(io_err(netns))?.ino() as u32;
         let ifaces = ifaces
@@ -223,8 +231,35 @@ impl Protected {
             dirs,
             ifaces,
             daemon_exe: file_id(Path::new("/proc/self/exe"))?,
+            tpm_devs: if tpm { tpm_devices() } else { Vec::new() },
         })
     }
+}
+
+/// Every TPM character device of the host, from sysfs (`/sys/class/tpm/tpm0/dev` and
+/// `/sys/class/tpmrm/tpmrm0/dev` read `major:minor`), in the kernel's encoding. By device,
+/// not by path: a node made anywhere with `mknod` for the same device is refused too.
+pub fn tpm_devices() -> Vec<u32> {
+    let mut out = Vec::new();
+    for class in ["/sys/class/tpm", "/sys/class/tpmrm"] {
+        let Ok(entries) = std::fs::read_dir(class) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(text) = std::fs::read_to_string(e.path().join("dev")) else {
+                continue;
+            };
+            let parsed = text.trim().split_once(':').and_then(|(ma, mi)| {
+                Some((ma.parse::<u32>().ok()?, mi.parse::<u32>().ok()?))
+            });
+            if let Some((major, minor)) = parsed {
+                out.push((major << 20) | minor);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// A guard in force.
@@ -260,6 +295,7 @@ pub fn report(pins: &PinPaths) -> LsmGuard {
             hooks,
             bpf_hook_args,
             objects,
+            tpm_devices,
             ..
         }) => LsmGuard::Sealed {
             attach,
@@ -267,6 +303,7 @@ pub fn report(pins: &PinPaths) -> LsmGuard {
             bpf_hook_args,
             objects,
             refusals: refusals(pins).map(|r| total(&r)).unwrap_or(0),
+            tpm_devices,
         },
         Some(other) => other,
         None => LsmGuard::Unavailable {
@@ -278,6 +315,7 @@ pub fn report(pins: &PinPaths) -> LsmGuard {
 fn total(r: &GuardRefusals) -> u64 {
     [
         r.link_fd, r.map_fd, r.prog_fd, r.attach, r.pin_dir, r.netlink, r.ptrace, r.identity,
+        r.tpm,
     ]
     .iter()
     .fold(0u64, |a, b| a.saturating_add(*b))
@@ -295,6 +333,7 @@ pub fn refusals(pins: &PinPaths) -> Option<GuardRefusals> {
         sum.netlink += c.netlink;
         sum.ptrace += c.ptrace;
         sum.identity += c.identity;
+        sum.tpm += c.tpm;
         if c.last_ns > sum.last_ns {
             sum.last_ns = c.last_ns;
             sum.last_tgid = c.last_tgid;
@@ -597,6 +636,7 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
     too_many("programs", &progs, GUARD_MAX_IDS)?;
     too_many("links", &links, GUARD_MAX_IDS)?;
     too_many("pin directories", &dirs, GUARD_MAX_DIRS)?;
+    too_many("TPM devices", &protected.tpm_devs, GUARD_MAX_TPM_DEVS)?;
     let mut cfg = GuardConfig {
         magic: GUARD_MAGIC,
         off,
@@ -611,6 +651,8 @@ pub fn seal(pins: &PinPaths, protected: &Protected) -> Result<Sealed, GuardError
     cfg.n_maps = copy_ids(&mut cfg.maps, &maps);
     cfg.n_progs = copy_ids(&mut cfg.progs, &progs);
     cfg.n_links = copy_ids(&mut cfg.links, &links);
+    cfg.tpm_devs[..protected.tpm_devs.len()].copy_from_slice(&protected.tpm_devs);
+    cfg.n_tpm_devs = protected.tpm_devs.len() as u32;
     configure_and_freeze(&mut ebpf, cfg, pins)?;
     // The new generation is in force: the old one goes (unpinning its links detaches it).
     let current = pins.guard_generation(false);

@@ -78,7 +78,6 @@ pub(super) struct RawRuntime {
     exclude: Vec<Spanned<String>>,
 }
 
-
 pub(super) fn tpm_enrol(
     src: &Source,
     raw: &Option<RawTpm>,

@@ -103,6 +103,9 @@ pub struct RootOfTrustView {
     /// Whether the last statement reports the guard sealed (only then is there a sealed
     /// state whose basis to name).
     pub guard_sealed: bool,
+    /// Whether that guard keeps the TPM's devices for the daemon (no other process can use
+    /// the daemon's AK).
+    pub tpm_kept: bool,
     /// What the last verdict found the sealed guard rests on (`None`: no verified boot).
     pub guard: Option<rackwarden_attest::result::GuardBasis>,
     /// The host's last boot whose event log verified: (TPM resetCount, statement, what it

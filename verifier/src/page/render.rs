@@ -557,6 +557,9 @@ fn root_of_trust_line(r: &RootOfTrustView, boot_judged: bool) -> Markup {
                         Some(GuardBasis::DaemonWord) => { "guard sealed: on the daemon's word (the measured boot does not show what it needs, or IMA does not prove the daemon)" }
                         None => { "guard sealed: on the daemon's word (no verified boot log)" }
                     }
+                    @if r.tpm_kept {
+                        " · it keeps the TPM for the daemon: no other process can quote with the daemon's AK"
+                    }
                 }
             }
         }

@@ -52,6 +52,15 @@ fn caps_of(st: &Statement) -> Option<HostCaps> {
     })
 }
 
+/// Whether the statement's sealed guard keeps TPM devices for the daemon.
+fn tpm_kept(st: &Statement) -> bool {
+    use rackwarden_attest::evidence::LsmGuard;
+    matches!(
+        &st.predicate.limiter,
+        LimiterReport::Present(e) if e.self_protection.as_ref().is_some_and(|p| matches!(p.lsm_guard, LsmGuard::Sealed { tpm_devices, .. } if tpm_devices > 0))
+    )
+}
+
 /// Whether the statement reports the daemon's guard sealed.
 fn guard_sealed(st: &Statement) -> bool {
     use rackwarden_attest::evidence::LsmGuard;

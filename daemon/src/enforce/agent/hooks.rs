@@ -47,6 +47,9 @@ impl Agent {
             self.cfg.self_protection,
             self.limiter.pins(),
             &self.cfg.interfaces,
+            // The TPM is the daemon's alone wherever it quotes with the host's TPM.
+            self.cfg.tpm.mode != crate::config::tpm::TpmMode::Off
+                && self.cfg.tpm.tcti.starts_with("device:"),
         )?;
         self.settle_state(degraded);
         Ok(())
