@@ -51,6 +51,7 @@ pub struct KernelOffsets {
     /// `inode.i_rdev` (kernel encoding), `inode.i_mode` (a u16).
     pub inode_rdev: u32,
     pub inode_mode: u32,
+    pub _pad: u32,
 }
 
 /// A file as the kernel names it: the superblock's `s_dev` (kernel encoding: major << 20 |
@@ -102,6 +103,7 @@ pub struct GuardConfig {
     /// AK and quote with it (a shell writing raw TPM commands included).
     pub n_tpm_devs: u32,
     pub tpm_devs: [u32; GUARD_MAX_TPM_DEVS],
+    pub _pad: u32,
 }
 
 impl Default for GuardConfig {
@@ -123,6 +125,7 @@ impl Default for GuardConfig {
             links: [0; GUARD_MAX_IDS],
             n_tpm_devs: 0,
             tpm_devs: [0; GUARD_MAX_TPM_DEVS],
+            _pad: 0,
         }
     }
 }

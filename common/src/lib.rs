@@ -161,8 +161,8 @@ pub mod prog_names {
 /// maps were created with.
 mod layout {
     use super::guard::{
-        FileId, GUARD_MAX_DIRS, GUARD_MAX_IDS, GUARD_MAX_IFACES, GuardConfig, GuardRefusals,
-        GuardedIface, KernelOffsets, TamperEvent,
+        FileId, GUARD_MAX_DIRS, GUARD_MAX_IDS, GUARD_MAX_IFACES, GUARD_MAX_TPM_DEVS, GuardConfig,
+        GuardRefusals, GuardedIface, KernelOffsets, TamperEvent,
     };
     use super::{BucketConfig, BucketState, Counters, LimiterConfig, RefusalCounters};
     use core::mem::size_of;
@@ -175,7 +175,7 @@ mod layout {
     const _: () = assert!(size_of::<BucketState>() == U64);
     const _: () = assert!(size_of::<Counters>() == 6 * U64);
     const _: () = assert!(size_of::<RefusalCounters>() == 4 * U64 + 2 * U32);
-    const _: () = assert!(size_of::<KernelOffsets>() == 18 * U32);
+    const _: () = assert!(size_of::<KernelOffsets>() == 20 * U32);
     const _: () = assert!(size_of::<FileId>() == 2 * U32 + U64);
     const _: () = assert!(size_of::<GuardedIface>() == 2 * U32);
     const _: () = assert!(
@@ -189,8 +189,11 @@ mod layout {
                 + GUARD_MAX_IFACES * size_of::<GuardedIface>()
                 + 2 * U32
                 + 3 * GUARD_MAX_IDS * U32
+                + U32
+                + GUARD_MAX_TPM_DEVS * U32
+                + U32
     );
-    const _: () = assert!(size_of::<GuardRefusals>() == 9 * U64 + 2 * U32);
+    const _: () = assert!(size_of::<GuardRefusals>() == 10 * U64 + 2 * U32);
     const _: () = assert!(size_of::<TamperEvent>() == 2 * U32 + U64);
     const _: () = assert!(size_of::<crate::tap::TapChunkHeader>() == 6 * U32 + 2 * U64);
     const _: () = assert!(size_of::<crate::tap::TapStats>() == 7 * U64);

@@ -616,7 +616,10 @@ const GET_RANDOM: &str = r"\200\001\000\000\000\014\000\000\001\173\000\010";
 fn shell_writes_tpm_command(dev: &Path) -> Result<(), String> {
     let out = std::process::Command::new("/bin/sh")
         .arg("-c")
-        .arg(format!("exec 3<>{} && printf '{GET_RANDOM}' >&3", dev.display()))
+        .arg(format!(
+            "exec 3<>{} && printf '{GET_RANDOM}' >&3",
+            dev.display()
+        ))
         .output()
         .unwrap();
     if out.status.success() {

@@ -13,7 +13,7 @@ enum GuardState {
     /// Not tried yet (before the first hook check).
     Unsealed,
     /// In force over exactly `Sealed::protected`.
-    Sealed(Sealed),
+    Sealed(Box<Sealed>),
     /// Not in force (why: `guard::report`). `permanent`: this kernel will never take it (no
     /// BPF LSM, or a hook whose arguments are not what the guard reads): not tried again.
     Unavailable { permanent: bool },
@@ -99,7 +99,7 @@ impl GuardKeeper {
             refusals: 0,
             tpm_devices: s.protected.tpm_devs.len() as u32,
         });
-        self.state = GuardState::Sealed(s);
+        self.state = GuardState::Sealed(Box::new(s));
     }
 
     fn not_sealed(&mut self, e: GuardError) {

@@ -37,8 +37,8 @@ use aya::{
 };
 use rackwarden_attest::evidence::{GuardAttach, LsmGuard};
 use rackwarden_common::guard::{
-    FileId, GUARD_MAGIC, GUARD_MAX_DIRS, GUARD_MAX_IDS, GUARD_MAX_IFACES, GuardConfig,
-    GUARD_MAX_TPM_DEVS, GuardRefusals, GuardedIface, KernelOffsets, guard_map_names,
+    FileId, GUARD_MAGIC, GUARD_MAX_DIRS, GUARD_MAX_IDS, GUARD_MAX_IFACES, GUARD_MAX_TPM_DEVS,
+    GuardConfig, GuardRefusals, GuardedIface, KernelOffsets, guard_map_names,
 };
 
 use crate::{bpf_syscall, pins::PinPaths};
@@ -150,6 +150,7 @@ pub fn kernel_offsets(btf: &KernelBtf) -> Result<KernelOffsets, BtfError> {
         sk_net: btf.offset("sock", "__sk_common.skc_net.net", 8)?,
         inode_rdev: btf.offset("inode", "i_rdev", 4)?,
         inode_mode: btf.offset("inode", "i_mode", 2)?,
+        _pad: 0,
     })
 }
 
@@ -249,9 +250,10 @@ pub fn tpm_devices() -> Vec<u32> {
             let Ok(text) = std::fs::read_to_string(e.path().join("dev")) else {
                 continue;
             };
-            let parsed = text.trim().split_once(':').and_then(|(ma, mi)| {
-                Some((ma.parse::<u32>().ok()?, mi.parse::<u32>().ok()?))
-            });
+            let parsed = text
+                .trim()
+                .split_once(':')
+                .and_then(|(ma, mi)| Some((ma.parse::<u32>().ok()?, mi.parse::<u32>().ok()?)));
             if let Some((major, minor)) = parsed {
                 out.push((major << 20) | minor);
             }
@@ -314,8 +316,7 @@ pub fn report(pins: &PinPaths) -> LsmGuard {
 
 fn total(r: &GuardRefusals) -> u64 {
     [
-        r.link_fd, r.map_fd, r.prog_fd, r.attach, r.pin_dir, r.netlink, r.ptrace, r.identity,
-        r.tpm,
+        r.link_fd, r.map_fd, r.prog_fd, r.attach, r.pin_dir, r.netlink, r.ptrace, r.identity, r.tpm,
     ]
     .iter()
     .fold(0u64, |a, b| a.saturating_add(*b))
