@@ -102,6 +102,10 @@ impl Platform {
         // has measured them before the allowlist is taken from its list (the TCTI library
         // the TPM loads, the CLIs the fixture calls, the hooks' `date`).
         p.with_tpm(|_| ());
+        // The EK CA files the verifier reads: the tcb policy measures what root reads.
+        for f in [ca_root, ca_intermediate] {
+            std::fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        }
         for exe in [
             bin("rackwardend"),
             bin("rackwarden"),
@@ -636,10 +640,25 @@ fn tpmrm_major_minor() -> Option<(u32, u32)> {
     Some((ma.parse().ok()?, mi.parse().ok()?))
 }
 
+/// The daemon's statement came with a quote the verifier verified: its level is `tpm` or
+/// better. (Not necessarily `tpm_ima`: in the guest the attack matrix ran a modified daemon
+/// earlier in this boot, and IMA's list keeps it until reboot.)
+fn assert_quoted(r: &serde_json::Value) {
+    let quote_findings: Vec<String> = codes(r)
+        .into_iter()
+        .filter(|c| c.starts_with("quote_") || c == "pcr_values_mismatch" || c == "ak_not_enrolled")
+        .collect();
+    assert!(
+        matches!(r["root_of_trust"].as_str(), Some("tpm" | "tpm_ima")) && quote_findings.is_empty(),
+        "the daemon quotes under the guard: {r:#}"
+    );
+}
+
 /// The TPM kept for the daemon (issue 41): with the guard sealed, the daemon still quotes
 /// every statement, and root's shell writing raw TPM commands (to the device, or to a node
 /// made anew for it with `mknod`) is refused; before the guard, the same shell reached the
-/// TPM, which is the attack: root loading the daemon's AK and quoting what it likes.
+/// TPM, which is the attack: root loading the daemon's AK and quoting what it likes. Run last
+/// in a boot: the sealed guard stays until reboot.
 pub fn run_guarded(mut m: Matrix) {
     crate::set_protection(m.config.clone(), "lsm");
     let dev = Path::new("/dev/tpmrm0");
@@ -647,8 +666,7 @@ pub fn run_guarded(mut m: Matrix) {
         .unwrap_or_else(|e| panic!("before the guard, root's shell reaches the TPM: {e}"));
     m.verifier.start();
     let (mut daemon, r) = m.start_and_first(None);
-    assert_eq!(r["status"], "affirming", "{r:#}");
-    assert_eq!(r["root_of_trust"], "tpm_ima", "{r:#}");
+    assert_quoted(&r);
     let st = crate::status_json(&m.socket);
     let guard = &st["self_protection"]["lsm_guard"];
     assert_eq!(guard["state"], "sealed", "{:#}", st["self_protection"]);
@@ -678,7 +696,7 @@ pub fn run_guarded(mut m: Matrix) {
 
     // The daemon quotes on: the guard keeps the TPM for it, not from it.
     let r = m.next_epoch();
-    assert_eq!(r["status"], "affirming", "{r:#}");
+    assert_quoted(&r);
     let st = crate::status_json(&m.socket);
     let refused = st["self_protection"]["lsm_guard"]["refusals"]
         .as_u64()
@@ -688,7 +706,9 @@ pub fn run_guarded(mut m: Matrix) {
         "three refusals counted ({refused_before} -> {refused})"
     );
     println!(
-        "TPM-MATRIX raw TPM commands from root's shell: refused by the guard ({err}); a node made anew: refused; the daemon's next statement: affirming"
+        "TPM-MATRIX raw TPM commands from root's shell: refused by the guard ({err}); a node made anew: refused; the daemon's next statement: quoted, {} (guard {})",
+        r["root_of_trust"].as_str().unwrap_or("?"),
+        r["guard"].as_str().unwrap_or("-")
     );
     daemon.stop();
 }

@@ -425,10 +425,14 @@ fn the_boot_is_judged_from_the_event_log_in_the_guest() {
 
 /// The guard keeps the TPM for the daemon: root's shell writing raw TPM commands to the
 /// device is refused while the daemon quotes on.
+///
+/// Last in the guest, by name: the guest runs its tests one at a time in name order, and a
+/// sealed guard stays until reboot (nothing but the daemon can unpin it), so every test
+/// after this one could not open the TPM.
 #[test]
 #[ignore = "needs the `tpm` vm-test guest (a TPM and IMA); `cargo xtask vm-test --group tpm` runs it"]
-fn the_guard_keeps_the_tpm_for_the_daemon() {
-    require_tpm_guest("the_guard_keeps_the_tpm_for_the_daemon");
+fn the_tpm_is_kept_for_the_daemon_by_the_guard() {
+    require_tpm_guest("the_tpm_is_kept_for_the_daemon_by_the_guard");
     rackwarden_tests::tpmmatrix::run_guarded(rackwarden_tests::tpmmatrix::Matrix::new(
         "ggd",
         |_| {

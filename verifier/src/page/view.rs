@@ -108,9 +108,7 @@ pub fn rack_view(
                 guard_sealed: last
                     .and_then(|(_, s, _)| s.as_ref())
                     .is_some_and(guard_sealed),
-                tpm_kept: last
-                    .and_then(|(_, s, _)| s.as_ref())
-                    .is_some_and(tpm_kept),
+                tpm_kept: last.and_then(|(_, s, _)| s.as_ref()).is_some_and(tpm_kept),
                 guard: last.and_then(|(_, _, r)| r.as_ref()).and_then(|r| r.guard),
                 boot: store
                     .tpm_boot(rack, &hs.host)?
