@@ -792,3 +792,58 @@ fn rot(r: &AttestationResult) -> Status {
 fn first_code(r: &AttestationResult) -> Option<FindingCode> {
     tpm_codes(r).first().map(|c| c.0)
 }
+
+#[test]
+fn a_grub_boot_is_judged_by_every_file_it_read() {
+    use rackwarden_attest::tpm::boot::EV_IPL;
+    use rackwarden_attest::tpm::eventlog::{LogEvent, TPM_ALG_SHA256};
+    const GRUB: [u8; 32] = [0x67; 32];
+    const GRUB_CFG: [u8; 32] = [0x0c; 32];
+    // shim and GRUB in PCR 4; GRUB's file reads in PCR 9 (the kernel by its file SHA-256).
+    let grub_log = |files: &[[u8; 32]]| {
+        let mut log = boot_log(&[SHIM, GRUB], INITRD, CMDLINE, 1);
+        for f in files {
+            log.events.push(LogEvent {
+                offset: 0,
+                pcr: 9,
+                event_type: EV_IPL,
+                digests: vec![(TPM_ALG_SHA256, f.to_vec())],
+                data: b"/a/file/name/the/replay/does/not/cover\0".to_vec(),
+            });
+        }
+        log
+    };
+    let policy = format!(
+        "{}boot_files = [\"{}\"]\n",
+        boot_policy(&[KERNEL]).replace(
+            &format!("loaders = [\"{}\"]", hex::encode(SHIM)),
+            &format!(
+                "loaders = [\"{}\", \"{}\"]",
+                hex::encode(SHIM),
+                hex::encode(GRUB)
+            )
+        ),
+        hex::encode(GRUB_CFG)
+    );
+    let (mut v, _d) = verifier("tpm_ima", &policy);
+    let mut judge = |name: &str, files: &[[u8; 32]]| {
+        let mut h = Host::new(&mut v, name, true);
+        h.measured_boot(grub_log(files), CMDLINE);
+        let r = ingest(&mut v, &h.next(|_| {}).1);
+        // The boot's own findings (a contraindicated boot also lowers the level granted).
+        tpm_codes(&r)
+            .into_iter()
+            .filter(|c| c.0 != FindingCode::RootOfTrustBelowPolicy)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(judge("ok", &[GRUB_CFG, KERNEL]), vec![]);
+    // GRUB as the "kernel" would have hidden this: a kernel file nobody accepted.
+    let codes = judge("evil", &[GRUB_CFG, NEW_KERNEL]);
+    assert_eq!(codes.len(), 2, "{codes:?}");
+    assert!(codes[0].2.contains(&hex::encode(NEW_KERNEL)), "{codes:?}");
+    assert!(codes[1].2.contains("none of the 2 files"), "{codes:?}");
+    // An accepted kernel read, and an unaccepted file beside it.
+    let codes = judge("extra", &[GRUB_CFG, KERNEL, [0xee; 32]]);
+    assert_eq!(codes.len(), 1, "{codes:?}");
+    assert_eq!(codes[0].0, FindingCode::BootComponentNotAccepted);
+}

@@ -128,10 +128,17 @@ pub struct SecureBootState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MeasuredBoot {
-    /// PCR 4's applications before the kernel: shim, GRUB (none on a direct boot).
+    /// PCR 4's applications before the kernel: shim, GRUB (none on a direct boot); every
+    /// PCR 4 application on a boot whose loader measured files (see `loader_files`).
     pub loaders: Vec<String>,
-    /// PCR 4's last application: the kernel's EFI stub image (`None`: nothing started).
+    /// PCR 4's last application: the kernel's EFI stub image (`None`: nothing started, or a
+    /// boot loader that reads the kernel itself, whose digest is then among `loader_files`).
     pub kernel: Option<String>,
+    /// The files a boot loader read and measured into PCR 9 (GRUB: EV_IPL, the SHA-256 of the
+    /// file; the event's text names the file but is not covered by the replay, so which one
+    /// is the kernel is not proven): each must be an accepted kernel, initrd or boot file.
+    #[serde(default)]
+    pub loader_files: Vec<String>,
     /// PCR 9's initrds the EFI stub measured.
     pub initrds: Vec<String>,
     pub cmdline: MeasuredCmdline,
@@ -150,7 +157,19 @@ impl MeasuredBoot {
             .filter_map(LogEvent::sha256)
             .map(hex32)
             .collect();
-        let kernel = apps.pop();
+        // GRUB 2.06 starts the kernel through the EFI handover, which no firmware measures:
+        // the last application in PCR 4 is then GRUB, and the kernel is a file it read.
+        let loader_files: Vec<String> = log
+            .events_of(9)
+            .filter(|e| e.event_type == EV_IPL)
+            .filter_map(LogEvent::sha256)
+            .map(hex32)
+            .collect();
+        let kernel = if loader_files.is_empty() {
+            apps.pop()
+        } else {
+            None
+        };
         let tagged = |id: u32| -> Vec<[u8; 32]> {
             log.events_of(9)
                 .filter(|e| e.tagged().is_some_and(|(t, _)| t == id))
@@ -164,6 +183,7 @@ impl MeasuredBoot {
         MeasuredBoot {
             loaders: apps,
             kernel,
+            loader_files,
             initrds,
             cmdline: read_cmdline(
                 log,
@@ -477,8 +497,33 @@ mod tests {
             )],
             data: data.clone(),
         });
+        l.events.push(LogEvent {
+            offset: 0,
+            pcr: 4,
+            event_type: EV_EFI_BOOT_SERVICES_APPLICATION,
+            digests: vec![(super::super::eventlog::TPM_ALG_SHA256, vec![0x67; 32])],
+            data: vec![0; 8],
+        });
+        // GRUB's file reads (the kernel among them, by its file SHA-256; the path is a label
+        // the replay does not cover).
+        for (path, digest) in [("/boot/grub/grub.cfg", 0x0c), ("/vmlinuz-6.1", 0x4b)] {
+            l.events.push(LogEvent {
+                offset: 0,
+                pcr: 9,
+                event_type: EV_IPL,
+                digests: vec![(super::super::eventlog::TPM_ALG_SHA256, vec![digest; 32])],
+                data: format!("{path}\0").into_bytes(),
+            });
+        }
         let m = MeasuredBoot::read(&l, "whatever the daemon says");
         assert_eq!(m.cmdline.words().last(), Some(&"lsm=lockdown,yama,bpf"));
+        // GRUB is no kernel: the kernel is among the files it read.
+        assert_eq!(m.kernel, None);
+        assert_eq!(m.loaders, vec![hex::encode([0x67; 32])]);
+        assert_eq!(
+            m.loader_files,
+            vec![hex::encode([0x0c; 32]), hex::encode([0x4b; 32])]
+        );
         // The same text with another digest proves nothing.
         l.events[0].digests[0].1 = vec![0; 32];
         assert_eq!(

@@ -170,6 +170,7 @@ fn appraise(j: &mut Judge, p: &BootLogPolicy, m: &MeasuredBoot) {
     }
     match &m.kernel {
         Some(k) => component(j, "kernel", &p.kernels, k),
+        None if !m.loader_files.is_empty() => loader_files(j, p, m),
         None if p.kernels.is_some() => j.add(
             C::BootComponentNotAccepted,
             Status::Contraindicated,
@@ -249,6 +250,42 @@ fn appraise(j: &mut Judge, p: &BootLogPolicy, m: &MeasuredBoot) {
     }
 }
 
+/// A boot loader that reads the kernel itself (GRUB): which of its files is the kernel is
+/// only a label the replay does not cover, so every file it measured must be an accepted
+/// kernel, initrd or boot file, and one of them an accepted kernel.
+fn loader_files(j: &mut Judge, p: &BootLogPolicy, m: &MeasuredBoot) {
+    if p.kernels.is_none() && p.initrds.is_none() && p.boot_files.is_none() {
+        return;
+    }
+    let accepted = |d: &String| {
+        [&p.kernels, &p.initrds, &p.boot_files]
+            .into_iter()
+            .flatten()
+            .any(|set| set.contains(d))
+    };
+    for f in &m.loader_files {
+        if !accepted(f) {
+            j.add(
+                C::BootComponentNotAccepted,
+                Status::Contraindicated,
+                format!("the boot loader read a file with sha256 {f} that is no accepted kernel, initrd or boot file"),
+            );
+        }
+    }
+    if let Some(kernels) = &p.kernels
+        && !m.loader_files.iter().any(|f| kernels.contains(f))
+    {
+        j.add(
+            C::BootComponentNotAccepted,
+            Status::Contraindicated,
+            format!(
+                "none of the {} files the boot loader read is an accepted kernel",
+                m.loader_files.len()
+            ),
+        );
+    }
+}
+
 /// What the statement's sealed guard rests on (`None`: no sealed guard reported, or no
 /// verified boot to judge it by). A BPF LSM guard needs `bpf` in the measured `lsm=`; an
 /// fmod_ret guard needs a kernel with trampolines, which the policy vouches for by accepting
@@ -287,8 +324,13 @@ pub(crate) fn guard_basis(
             .boot_log
             .as_ref()
             .and_then(|p| p.kernels.as_ref())
-            .zip(m.kernel.as_ref())
-            .is_some_and(|(set, k)| set.contains(k)),
+            .is_some_and(|set| {
+                m.kernel
+                    .iter()
+                    .chain(&m.loader_files)
+                    .any(|k| set.contains(k))
+                    && !j.has(super::Aspect::RootOfTrust, Status::Contraindicated)
+            }),
     };
     let proven = boot_allows
         && level == TrustLevel::TpmIma

@@ -6,6 +6,7 @@
 //! kernels = ["<sha256>"]          # PCR 4's last application (the kernel's PE image)
 //! loaders = ["<sha256>"]          # the applications before it (shim, GRUB); [] = none allowed
 //! initrds = ["<sha256>"]          # the EFI stub's measured initrd
+//! boot_files = ["<sha256>"]       # other files a boot loader read into PCR 9 (grub.cfg, ...)
 //! cmdline_required = ["lsm=lockdown,yama,bpf", "ima_policy=tcb"]
 //! cmdline_forbidden = ["init", "bpf_jit_harden=0"]  # a bare key forbids every value
 //! secure_boot = true              # the measured SecureBoot variable is 1
@@ -28,6 +29,8 @@ pub struct BootLogPolicy {
     pub kernels: Option<BTreeSet<String>>,
     pub loaders: Option<BTreeSet<String>>,
     pub initrds: Option<BTreeSet<String>>,
+    /// Files a boot loader reads besides kernels and initrds (GRUB: grub.cfg, modules).
+    pub boot_files: Option<BTreeSet<String>>,
     pub cmdline_required: Vec<String>,
     pub cmdline_forbidden: Vec<String>,
     pub secure_boot: bool,
@@ -45,6 +48,7 @@ pub(super) struct RawBoot {
     kernels: Option<Vec<Spanned<String>>>,
     loaders: Option<Vec<Spanned<String>>>,
     initrds: Option<Vec<Spanned<String>>>,
+    boot_files: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     cmdline_required: Vec<Spanned<String>>,
     #[serde(default)]
@@ -108,6 +112,7 @@ pub(super) fn boot_log(
         kernels: set("kernels", &raw.kernels)?,
         loaders: set("loaders", &raw.loaders)?,
         initrds: set("initrds", &raw.initrds)?,
+        boot_files: set("boot_files", &raw.boot_files)?,
         cmdline_required: words("cmdline_required", &raw.cmdline_required)?,
         cmdline_forbidden: words("cmdline_forbidden", &raw.cmdline_forbidden)?,
         secure_boot: raw.secure_boot.unwrap_or(false),

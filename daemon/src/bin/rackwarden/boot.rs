@@ -6,6 +6,19 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use rackwarden_attest::tpm::{EventLog, MeasuredBoot, MeasuredCmdline, pe_image_sha256};
 
+/// GRUB's PCR 9 file events: digest and the path its text names (not covered by the replay).
+fn loader_file_labels(log: &EventLog) -> Vec<(String, String)> {
+    log.events_of(9)
+        .filter(|e| e.event_type == rackwarden_attest::tpm::boot::EV_IPL)
+        .filter_map(|e| {
+            let label = String::from_utf8_lossy(&e.data)
+                .trim_end_matches('\0')
+                .to_string();
+            Some((hex::encode(e.sha256()?), label))
+        })
+        .collect()
+}
+
 pub fn reference(event_log: &Path, cmdline: &Path, kernels: &[PathBuf]) -> Result<()> {
     if !kernels.is_empty() {
         println!("# The Authenticode SHA-256 firmware and shim log into PCR 4 for each image:");
@@ -49,6 +62,16 @@ pub fn reference(event_log: &Path, cmdline: &Path, kernels: &[PathBuf]) -> Resul
     );
     if !m.initrds.is_empty() {
         println!("initrds = [{}]", list(&m.initrds));
+    }
+    if !m.loader_files.is_empty() {
+        println!(
+            "# the boot loader read the kernel itself: put its file's SHA-256 in kernels, the"
+        );
+        println!("# initrd's in initrds, and the rest in boot_files (the labels are the log's):");
+        for (digest, label) in loader_file_labels(&log) {
+            println!("#   {digest}  {label}");
+        }
+        println!("boot_files = [{}]", list(&m.loader_files));
     }
     match &m.cmdline {
         MeasuredCmdline::Measured { cmdline } => {
