@@ -641,7 +641,10 @@ fn a_boot_is_judged_from_its_event_log_for_the_whole_boot() {
     }
     let boot = v.store.tpm_boot(RACK, "h1").unwrap().unwrap();
     assert_eq!(boot.seq, 0);
-    assert_eq!(boot.measured.kernel, Some(hex::encode(KERNEL)));
+    assert_eq!(
+        boot.measured.applications,
+        vec![hex::encode(SHIM), hex::encode(KERNEL)]
+    );
     // The fmod_ret guard needs no BPF LSM: an accepted kernel is its proof.
     let r = ingest(&mut v, &h.next(|_| {}).1);
     assert_eq!(r.guard, Some(GuardBasis::ProvenByBoot));
@@ -697,7 +700,11 @@ fn each_boot_outside_the_policy_is_named() {
         boot_log(&[SHIM, [0x66; 32], KERNEL], INITRD, CMDLINE, 1),
         CMDLINE,
     );
-    assert!(first(&r).1.starts_with("boot loader"), "{:?}", first(&r));
+    assert!(
+        first(&r).1.contains(&hex::encode([0x66; 32])),
+        "{:?}",
+        first(&r)
+    );
 
     // A command line without bpf in lsm=, while the daemon says its BPF LSM guard is sealed.
     let no_bpf = "root=/dev/vda ro lsm=lockdown,yama ima_policy=tcb";
@@ -729,9 +736,20 @@ fn each_boot_outside_the_policy_is_named() {
         boot_log(&[SHIM, KERNEL], INITRD, no_bpf, 1),
         CMDLINE,
     );
-    let (code, detail) = first(&r);
-    assert_eq!(code, FindingCode::BootCmdlineNotAccepted);
-    assert!(detail.contains("does not hash"), "{detail}");
+    // The measured command line is a PCR 9 measurement nothing explains, and the shipped one
+    // hashes to none.
+    let codes = tpm_codes(&r);
+    assert_eq!(
+        codes[0].0,
+        FindingCode::BootComponentNotAccepted,
+        "{codes:?}"
+    );
+    assert!(
+        codes
+            .iter()
+            .any(|c| c.0 == FindingCode::BootCmdlineNotAccepted && c.2.contains("does not hash")),
+        "{codes:?}"
+    );
     assert_eq!(r.guard, Some(GuardBasis::DaemonWord));
 
     // Secure Boot disabled.
@@ -764,7 +782,7 @@ fn each_boot_outside_the_policy_is_named() {
     let r = ingest(&mut v, &h.next(lsm_guard).1);
     let (code, _) = first(&r);
     assert_eq!(code, FindingCode::BootLogMissing);
-    assert_eq!(rot(&r), Status::Warning);
+    assert_eq!(rot(&r), Status::Contraindicated);
 }
 
 #[test]
@@ -841,9 +859,54 @@ fn a_grub_boot_is_judged_by_every_file_it_read() {
     let codes = judge("evil", &[GRUB_CFG, NEW_KERNEL]);
     assert_eq!(codes.len(), 2, "{codes:?}");
     assert!(codes[0].2.contains(&hex::encode(NEW_KERNEL)), "{codes:?}");
-    assert!(codes[1].2.contains("none of the 2 files"), "{codes:?}");
+    assert!(codes[1].2.contains("is an accepted kernel"), "{codes:?}");
     // An accepted kernel read, and an unaccepted file beside it.
     let codes = judge("extra", &[GRUB_CFG, KERNEL, [0xee; 32]]);
     assert_eq!(codes.len(), 1, "{codes:?}");
     assert_eq!(codes[0].0, FindingCode::BootComponentNotAccepted);
+}
+
+#[test]
+fn a_command_line_extended_after_boot_proves_nothing() {
+    use rackwarden_attest::result::GuardBasis;
+    use rackwarden_attest::tpm::eventlog::{
+        EV_EVENT_TAG, LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID, LogEvent, TPM_ALG_SHA256,
+        efi_load_options_digest,
+    };
+    let (mut v, _d) = verifier("tpm_ima", &boot_policy(&[KERNEL]));
+    let real = "root=/dev/vda ro lsm=lockdown,yama ima_policy=tcb";
+    // Root extends PCR 9 with the digest of a command line that enables bpf, adds the event
+    // to the log, and ships that command line: the replay matches, the real one stays.
+    let mut log = boot_log(&[SHIM, KERNEL], INITRD, real, 1);
+    let mut tag = LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID.to_le_bytes().to_vec();
+    tag.extend(4u32.to_le_bytes());
+    tag.extend(b"tag\0");
+    log.events.push(LogEvent {
+        offset: 0,
+        pcr: 9,
+        event_type: EV_EVENT_TAG,
+        digests: vec![(TPM_ALG_SHA256, efi_load_options_digest(CMDLINE).to_vec())],
+        data: tag,
+    });
+    let mut h = Host::new(&mut v, "x", true);
+    h.measured_boot(log, CMDLINE);
+    let r = ingest(&mut v, &h.next(lsm_guard).1);
+    let codes = tpm_codes(&r);
+    assert!(
+        codes
+            .iter()
+            .any(|c| c.0 == FindingCode::BootComponentNotAccepted
+                && c.2.contains(&hex::encode(efi_load_options_digest(real)))),
+        "{codes:?}"
+    );
+    assert_eq!(r.guard, Some(GuardBasis::DaemonWord));
+    // A required argument after `--` is init's, not the kernel's.
+    let init_args = "root=/dev/vda ro -- ima_policy=tcb lsm=bpf";
+    let mut h = Host::new(&mut v, "y", true);
+    h.measured_boot(boot_log(&[SHIM, KERNEL], INITRD, init_args, 1), init_args);
+    let codes = tpm_codes(&ingest(&mut v, &h.next(lsm_guard).1));
+    assert!(
+        codes.iter().any(|c| c.2.contains("lacks `ima_policy=tcb`")),
+        "{codes:?}"
+    );
 }

@@ -3,17 +3,21 @@
 //!
 //! Only what the replay covers counts: an event's data is not extended into any PCR, only its
 //! digest is, so a component is named by its digest, and text is read from an event only where
-//! the digest is the hash of that text (GRUB's command strings, the EFI variables of PCR 7).
+//! the digest is the hash of that text (the EFI variables of PCR 7).
 //! The Linux EFI stub measures the command line as a digest alone; the daemon ships the
 //! command line its kernel runs with, and it is taken as measured only when it hashes to
 //! that digest.
 //!
-//! - PCR 4, EV_EFI_BOOT_SERVICES_APPLICATION: each UEFI application started, in order (shim,
-//!   GRUB, the kernel's EFI stub; a direct boot starts the kernel alone). The last is the
-//!   kernel, the ones before it its loaders. The digest is the PE image's Authenticode hash.
-//! - PCR 9, EV_EVENT_TAG: the EFI stub's initrd and LoadOptions (command line).
-//! - PCR 8, EV_IPL: GRUB's `kernel_cmdline: ...` (the digest covers the text after the prefix).
+//! - PCR 4: each UEFI application started, in order (shim, GRUB, the kernel's EFI stub; a
+//!   direct boot starts the kernel alone), by its PE image's Authenticode hash.
+//! - PCR 9: the EFI stub's initrd and LoadOptions (command line), and the files a boot
+//!   loader read (GRUB: EV_IPL, the file's SHA-256).
 //! - PCR 7, EV_EFI_VARIABLE_DRIVER_CONFIG: `SecureBoot`, `PK`, `KEK`, `db`, `dbx`.
+//!
+//! Event types and labels are not covered by the replay: PCRs 4 and 9 are read as lists of
+//! digests, each of which the policy must accept (see [`MeasuredBoot`]). GRUB's PCR 8 text
+//! (`kernel_cmdline: ...`) is not read: GRUB hashes the text after the prefix, so the prefix
+//! is a label too.
 
 use std::collections::BTreeMap;
 
@@ -22,9 +26,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::eventlog::{
-    EV_EFI_BOOT_SERVICES_APPLICATION, EV_EFI_VARIABLE_DRIVER_CONFIG, EventLog, EventLogError,
-    LINUX_EFI_INITRD_EVENT_TAG_ID, LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID, LogEvent,
-    efi_load_options_digest,
+    EV_EFI_VARIABLE_DRIVER_CONFIG, EventLog, EventLogError, LINUX_EFI_INITRD_EVENT_TAG_ID,
+    LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID, LogEvent, efi_load_options_digest,
 };
 use super::pcr::PcrValues;
 
@@ -37,8 +40,6 @@ pub const BOOT_LOG_PCRS: std::ops::RangeInclusive<u8> = 0..=9;
 
 /// EV_IPL: what a boot loader measures (GRUB: its commands and the kernel command line).
 pub const EV_IPL: u32 = 0x0000_000d;
-/// GRUB's prefix of the kernel command line it measures into PCR 8.
-const GRUB_KERNEL_CMDLINE: &str = "kernel_cmdline: ";
 
 /// The boot evidence a daemon ships beside a quote, once per boot (the first statement after
 /// it starts, and again after its AK is enrolled): the event log and the command line the
@@ -82,19 +83,57 @@ pub fn decode_boot_log(e: &BootEvidence) -> Result<EventLog, BootLogError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MeasuredCmdline {
-    /// Measured (by the EFI stub as the digest of the shipped text, or by GRUB as text).
+    /// The shipped command line's digest (as the EFI stub measures LoadOptions) is among
+    /// PCR 9's measurements.
     Measured { cmdline: String },
-    /// A command line was measured, but the shipped one does not hash to it.
+    /// An event says it is the stub's LoadOptions, but the shipped command line does not
+    /// hash to it (or to any PCR 9 measurement).
     Mismatch { shipped: String, measured: String },
-    /// No event measures a command line (a loader that measures nothing, or an old stub).
+    /// No PCR 9 measurement is the shipped command line's (a boot loader that starts the
+    /// kernel without LoadOptions, as GRUB 2.06 does, or an old stub).
     NotMeasured,
 }
 
+/// The words of a command line as the kernel splits them (`next_arg`): whitespace outside
+/// double quotes separates, the quotes are dropped, and `--` ends the kernel's part (what
+/// follows goes to init, and a required `lsm=` there would enable nothing).
+pub fn cmdline_words(cmdline: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_quotes = false;
+    let mut started = false;
+    for c in cmdline.chars() {
+        match c {
+            '"' => {
+                in_quotes = !in_quotes;
+                started = true;
+            }
+            c if c.is_whitespace() && !in_quotes => {
+                if started {
+                    if word == "--" {
+                        return words;
+                    }
+                    words.push(std::mem::take(&mut word));
+                    started = false;
+                }
+            }
+            c => {
+                word.push(c);
+                started = true;
+            }
+        }
+    }
+    if started && word != "--" {
+        words.push(word);
+    }
+    words
+}
+
 impl MeasuredCmdline {
-    /// The words of a measured command line (none when it is not proven).
-    pub fn words(&self) -> Vec<&str> {
+    /// The kernel's words of a measured command line (none when it is not proven).
+    pub fn words(&self) -> Vec<String> {
         match self {
-            MeasuredCmdline::Measured { cmdline } => cmdline.split_whitespace().collect(),
+            MeasuredCmdline::Measured { cmdline } => cmdline_words(cmdline),
             _ => Vec::new(),
         }
     }
@@ -104,12 +143,13 @@ impl MeasuredCmdline {
     /// is not measured or names no `lsm=` (then the kernel's built-in default decides, which
     /// the log does not show).
     pub fn enables_bpf_lsm(&self) -> Option<bool> {
-        let lsm = self.lsm()?.strip_prefix("lsm=")?;
-        Some(lsm.split(',').any(|l| l == "bpf"))
+        let lsm = self.lsm()?;
+        let list = lsm.strip_prefix("lsm=")?;
+        Some(list.split(',').any(|l| l == "bpf"))
     }
 
     /// The `lsm=` word that decides (the last one), when the command line is measured.
-    pub fn lsm(&self) -> Option<&str> {
+    pub fn lsm(&self) -> Option<String> {
         self.words().into_iter().rfind(|w| w.starts_with("lsm="))
     }
 }
@@ -125,107 +165,90 @@ pub struct SecureBootState {
 }
 
 /// What one boot measured, as the policy judges it. Hex digests throughout.
+///
+/// The replay proves each event's digest, in order per PCR, and nothing else: an event's
+/// type, its tag and its text are labels a forged log may change. So every measurement in
+/// PCRs 4 and 9 that is not self-describing (whose digest is not the hash of its own data, as
+/// a separator's or an action string's is) counts, whatever it says it is, and the policy
+/// accepts each by its digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MeasuredBoot {
-    /// PCR 4's applications before the kernel: shim, GRUB (none on a direct boot); every
-    /// PCR 4 application on a boot whose loader measured files (see `loader_files`).
-    pub loaders: Vec<String>,
-    /// PCR 4's last application: the kernel's EFI stub image (`None`: nothing started, or a
-    /// boot loader that reads the kernel itself, whose digest is then among `loader_files`).
-    pub kernel: Option<String>,
-    /// The files a boot loader read and measured into PCR 9 (GRUB: EV_IPL, the SHA-256 of the
-    /// file; the event's text names the file but is not covered by the replay, so which one
-    /// is the kernel is not proven): each must be an accepted kernel, initrd or boot file.
-    #[serde(default)]
-    pub loader_files: Vec<String>,
-    /// PCR 9's initrds the EFI stub measured.
-    pub initrds: Vec<String>,
+    /// PCR 4, in order: the UEFI applications started (shim, GRUB, a kernel's EFI stub;
+    /// a direct boot starts the kernel alone).
+    pub applications: Vec<String>,
+    /// PCR 9, in order: the EFI stub's initrd and command line, and the files a boot loader
+    /// read (GRUB: its config, modules, the kernel and the initrd).
+    pub loaded: Vec<String>,
+    /// Of `loaded`, those labelled as the EFI stub's initrd (for a reader; not proven).
+    pub initrd_labelled: Vec<String>,
     pub cmdline: MeasuredCmdline,
     pub secure_boot: SecureBootState,
     /// Events in the log, for the page.
     pub events: usize,
 }
 
+/// Whether an event's digest is the hash of its own data (then its data is what was
+/// measured, and reading it is safe).
+fn self_describing(e: &LogEvent) -> bool {
+    let d: [u8; 32] = Sha256::digest(&e.data).into();
+    e.sha256() == Some(d)
+}
+
+/// The measurements of `pcr` that are not self-describing, in order.
+fn measurements(log: &EventLog, pcr: u32) -> Vec<[u8; 32]> {
+    log.events_of(pcr)
+        .filter(|e| e.event_type != super::eventlog::EV_NO_ACTION && !self_describing(e))
+        .filter_map(LogEvent::sha256)
+        .collect()
+}
+
 impl MeasuredBoot {
     /// Reads what `log` measured; `shipped_cmdline` is the daemon's `/proc/cmdline`.
     pub fn read(log: &EventLog, shipped_cmdline: &str) -> MeasuredBoot {
-        let hex32 = |d: [u8; 32]| hex::encode(d);
-        let mut apps: Vec<String> = log
-            .events_of(4)
-            .filter(|e| e.event_type == EV_EFI_BOOT_SERVICES_APPLICATION)
-            .filter_map(LogEvent::sha256)
-            .map(hex32)
-            .collect();
-        // GRUB 2.06 starts the kernel through the EFI handover, which no firmware measures:
-        // the last application in PCR 4 is then GRUB, and the kernel is a file it read.
-        let loader_files: Vec<String> = log
-            .events_of(9)
-            .filter(|e| e.event_type == EV_IPL)
-            .filter_map(LogEvent::sha256)
-            .map(hex32)
-            .collect();
-        let kernel = if loader_files.is_empty() {
-            apps.pop()
-        } else {
-            None
-        };
-        let tagged = |id: u32| -> Vec<[u8; 32]> {
+        let hex32 = |d: &[u8; 32]| hex::encode(d);
+        let loaded = measurements(log, 9);
+        let labelled = |id: u32| -> Vec<[u8; 32]> {
             log.events_of(9)
                 .filter(|e| e.tagged().is_some_and(|(t, _)| t == id))
                 .filter_map(LogEvent::sha256)
                 .collect()
         };
-        let initrds = tagged(LINUX_EFI_INITRD_EVENT_TAG_ID)
-            .into_iter()
-            .map(hex32)
-            .collect();
+        let cmdline_digest = efi_load_options_digest(shipped_cmdline);
+        let cmdline = if loaded.contains(&cmdline_digest) {
+            MeasuredCmdline::Measured {
+                cmdline: shipped_cmdline.to_string(),
+            }
+        } else {
+            match labelled(LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID).last() {
+                Some(measured) => MeasuredCmdline::Mismatch {
+                    shipped: shipped_cmdline.to_string(),
+                    measured: hex32(measured),
+                },
+                None => MeasuredCmdline::NotMeasured,
+            }
+        };
         MeasuredBoot {
-            loaders: apps,
-            kernel,
-            loader_files,
-            initrds,
-            cmdline: read_cmdline(
-                log,
-                &tagged(LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID),
-                shipped_cmdline,
-            ),
+            applications: measurements(log, 4).iter().map(hex32).collect(),
+            loaded: loaded.iter().map(hex32).collect(),
+            initrd_labelled: labelled(LINUX_EFI_INITRD_EVENT_TAG_ID)
+                .iter()
+                .map(hex32)
+                .collect(),
+            cmdline,
             secure_boot: read_secure_boot(log),
             events: log.events.len(),
         }
     }
-}
 
-/// The stub's LoadOptions digest (the last one: the stub of the kernel that runs), checked
-/// against the shipped text; else GRUB's last `kernel_cmdline:` whose digest is its text's.
-fn read_cmdline(log: &EventLog, load_options: &[[u8; 32]], shipped: &str) -> MeasuredCmdline {
-    if let Some(measured) = load_options.last() {
-        return if efi_load_options_digest(shipped) == *measured {
-            MeasuredCmdline::Measured {
-                cmdline: shipped.to_string(),
+    /// The digest of the measured command line, when it is proven: one of `loaded`.
+    pub fn cmdline_digest(&self) -> Option<String> {
+        match &self.cmdline {
+            MeasuredCmdline::Measured { cmdline } => {
+                Some(hex::encode(efi_load_options_digest(cmdline)))
             }
-        } else {
-            MeasuredCmdline::Mismatch {
-                shipped: shipped.to_string(),
-                measured: hex::encode(measured),
-            }
-        };
-    }
-    let grub = log
-        .events_of(8)
-        .filter(|e| e.event_type == EV_IPL)
-        .filter_map(|e| {
-            let text = std::str::from_utf8(&e.data).ok()?.trim_end_matches('\0');
-            let cmdline = text.strip_prefix(GRUB_KERNEL_CMDLINE)?;
-            let digest: [u8; 32] = Sha256::digest(cmdline.as_bytes()).into();
-            (e.sha256() == Some(digest)).then(|| cmdline.to_string())
-        })
-        .last();
-    match grub {
-        // GRUB's text starts with the kernel's path (`/vmlinuz-... root=...`), which the
-        // kernel does not show in /proc/cmdline.
-        Some(cmdline) => MeasuredCmdline::Measured { cmdline },
-        None => MeasuredCmdline::NotMeasured,
+            _ => None,
+        }
     }
 }
 
@@ -371,7 +394,7 @@ pub fn replay_differences(
 
 #[cfg(test)]
 mod tests {
-    use super::super::eventlog::{EV_EVENT_TAG, LogEvent};
+    use super::super::eventlog::{EV_EFI_BOOT_SERVICES_APPLICATION, EV_EVENT_TAG, LogEvent};
     use super::*;
 
     /// A log as OVMF writes it for a direct kernel boot with Secure Boot enabled.
@@ -432,9 +455,19 @@ mod tests {
     fn reads_the_components_the_log_measured() {
         let cmdline = "console=ttyS0 lsm=lockdown,bpf ima_policy=tcb";
         let m = MeasuredBoot::read(&log(cmdline, 1), cmdline);
-        assert_eq!(m.loaders, vec![hex::encode([0x51; 32])]);
-        assert_eq!(m.kernel, Some(hex::encode([0x4e; 32])));
-        assert_eq!(m.initrds, vec![hex::encode([0x1d; 32])]);
+        assert_eq!(
+            m.applications,
+            vec![hex::encode([0x51; 32]), hex::encode([0x4e; 32])]
+        );
+        assert_eq!(m.initrd_labelled, vec![hex::encode([0x1d; 32])]);
+        assert_eq!(
+            m.loaded,
+            vec![
+                hex::encode([0x1d; 32]),
+                hex::encode(efi_load_options_digest(cmdline))
+            ]
+        );
+        assert_eq!(m.cmdline_digest().as_deref(), Some(m.loaded[1].as_str()));
         assert_eq!(
             m.cmdline,
             MeasuredCmdline::Measured {
@@ -482,54 +515,49 @@ mod tests {
     }
 
     #[test]
-    fn grub_kernel_cmdline_is_read_when_its_digest_is_its_text() {
-        let mut l = EventLog::new_sha256();
-        let text = "/vmlinuz-6.1 root=UUID=x ro lsm=lockdown,yama,bpf";
-        let mut data = format!("{GRUB_KERNEL_CMDLINE}{text}").into_bytes();
-        data.push(0);
-        l.events.push(LogEvent {
-            offset: 0,
-            pcr: 8,
-            event_type: EV_IPL,
-            digests: vec![(
-                super::super::eventlog::TPM_ALG_SHA256,
-                Sha256::digest(text.as_bytes()).to_vec(),
-            )],
-            data: data.clone(),
-        });
+    fn labels_do_not_decide_what_counts() {
+        let cmdline = "lsm=bpf";
+        let mut l = log(cmdline, 1);
+        // A forger relabels the second application as a driver, and the initrd as an action:
+        // both still count, by digest.
+        l.events
+            .iter_mut()
+            .filter(|e| e.pcr == 4)
+            .for_each(|e| e.event_type = super::super::eventlog::EV_EFI_BOOT_SERVICES_DRIVER);
+        let initrd = l
+            .events
+            .iter_mut()
+            .find(|e| e.pcr == 9 && e.sha256() == Some([0x1d; 32]))
+            .unwrap();
+        initrd.event_type = super::super::eventlog::EV_EFI_ACTION;
+        let m = MeasuredBoot::read(&l, cmdline);
+        assert_eq!(m.applications.len(), 2);
+        assert_eq!(m.loaded.len(), 2);
+        // A self-describing event (its digest is its data's) is not a measurement.
         l.events.push(LogEvent {
             offset: 0,
             pcr: 4,
-            event_type: EV_EFI_BOOT_SERVICES_APPLICATION,
-            digests: vec![(super::super::eventlog::TPM_ALG_SHA256, vec![0x67; 32])],
-            data: vec![0; 8],
+            event_type: super::super::eventlog::EV_EFI_ACTION,
+            digests: vec![(
+                super::super::eventlog::TPM_ALG_SHA256,
+                Sha256::digest(b"Calling EFI Application from Boot Option").to_vec(),
+            )],
+            data: b"Calling EFI Application from Boot Option".to_vec(),
         });
-        // GRUB's file reads (the kernel among them, by its file SHA-256; the path is a label
-        // the replay does not cover).
-        for (path, digest) in [("/boot/grub/grub.cfg", 0x0c), ("/vmlinuz-6.1", 0x4b)] {
-            l.events.push(LogEvent {
-                offset: 0,
-                pcr: 9,
-                event_type: EV_IPL,
-                digests: vec![(super::super::eventlog::TPM_ALG_SHA256, vec![digest; 32])],
-                data: format!("{path}\0").into_bytes(),
-            });
-        }
-        let m = MeasuredBoot::read(&l, "whatever the daemon says");
-        assert_eq!(m.cmdline.words().last(), Some(&"lsm=lockdown,yama,bpf"));
-        // GRUB is no kernel: the kernel is among the files it read.
-        assert_eq!(m.kernel, None);
-        assert_eq!(m.loaders, vec![hex::encode([0x67; 32])]);
+        assert_eq!(MeasuredBoot::read(&l, cmdline).applications.len(), 2);
+    }
+
+    #[test]
+    fn words_split_as_the_kernel_does() {
         assert_eq!(
-            m.loader_files,
-            vec![hex::encode([0x0c; 32]), hex::encode([0x4b; 32])]
+            cmdline_words("a  b=\"c d\" lsm=bpf -- lsm=x init-only"),
+            vec!["a", "b=c d", "lsm=bpf"]
         );
-        // The same text with another digest proves nothing.
-        l.events[0].digests[0].1 = vec![0; 32];
-        assert_eq!(
-            MeasuredBoot::read(&l, "x").cmdline,
-            MeasuredCmdline::NotMeasured
-        );
+        let m = MeasuredCmdline::Measured {
+            cmdline: "lsm=lockdown -- lsm=bpf".into(),
+        };
+        assert_eq!(m.enables_bpf_lsm(), Some(false));
+        assert_eq!(cmdline_words("x=\"--\" y"), vec!["x=--", "y"]);
     }
 
     #[test]

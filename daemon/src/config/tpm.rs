@@ -68,6 +68,22 @@ impl Default for TpmConfig {
     }
 }
 
+impl TpmConfig {
+    /// The TPM device node the daemon quotes through (`device:` TCTI, `mode` not `off`):
+    /// what the guard keeps for it. libtss2's device TCTI defaults to `/dev/tpm0`.
+    pub fn device_node(&self) -> Option<PathBuf> {
+        if self.mode == TpmMode::Off {
+            return None;
+        }
+        let rest = self.tcti.strip_prefix("device")?;
+        match rest.strip_prefix(':') {
+            Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+            _ if rest.is_empty() || rest == ":" => Some(PathBuf::from("/dev/tpm0")),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTpm {
@@ -211,6 +227,29 @@ burst = "256 KiB"
         assert_eq!(c.tpm.pcrs, vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
         assert_eq!(c.tpm.ima_list, PathBuf::from(DEFAULT_IMA_LIST));
         assert_eq!(parse("").unwrap().tpm, TpmConfig::default());
+    }
+
+    #[test]
+    fn the_device_node_is_the_tctis() {
+        let node = |tcti: &str, mode: TpmMode| {
+            TpmConfig {
+                tcti: tcti.into(),
+                mode,
+                ..TpmConfig::default()
+            }
+            .device_node()
+        };
+        assert_eq!(
+            node("device:/dev/tpmrm0", TpmMode::Auto),
+            Some(PathBuf::from("/dev/tpmrm0"))
+        );
+        assert_eq!(
+            node("device", TpmMode::Required),
+            Some(PathBuf::from("/dev/tpm0"))
+        );
+        assert_eq!(node("device:/dev/tpmrm0", TpmMode::Off), None);
+        assert_eq!(node("swtpm:host=127.0.0.1,port=2321", TpmMode::Auto), None);
+        assert_eq!(node("devicex:/dev/x", TpmMode::Auto), None);
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl GuardKeeper {
         mode: GuardMode,
         pins: &PinPaths,
         interfaces: &[String],
-        tpm: bool,
+        tpm: Option<&std::path::Path>,
     ) -> Result<(), GuardError> {
         if let GuardMode::Off | GuardMode::Watch = mode {
             super::record(LsmGuard::Unavailable {

@@ -207,11 +207,11 @@ fn pinned_ids(dir: &Path) -> Result<Vec<u32>, GuardError> {
 
 impl Protected {
     /// The limiter under `pins` and `ifaces` in the calling thread's network namespace, and
-    /// the host's TPM when `tpm` (the daemon quotes with it: `[tpm] mode` not `off`).
+    /// the TPM chip behind `tpm` (the daemon's TCTI device node, where it quotes with one).
     pub fn of_limiter(
         pins: &PinPaths,
         ifaces: &[String],
-        tpm: bool,
+        tpm: Option<&Path>,
     ) -> Result<Protected, GuardError> {
         let netns = Path::new("/proc/thread-self/ns/net");
         let netns = std::fs::metadata(netns).map_err(io_err(netns))?.ino() as u32;
@@ -232,33 +232,41 @@ impl Protected {
             dirs,
             ifaces,
             daemon_exe: file_id(Path::new("/proc/self/exe"))?,
-            tpm_devs: if tpm { tpm_devices() } else { Vec::new() },
+            tpm_devs: tpm.map(tpm_devices).unwrap_or_default(),
         })
     }
 }
 
-/// Every TPM character device of the host, from sysfs (`/sys/class/tpm/tpm0/dev` and
-/// `/sys/class/tpmrm/tpmrm0/dev` read `major:minor`), in the kernel's encoding. By device,
-/// not by path: a node made anywhere with `mknod` for the same device is refused too.
-pub fn tpm_devices() -> Vec<u32> {
-    let mut out = Vec::new();
-    for class in ["/sys/class/tpm", "/sys/class/tpmrm"] {
-        let Ok(entries) = std::fs::read_dir(class) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let Ok(text) = std::fs::read_to_string(e.path().join("dev")) else {
-                continue;
-            };
-            let parsed = text
-                .trim()
-                .split_once(':')
-                .and_then(|(ma, mi)| Some((ma.parse::<u32>().ok()?, mi.parse::<u32>().ok()?)));
-            if let Some((major, minor)) = parsed {
-                out.push((major << 20) | minor);
-            }
-        }
-    }
+/// The TPM chip behind the device node `node` (the daemon's TCTI, `/dev/tpmrm0`): both of its
+/// character devices (`tpmN` and `tpmrmN`), from sysfs, in the kernel's encoding. By device,
+/// not by path, so a node made anywhere with `mknod` for it is refused too; the chip only, so
+/// another TPM on the host (a vTPM proxy's) stays usable.
+pub fn tpm_devices(node: &Path) -> Vec<u32> {
+    let Ok(m) = std::fs::metadata(node) else {
+        return Vec::new();
+    };
+    let want = kernel_dev(m.rdev());
+    let dev_of = |class: &str, name: &str| -> Option<u32> {
+        let text = std::fs::read_to_string(Path::new(class).join(name).join("dev")).ok()?;
+        let (ma, mi) = text.trim().split_once(':')?;
+        Some((ma.parse::<u32>().ok()? << 20) | mi.parse::<u32>().ok()?)
+    };
+    // Which chip number the node is, then both of that chip's devices.
+    let chip = ["tpm", "tpmrm"].iter().find_map(|prefix| {
+        let class = format!("/sys/class/{prefix}");
+        std::fs::read_dir(&class).ok()?.flatten().find_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let n = name.strip_prefix(prefix)?.parse::<u32>().ok()?;
+            (dev_of(&class, &name) == Some(want)).then_some(n)
+        })
+    });
+    let Some(n) = chip else {
+        return Vec::new();
+    };
+    let mut out: Vec<u32> = [("/sys/class/tpm", "tpm"), ("/sys/class/tpmrm", "tpmrm")]
+        .iter()
+        .filter_map(|(class, prefix)| dev_of(class, &format!("{prefix}{n}")))
+        .collect();
     out.sort_unstable();
     out.dedup();
     out

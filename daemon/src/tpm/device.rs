@@ -102,6 +102,39 @@ impl std::fmt::Debug for Tpm {
     }
 }
 
+/// libtss2's device TCTI opens the TPM without `O_CLOEXEC`, so every program the daemon
+/// starts (the workload hooks, `cryptsetup`, ...) would inherit a descriptor to the TPM that
+/// the guard, which checks opens, cannot take back. Every descriptor of ours on a TPM device
+/// is marked close-on-exec right after the open.
+fn close_tpm_fds_on_exec() {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        log::warn!("cannot list /proc/self/fd: the TPM descriptor may be inherited by children");
+        return;
+    };
+    for e in fds.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let is_tpm = std::fs::read_link(e.path()).is_ok_and(|t| {
+            t.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("tpm"))
+                && t.starts_with("/dev")
+        });
+        if is_tpm {
+            // SAFETY: fcntl on a descriptor number this process holds; F_SETFD touches only
+            // its flags.
+            let r = unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+            if r != 0 {
+                log::warn!(
+                    "cannot mark the TPM descriptor {fd} close-on-exec: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+}
+
 impl Tpm {
     /// Opens the TPM behind `tcti` (`device:/dev/tpmrm0`, `swtpm:host=127.0.0.1,port=P`).
     /// For a device, a missing node or a permission problem is said as such before libtss2
@@ -121,6 +154,7 @@ impl Tpm {
             tcti: tcti.to_string(),
             source,
         })?;
+        close_tpm_fds_on_exec();
         let mut tpm = Tpm {
             ctx,
             tcti: tcti.to_string(),

@@ -16,6 +16,8 @@ use rackwarden_attest::tpm::{
 };
 
 use super::{FindingCode as C, Judge, Status};
+use std::collections::BTreeSet;
+
 use crate::config::{BootLogPolicy, forbids};
 use crate::store::TpmBoot;
 
@@ -130,7 +132,7 @@ pub(crate) fn check(
             if judged {
                 j.add(
                     C::BootLogMissing,
-                    Status::Warning,
+                    Status::Contraindicated,
                     format!(
                         "no event log of this boot (TPM resetCount {}) has verified: the daemon ships it with its first statement after it starts",
                         info.reset_count
@@ -146,46 +148,65 @@ pub(crate) fn check(
     outcome
 }
 
-/// A measured boot against the policy's sets.
+/// A measured boot against the policy's sets. Every measurement counts by its digest (see
+/// `MeasuredBoot`): each PCR 4 application must be an accepted loader or kernel, each PCR 9
+/// measurement an accepted kernel, initrd or boot file (or the proven command line), and one
+/// of them an accepted kernel. Measurements only add up: a log cannot hide one, and one
+/// extended after boot is one more to accept.
 fn appraise(j: &mut Judge, p: &BootLogPolicy, m: &MeasuredBoot) {
-    let component = |j: &mut Judge,
-                     what: &str,
-                     accepted: &Option<std::collections::BTreeSet<String>>,
-                     digest: &str| {
-        if let Some(set) = accepted
-            && !set.contains(digest)
-        {
-            j.add(
-                C::BootComponentNotAccepted,
-                Status::Contraindicated,
-                format!(
-                    "{what} {digest} is not among the policy's {} accepted",
-                    set.len()
-                ),
-            );
-        }
+    let in_any = |sets: &[&Option<BTreeSet<String>>], d: &String| {
+        sets.iter()
+            .any(|s| s.as_ref().is_some_and(|s| s.contains(d)))
     };
-    for l in &m.loaders {
-        component(j, "boot loader", &p.loaders, l);
+    if p.loaders.is_some() || p.kernels.is_some() {
+        for a in &m.applications {
+            if !in_any(&[&p.loaders, &p.kernels], a) {
+                j.add(
+                    C::BootComponentNotAccepted,
+                    Status::Contraindicated,
+                    format!("PCR 4 application {a} is no accepted boot loader or kernel"),
+                );
+            }
+        }
     }
-    match &m.kernel {
-        Some(k) => component(j, "kernel", &p.kernels, k),
-        None if !m.loader_files.is_empty() => loader_files(j, p, m),
-        None if p.kernels.is_some() => j.add(
-            C::BootComponentNotAccepted,
-            Status::Contraindicated,
-            "the log measured no UEFI application into PCR 4: no kernel to accept",
-        ),
-        None => {}
+    let cmdline = m.cmdline_digest();
+    if p.kernels.is_some() || p.initrds.is_some() || p.boot_files.is_some() {
+        for l in &m.loaded {
+            if Some(l) != cmdline.as_ref() && !in_any(&[&p.kernels, &p.initrds, &p.boot_files], l) {
+                j.add(
+                    C::BootComponentNotAccepted,
+                    Status::Contraindicated,
+                    format!(
+                        "PCR 9 measurement {l} is no accepted kernel, initrd or boot file (nor the command line the host shipped)"
+                    ),
+                );
+            }
+        }
     }
-    for i in &m.initrds {
-        component(j, "initrd", &p.initrds, i);
-    }
-    if p.initrds.is_some() && m.initrds.is_empty() {
+    if let Some(kernels) = &p.kernels
+        && !m
+            .applications
+            .iter()
+            .chain(&m.loaded)
+            .any(|d| kernels.contains(d))
+    {
         j.add(
             C::BootComponentNotAccepted,
             Status::Contraindicated,
-            "the policy names initrds, but the log measured none",
+            format!(
+                "none of the {} applications and {} loaded files measured is an accepted kernel",
+                m.applications.len(),
+                m.loaded.len()
+            ),
+        );
+    }
+    if let Some(initrds) = &p.initrds
+        && !m.loaded.iter().any(|d| initrds.contains(d))
+    {
+        j.add(
+            C::BootComponentNotAccepted,
+            Status::Contraindicated,
+            "the policy names initrds, but none was measured",
         );
     }
     let judges_cmdline = !p.cmdline_required.is_empty() || !p.cmdline_forbidden.is_empty();
@@ -193,7 +214,7 @@ fn appraise(j: &mut Judge, p: &BootLogPolicy, m: &MeasuredBoot) {
         MeasuredCmdline::Measured { .. } => {
             let words = m.cmdline.words();
             for r in &p.cmdline_required {
-                if !words.contains(&r.as_str()) {
+                if !words.contains(r) {
                     j.add(
                         C::BootCmdlineNotAccepted,
                         Status::Contraindicated,
@@ -250,42 +271,6 @@ fn appraise(j: &mut Judge, p: &BootLogPolicy, m: &MeasuredBoot) {
     }
 }
 
-/// A boot loader that reads the kernel itself (GRUB): which of its files is the kernel is
-/// only a label the replay does not cover, so every file it measured must be an accepted
-/// kernel, initrd or boot file, and one of them an accepted kernel.
-fn loader_files(j: &mut Judge, p: &BootLogPolicy, m: &MeasuredBoot) {
-    if p.kernels.is_none() && p.initrds.is_none() && p.boot_files.is_none() {
-        return;
-    }
-    let accepted = |d: &String| {
-        [&p.kernels, &p.initrds, &p.boot_files]
-            .into_iter()
-            .flatten()
-            .any(|set| set.contains(d))
-    };
-    for f in &m.loader_files {
-        if !accepted(f) {
-            j.add(
-                C::BootComponentNotAccepted,
-                Status::Contraindicated,
-                format!("the boot loader read a file with sha256 {f} that is no accepted kernel, initrd or boot file"),
-            );
-        }
-    }
-    if let Some(kernels) = &p.kernels
-        && !m.loader_files.iter().any(|f| kernels.contains(f))
-    {
-        j.add(
-            C::BootComponentNotAccepted,
-            Status::Contraindicated,
-            format!(
-                "none of the {} files the boot loader read is an accepted kernel",
-                m.loader_files.len()
-            ),
-        );
-    }
-}
-
 /// What the statement's sealed guard rests on (`None`: no sealed guard reported, or no
 /// verified boot to judge it by). A BPF LSM guard needs `bpf` in the measured `lsm=`; an
 /// fmod_ret guard needs a kernel with trampolines, which the policy vouches for by accepting
@@ -303,34 +288,31 @@ pub(crate) fn guard_basis(
     let LsmGuard::Sealed { attach, .. } = &e.self_protection.as_ref()?.lsm_guard else {
         return None;
     };
+    // The boot allows the guard only where the policy accepted its kernel (`kernels` set and
+    // no root-of-trust finding, checked below): a kernel nobody vouched for may take BPF
+    // LSM programs and never call them.
+    let kernel_vouched = j
+        .policy
+        .boot_log
+        .as_ref()
+        .is_some_and(|p| p.kernels.is_some());
     let boot_allows = match attach {
         GuardAttach::Lsm => match m.cmdline.enables_bpf_lsm() {
-            Some(true) => true,
+            Some(true) => kernel_vouched,
             Some(false) => {
                 j.add(
                     C::GuardContradictsBoot,
                     Status::Contraindicated,
                     format!(
                         "the guard is sealed as BPF LSM programs, but the measured command line's {} has no bpf",
-                        m.cmdline.lsm().unwrap_or("lsm=")
+                        m.cmdline.lsm().unwrap_or_else(|| "lsm=".into())
                     ),
                 );
                 return Some(GuardBasis::ContradictedByBoot);
             }
             None => false,
         },
-        GuardAttach::FmodRet => j
-            .policy
-            .boot_log
-            .as_ref()
-            .and_then(|p| p.kernels.as_ref())
-            .is_some_and(|set| {
-                m.kernel
-                    .iter()
-                    .chain(&m.loader_files)
-                    .any(|k| set.contains(k))
-                    && !j.has(super::Aspect::RootOfTrust, Status::Contraindicated)
-            }),
+        GuardAttach::FmodRet => kernel_vouched,
     };
     let proven = boot_allows
         && level == TrustLevel::TpmIma

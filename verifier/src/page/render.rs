@@ -537,9 +537,10 @@ fn root_of_trust_line(r: &RootOfTrustView, boot_judged: bool) -> Markup {
                 br;
                 span.measured-boot {
                     "measured boot (event log replayed to the quoted PCRs 0-9 with statement " (seq) ", TPM resetCount " (reset_count) "): "
-                    @for l in &m.loaders { "loader " code { (short(l)) } " → " }
-                    "kernel " code { (m.kernel.as_deref().map_or("none", short)) }
-                    @for i in &m.initrds { " · initrd " code { (short(i)) } }
+                    "started (PCR 4) "
+                    @for (i, a) in m.applications.iter().enumerate() { @if i > 0 { " → " } code { (short(a)) } }
+                    " · loaded (PCR 9) "
+                    @for (i, l) in m.loaded.iter().enumerate() { @if i > 0 { ", " } code { (short(l)) } }
                     @match &m.cmdline {
                         MeasuredCmdline::Measured { cmdline } => { " · command line " code { (cmdline) } }
                         MeasuredCmdline::Mismatch { .. } => { " · command line: the host's does not hash to the measured one" }

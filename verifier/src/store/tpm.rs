@@ -251,12 +251,22 @@ impl Store {
         else {
             return Ok(None);
         };
-        let pcrs: std::collections::BTreeMap<u8, String> =
-            serde_json::from_str(&r.text(1)?).unwrap_or_default();
-        let pcrs = pcrs
+        // Written only by `set_tpm_boot`; a row that does not read back whole (every value
+        // 32 bytes, PCRs 0-9 all there) is no verified boot, never an empty set that any
+        // quote would match.
+        let Ok(pcrs) = serde_json::from_str::<std::collections::BTreeMap<u8, String>>(&r.text(1)?)
+        else {
+            return Ok(None);
+        };
+        let pcrs: Option<std::collections::BTreeMap<u8, [u8; 32]>> = pcrs
             .into_iter()
-            .filter_map(|(i, v)| Some((i, <[u8; 32]>::try_from(hex::decode(v).ok()?).ok()?)))
+            .map(|(i, v)| Some((i, <[u8; 32]>::try_from(hex::decode(v).ok()?).ok()?)))
             .collect();
+        let Some(pcrs) =
+            pcrs.filter(|p| rackwarden_attest::tpm::BOOT_LOG_PCRS.clone().all(|i| p.contains_key(&i)))
+        else {
+            return Ok(None);
+        };
         let Ok(measured) = serde_json::from_str(&r.text(2)?) else {
             return Ok(None);
         };

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use rackwarden_attest::tpm::{EventLog, MeasuredBoot, MeasuredCmdline, pe_image_sha256};
 
-/// GRUB's PCR 9 file events: digest and the path its text names (not covered by the replay).
-fn loader_file_labels(log: &EventLog) -> Vec<(String, String)> {
+/// PCR 9's events: digest and the text they carry (a file's path for GRUB; not covered by the
+/// replay, so a hint for the operator only).
+fn loaded_labels(log: &EventLog) -> Vec<(String, String)> {
     log.events_of(9)
-        .filter(|e| e.event_type == rackwarden_attest::tpm::boot::EV_IPL)
         .filter_map(|e| {
             let label = String::from_utf8_lossy(&e.data)
                 .trim_end_matches('\0')
@@ -21,13 +21,27 @@ fn loader_file_labels(log: &EventLog) -> Vec<(String, String)> {
 
 pub fn reference(event_log: &Path, cmdline: &Path, kernels: &[PathBuf]) -> Result<()> {
     if !kernels.is_empty() {
-        println!("# The Authenticode SHA-256 firmware and shim log into PCR 4 for each image:");
-        println!("# add to [policy.boot] kernels before the hosts boot it.");
+        println!(
+            "# Add to [policy.boot] kernels before the hosts boot it: the Authenticode SHA-256"
+        );
+        println!(
+            "# where firmware or shim starts the image (PCR 4), the file's SHA-256 where a boot"
+        );
+        println!(
+            "# loader reads it (GRUB, PCR 9). Adding both is safe: each accepts only this image."
+        );
         for k in kernels {
             let image = std::fs::read(k).with_context(|| format!("reading {}", k.display()))?;
             let digest =
                 pe_image_sha256(&image).map_err(|e| anyhow::anyhow!("{}: {e}", k.display()))?;
-            println!("\"{}\",  # {}", hex::encode(digest), k.display());
+            use sha2::Digest as _;
+            let file = sha2::Sha256::digest(&image);
+            println!(
+                "\"{}\",  # {} (Authenticode)",
+                hex::encode(digest),
+                k.display()
+            );
+            println!("\"{}\",  # {} (file)", hex::encode(file), k.display());
         }
         return Ok(());
     }
@@ -54,24 +68,56 @@ pub fn reference(event_log: &Path, cmdline: &Path, kernels: &[PathBuf]) -> Resul
         bytes.len(),
         cmdline.display()
     );
-    println!("[policy.boot]");
-    println!("loaders = [{}]", list(&m.loaders));
-    println!(
-        "kernels = [{}]",
-        list(&m.kernel.iter().cloned().collect::<Vec<_>>())
+    println!("# The verifier accepts by digest only; the sorting below follows the log's labels,");
+    println!("# which the replay does not cover: check them before you rely on the sets.");
+    // PCR 9 beyond the stub's initrd and command line: files a boot loader read.
+    let cmdline_digest = m.cmdline_digest();
+    let labels = loaded_labels(&log);
+    let read_by_loader: Vec<&String> = m
+        .loaded
+        .iter()
+        .filter(|d| Some(*d) != cmdline_digest.as_ref() && !m.initrd_labelled.contains(d))
+        .collect();
+    let label_of = |d: &String| labels.iter().find(|(x, _)| x == d).map(|(_, l)| l.as_str());
+    let (mut loaders, mut kernel_list, mut initrds, mut boot_files) = (
+        Vec::new(),
+        Vec::new(),
+        m.initrd_labelled.clone(),
+        Vec::new(),
     );
-    if !m.initrds.is_empty() {
-        println!("initrds = [{}]", list(&m.initrds));
+    let kernel_files: Vec<String> = read_by_loader
+        .iter()
+        .filter(|d| label_of(d).is_some_and(|l| l.contains("vmlinu")))
+        .map(|d| d.to_string())
+        .collect();
+    if kernel_files.is_empty() {
+        // The kernel was started as an application: the last one in PCR 4.
+        let n = m.applications.len();
+        loaders.extend(m.applications.iter().take(n.saturating_sub(1)).cloned());
+        kernel_list.extend(m.applications.last().cloned());
+    } else {
+        loaders.extend(m.applications.iter().cloned());
+        kernel_list.extend(kernel_files.iter().cloned());
     }
-    if !m.loader_files.is_empty() {
-        println!(
-            "# the boot loader read the kernel itself: put its file's SHA-256 in kernels, the"
-        );
-        println!("# initrd's in initrds, and the rest in boot_files (the labels are the log's):");
-        for (digest, label) in loader_file_labels(&log) {
-            println!("#   {digest}  {label}");
+    for d in read_by_loader {
+        if kernel_list.contains(d) {
+            continue;
         }
-        println!("boot_files = [{}]", list(&m.loader_files));
+        if label_of(d).is_some_and(|l| l.contains("initrd")) {
+            initrds.push(d.clone());
+        } else {
+            boot_files.push(d.clone());
+        }
+        println!("#   PCR 9 {d}  {}", label_of(d).unwrap_or("(no label)"));
+    }
+    println!("[policy.boot]");
+    println!("loaders = [{}]", list(&loaders));
+    println!("kernels = [{}]", list(&kernel_list));
+    if !initrds.is_empty() {
+        println!("initrds = [{}]", list(&initrds));
+    }
+    if !boot_files.is_empty() {
+        println!("boot_files = [{}]", list(&boot_files));
     }
     match &m.cmdline {
         MeasuredCmdline::Measured { cmdline } => {
@@ -83,7 +129,7 @@ pub fn reference(event_log: &Path, cmdline: &Path, kernels: &[PathBuf]) -> Resul
         MeasuredCmdline::Mismatch { shipped, measured } => println!(
             "# the command line {shipped:?} does not hash to the measured {measured}: not proven"
         ),
-        MeasuredCmdline::NotMeasured => println!("# no event measures the command line"),
+        MeasuredCmdline::NotMeasured => println!("# no event measures this command line"),
     }
     match m.secure_boot.enabled {
         Some(true) => println!("secure_boot = true"),

@@ -48,8 +48,7 @@ impl Agent {
             self.limiter.pins(),
             &self.cfg.interfaces,
             // The TPM is the daemon's alone wherever it quotes with the host's TPM.
-            self.cfg.tpm.mode != crate::config::tpm::TpmMode::Off
-                && self.cfg.tpm.tcti.starts_with("device:"),
+            self.cfg.tpm.device_node().as_deref(),
         )?;
         self.settle_state(degraded);
         Ok(())
