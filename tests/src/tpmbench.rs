@@ -298,16 +298,11 @@ fn uefi_log(cmdline: &str) -> EventLog {
     for pcr in 0..8 {
         push(pcr, EV_SEPARATOR, vec![0; 4]);
     }
-    let mut tag = LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID.to_le_bytes().to_vec();
-    tag.extend(26u32.to_le_bytes());
-    tag.extend(b"LOADED_IMAGE::LoadOptions\0");
-    log.events.push(LogEvent {
-        offset: 0,
-        pcr: 9,
-        event_type: EV_EVENT_TAG,
-        digests: vec![(TPM_ALG_SHA256, efi_load_options_digest(cmdline).to_vec())],
-        data: tag,
-    });
+    log.events.push(LogEvent::linux_tag(
+        LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID,
+        b"LOADED_IMAGE::LoadOptions\0",
+        efi_load_options_digest(cmdline),
+    ));
     log
 }
 

@@ -535,18 +535,12 @@ fn recheck_re_derives_tpm_verdicts_across_a_new_ak() {
 fn boot_log(apps: &[[u8; 32]], initrd: [u8; 32], cmdline: &str, secure_boot: u8) -> EventLog {
     use rackwarden_attest::tpm::boot::{encode_variable, secure_boot_variable_guid};
     use rackwarden_attest::tpm::eventlog::{
-        EV_EFI_BOOT_SERVICES_APPLICATION, EV_EFI_VARIABLE_DRIVER_CONFIG, EV_EVENT_TAG,
-        EV_SEPARATOR, LINUX_EFI_INITRD_EVENT_TAG_ID, LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID, LogEvent,
-        TPM_ALG_SHA256, efi_load_options_digest,
+        EV_EFI_BOOT_SERVICES_APPLICATION, EV_EFI_VARIABLE_DRIVER_CONFIG, EV_SEPARATOR,
+        LINUX_EFI_INITRD_EVENT_TAG_ID, LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID, LogEvent,
+        efi_load_options_digest,
     };
     use sha2::{Digest, Sha256};
-    let ev = |pcr: u32, event_type: u32, data: Vec<u8>, digest: [u8; 32]| LogEvent {
-        offset: 0,
-        pcr,
-        event_type,
-        digests: vec![(TPM_ALG_SHA256, digest.to_vec())],
-        data,
-    };
+    let ev = LogEvent::sha256_event;
     let mut log = EventLog::new_sha256();
     for (name, value) in [
         ("SecureBoot", vec![secure_boot]),
@@ -570,22 +564,14 @@ fn boot_log(apps: &[[u8; 32]], initrd: [u8; 32], cmdline: &str, secure_boot: u8)
         log.events
             .push(ev(4, EV_EFI_BOOT_SERVICES_APPLICATION, vec![0; 32], *a));
     }
-    let tag = |id: u32| {
-        let mut d = id.to_le_bytes().to_vec();
-        d.extend(6u32.to_le_bytes());
-        d.extend(b"event\0");
-        d
-    };
-    log.events.push(ev(
-        9,
-        EV_EVENT_TAG,
-        tag(LINUX_EFI_INITRD_EVENT_TAG_ID),
+    log.events.push(LogEvent::linux_tag(
+        LINUX_EFI_INITRD_EVENT_TAG_ID,
+        b"event\0",
         initrd,
     ));
-    log.events.push(ev(
-        9,
-        EV_EVENT_TAG,
-        tag(LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID),
+    log.events.push(LogEvent::linux_tag(
+        LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID,
+        b"event\0",
         efi_load_options_digest(cmdline),
     ));
     log
@@ -870,24 +856,18 @@ fn a_grub_boot_is_judged_by_every_file_it_read() {
 fn a_command_line_extended_after_boot_proves_nothing() {
     use rackwarden_attest::result::GuardBasis;
     use rackwarden_attest::tpm::eventlog::{
-        EV_EVENT_TAG, LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID, LogEvent, TPM_ALG_SHA256,
-        efi_load_options_digest,
+        LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID, LogEvent, efi_load_options_digest,
     };
     let (mut v, _d) = verifier("tpm_ima", &boot_policy(&[KERNEL]));
     let real = "root=/dev/vda ro lsm=lockdown,yama ima_policy=tcb";
     // Root extends PCR 9 with the digest of a command line that enables bpf, adds the event
     // to the log, and ships that command line: the replay matches, the real one stays.
     let mut log = boot_log(&[SHIM, KERNEL], INITRD, real, 1);
-    let mut tag = LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID.to_le_bytes().to_vec();
-    tag.extend(4u32.to_le_bytes());
-    tag.extend(b"tag\0");
-    log.events.push(LogEvent {
-        offset: 0,
-        pcr: 9,
-        event_type: EV_EVENT_TAG,
-        digests: vec![(TPM_ALG_SHA256, efi_load_options_digest(CMDLINE).to_vec())],
-        data: tag,
-    });
+    log.events.push(LogEvent::linux_tag(
+        LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID,
+        b"tag\0",
+        efi_load_options_digest(CMDLINE),
+    ));
     let mut h = Host::new(&mut v, "x", true);
     h.measured_boot(log, CMDLINE);
     let r = ingest(&mut v, &h.next(lsm_guard).1);

@@ -394,19 +394,13 @@ pub fn replay_differences(
 
 #[cfg(test)]
 mod tests {
-    use super::super::eventlog::{EV_EFI_BOOT_SERVICES_APPLICATION, EV_EVENT_TAG, LogEvent};
+    use super::super::eventlog::{EV_EFI_BOOT_SERVICES_APPLICATION, LogEvent};
     use super::*;
 
     /// A log as OVMF writes it for a direct kernel boot with Secure Boot enabled.
     fn log(cmdline: &str, secure_boot: u8) -> EventLog {
         let mut log = EventLog::new_sha256();
-        let ev = |pcr: u32, event_type: u32, data: Vec<u8>, digest: [u8; 32]| LogEvent {
-            offset: 0,
-            pcr,
-            event_type,
-            digests: vec![(super::super::eventlog::TPM_ALG_SHA256, digest.to_vec())],
-            data,
-        };
+        let ev = LogEvent::sha256_event;
         let sha = |d: &[u8]| -> [u8; 32] { Sha256::digest(d).into() };
         for (name, value) in [
             ("SecureBoot", vec![secure_boot]),
@@ -430,22 +424,14 @@ mod tests {
             vec![0; 8],
             [0x4e; 32],
         ));
-        let tag = |id: u32| {
-            let mut d = id.to_le_bytes().to_vec();
-            d.extend(4u32.to_le_bytes());
-            d.extend(b"tag\0");
-            d
-        };
-        log.events.push(ev(
-            9,
-            EV_EVENT_TAG,
-            tag(LINUX_EFI_INITRD_EVENT_TAG_ID),
+        log.events.push(LogEvent::linux_tag(
+            LINUX_EFI_INITRD_EVENT_TAG_ID,
+            b"tag\0",
             [0x1d; 32],
         ));
-        log.events.push(ev(
-            9,
-            EV_EVENT_TAG,
-            tag(LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID),
+        log.events.push(LogEvent::linux_tag(
+            LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID,
+            b"tag\0",
             efi_load_options_digest(cmdline),
         ));
         log

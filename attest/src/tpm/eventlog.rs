@@ -122,6 +122,27 @@ pub struct LogEvent {
 }
 
 impl LogEvent {
+    /// An event carrying a SHA-256 digest alone, as the logs [`EventLog::new_sha256`] makes
+    /// hold (tools and tests build logs from these).
+    pub fn sha256_event(pcr: u32, event_type: u32, data: Vec<u8>, digest: [u8; 32]) -> LogEvent {
+        LogEvent {
+            offset: 0,
+            pcr,
+            event_type,
+            digests: vec![(TPM_ALG_SHA256, digest.to_vec())],
+            data,
+        }
+    }
+
+    /// The Linux EFI stub's EV_EVENT_TAG in PCR 9: tag `id` with `description`, measuring
+    /// `digest` (of the initrd, or of the LoadOptions).
+    pub fn linux_tag(id: u32, description: &[u8], digest: [u8; 32]) -> LogEvent {
+        let mut data = id.to_le_bytes().to_vec();
+        data.extend((description.len() as u32).to_le_bytes());
+        data.extend(description);
+        LogEvent::sha256_event(9, EV_EVENT_TAG, data, digest)
+    }
+
     /// The digest extended into the SHA-256 bank.
     pub fn sha256(&self) -> Option<[u8; 32]> {
         self.digests

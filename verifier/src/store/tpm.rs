@@ -262,9 +262,11 @@ impl Store {
             .into_iter()
             .map(|(i, v)| Some((i, <[u8; 32]>::try_from(hex::decode(v).ok()?).ok()?)))
             .collect();
-        let Some(pcrs) =
-            pcrs.filter(|p| rackwarden_attest::tpm::BOOT_LOG_PCRS.clone().all(|i| p.contains_key(&i)))
-        else {
+        let Some(pcrs) = pcrs.filter(|p| {
+            rackwarden_attest::tpm::BOOT_LOG_PCRS
+                .clone()
+                .all(|i| p.contains_key(&i))
+        }) else {
             return Ok(None);
         };
         let Ok(measured) = serde_json::from_str(&r.text(2)?) else {
