@@ -307,6 +307,9 @@ pub fn encode_variable(guid: [u8; 16], name: &str, value: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The key databases PCR 7 measures whose contents a policy may pin (`secure_boot_variables`).
+pub const SECURE_BOOT_DATABASES: [&str; 4] = ["PK", "KEK", "db", "dbx"];
+
 /// The GUID a Secure Boot variable lives under.
 pub fn secure_boot_variable_guid(name: &str) -> [u8; 16] {
     match name {
@@ -324,8 +327,7 @@ fn read_secure_boot(log: &EventLog) -> SecureBootState {
         if e.event_type != EV_EFI_VARIABLE_DRIVER_CONFIG {
             continue;
         }
-        let digest: [u8; 32] = Sha256::digest(&e.data).into();
-        if e.sha256() != Some(digest) {
+        if !self_describing(e) {
             continue;
         }
         let Some((guid, name, value)) = parse_variable(&e.data) else {
@@ -336,7 +338,7 @@ fn read_secure_boot(log: &EventLog) -> SecureBootState {
         }
         match name.as_str() {
             "SecureBoot" => state.enabled = Some(value.first().is_some_and(|v| *v == 1)),
-            "PK" | "KEK" | "db" | "dbx" => {
+            n if SECURE_BOOT_DATABASES.contains(&n) => {
                 let d: [u8; 32] = Sha256::digest(value).into();
                 state.variables.insert(name, hex::encode(d));
             }

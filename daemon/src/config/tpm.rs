@@ -294,6 +294,11 @@ burst = "256 KiB"
                 12,
                 "`tpm.ima_list` must be an absolute path",
             ),
+            (
+                "event_log = \"bios.log\"\n",
+                12,
+                "`tpm.event_log` must be an absolute path",
+            ),
             ("colour = \"red\"\n", 12, "colour"),
         ] {
             let e = parse(text).unwrap_err().to_string();

@@ -249,7 +249,10 @@ pub fn tpm_devices(node: &Path) -> Vec<u32> {
     let dev_of = |class: &str, name: &str| -> Option<u32> {
         let text = std::fs::read_to_string(Path::new(class).join(name).join("dev")).ok()?;
         let (ma, mi) = text.trim().split_once(':')?;
-        Some((ma.parse::<u32>().ok()? << 20) | mi.parse::<u32>().ok()?)
+        Some(kernel_dev(libc::makedev(
+            ma.parse().ok()?,
+            mi.parse().ok()?,
+        )))
     };
     // Which chip number the node is, then both of that chip's devices.
     let chip = ["tpm", "tpmrm"].iter().find_map(|prefix| {

@@ -7,6 +7,8 @@
 //! same quoted PCRs 0-9) by it, so a boot outside the policy stays contraindicated for as long
 //! as the host runs it, not for one statement.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use rackwarden_attest::evidence::{GuardAttach, LimiterReport, LsmGuard};
 use rackwarden_attest::result::GuardBasis;
 use rackwarden_attest::statement::Statement;
@@ -16,8 +18,6 @@ use rackwarden_attest::tpm::{
 };
 
 use super::{FindingCode as C, Judge, Status};
-use std::collections::BTreeSet;
-
 use crate::config::{BootLogPolicy, forbids};
 use crate::store::TpmBoot;
 
@@ -29,7 +29,7 @@ pub(crate) struct BootOutcome {
 }
 
 /// The quoted PCRs 0-9, or the first one the quote lacks.
-fn quoted_boot_pcrs(d: &DecodedSidecar) -> Result<std::collections::BTreeMap<u8, [u8; 32]>, u8> {
+fn quoted_boot_pcrs(d: &DecodedSidecar) -> Result<BTreeMap<u8, [u8; 32]>, u8> {
     BOOT_LOG_PCRS
         .map(|p| d.pcrs.get(p).map(|v| (p, *v)).ok_or(p))
         .collect()
@@ -142,8 +142,10 @@ pub(crate) fn check(
             return none;
         }
     };
-    if let (Some(m), Some(policy)) = (&outcome.measured, j.policy.boot_log.clone()) {
-        appraise(j, &policy, m);
+    // The policy outlives the judge's borrow: no copy of its sets per statement.
+    let policy = j.policy;
+    if let (Some(m), Some(p)) = (&outcome.measured, &policy.boot_log) {
+        appraise(j, p, m);
     }
     outcome
 }
@@ -272,9 +274,10 @@ fn appraise(j: &mut Judge, p: &BootLogPolicy, m: &MeasuredBoot) {
 }
 
 /// What the statement's sealed guard rests on (`None`: no sealed guard reported, or no
-/// verified boot to judge it by). A BPF LSM guard needs `bpf` in the measured `lsm=`; an
-/// fmod_ret guard needs a kernel with trampolines, which the policy vouches for by accepting
-/// it. Either is proven only with IMA's proof that the accepted daemon is what runs.
+/// verified boot to judge it by). Either guard needs a kernel the policy accepts (for
+/// fmod_ret, one with trampolines; the policy vouches for it by accepting it), a BPF LSM
+/// guard also `bpf` in the measured `lsm=`; and either is proven only with IMA's proof that
+/// the accepted daemon is what runs.
 pub(crate) fn guard_basis(
     j: &mut Judge,
     st: &Statement,

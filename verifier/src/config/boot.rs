@@ -21,6 +21,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 use toml::Spanned;
 
+use rackwarden_attest::tpm::boot::SECURE_BOOT_DATABASES;
+
 use super::{ConfigError, Source, tpm::sha256_hex};
 
 /// The part of `[policy.boot]` judged from the event log.
@@ -58,22 +60,18 @@ pub(super) struct RawBoot {
     secure_boot_variables: BTreeMap<String, Vec<Spanned<String>>>,
 }
 
-/// The variables PCR 7 measures that a policy may pin.
-const SECURE_BOOT_VARIABLES: [&str; 4] = ["PK", "KEK", "db", "dbx"];
-
 pub(super) fn boot_log(
     src: &Source,
     raw: Option<&RawBoot>,
 ) -> Result<Option<BootLogPolicy>, ConfigError> {
     let Some(raw) = raw else { return Ok(None) };
-    let set = |key: &str, v: &Option<Vec<Spanned<String>>>| -> Result<_, ConfigError> {
-        v.as_ref()
-            .map(|v| {
-                v.iter()
-                    .map(|d| sha256_hex(src, &format!("policy.boot.{key}"), d))
-                    .collect::<Result<BTreeSet<String>, _>>()
-            })
-            .transpose()
+    let digests = |key: &str, v: &[Spanned<String>]| -> Result<BTreeSet<String>, ConfigError> {
+        v.iter()
+            .map(|d| sha256_hex(src, &format!("policy.boot.{key}"), d))
+            .collect()
+    };
+    let set = |key: &str, v: &Option<Vec<Spanned<String>>>| {
+        v.as_deref().map(|v| digests(key, v)).transpose()
     };
     let words = |key: &str, v: &[Spanned<String>]| -> Result<Vec<String>, ConfigError> {
         v.iter()
@@ -91,22 +89,19 @@ pub(super) fn boot_log(
             .collect()
     };
     let mut secure_boot_variables = BTreeMap::new();
-    for (name, digests) in &raw.secure_boot_variables {
-        if !SECURE_BOOT_VARIABLES.contains(&name.as_str()) {
-            let span = digests.first().map(|d| d.span());
+    for (name, list) in &raw.secure_boot_variables {
+        if !SECURE_BOOT_DATABASES.contains(&name.as_str()) {
+            let span = list.first().map(|d| d.span());
             return Err(src.err(
                 span,
                 format!(
                     "`policy.boot.secure_boot_variables`: `{name}` is not one of {}",
-                    SECURE_BOOT_VARIABLES.join(", ")
+                    SECURE_BOOT_DATABASES.join(", ")
                 ),
             ));
         }
-        let key = format!("secure_boot_variables.{name}");
-        secure_boot_variables.insert(
-            name.clone(),
-            set(&key, &Some(digests.clone()))?.unwrap_or_default(),
-        );
+        let accepted = digests(&format!("secure_boot_variables.{name}"), list)?;
+        secure_boot_variables.insert(name.clone(), accepted);
     }
     let policy = BootLogPolicy {
         kernels: set("kernels", &raw.kernels)?,
@@ -134,6 +129,56 @@ pub fn forbids(forbidden: &str, word: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::VerifierConfig;
+    use std::path::Path;
+
+    const BASE: &str = "listen = \"127.0.0.1:7700\"\ninsecure_http = true\ndatabase = \"/tmp/v.sqlite\"\n\n[policy]\nid = \"p\"\nnonce_ttl = \"10 min\"\nmax_wipe_interval = \"15 min\"\nmax_residue_host = \"4 GiB\"\nmax_residue_gpu = \"1 GiB\"\ntrainable_state = \"10 TB\"\nmax_epoch_fraction = 0.01\nmin_root_of_trust = \"none\"\n[policy.boot]\n";
+
+    fn parse(boot: &str) -> Result<Option<BootLogPolicy>, String> {
+        VerifierConfig::parse(Path::new("v.toml"), &format!("{BASE}{boot}"))
+            .map(|c| c.policy.boot_log)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_sets_are_read_and_bad_values_name_file_line_and_key() {
+        let d = "ab".repeat(32);
+        let p = parse(&format!(
+            "kernels = [\"{d}\"]\ncmdline_forbidden = [\"init\"]\nsecure_boot = true\nsecure_boot_variables = {{ db = [\"{d}\"] }}\n"
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(p.kernels.as_ref().is_some_and(|k| k.contains(&d)));
+        assert_eq!(p.loaders, None);
+        assert!(p.secure_boot && p.secure_boot_variables["db"].contains(&d));
+        // Only `pcrs`, or nothing: not judged from the log.
+        assert_eq!(parse("").unwrap(), None);
+        for (boot, want) in [
+            (
+                "kernels = [\"abc\"]\n",
+                "v.toml:15: `policy.boot.kernels`: `abc` is not a SHA-256",
+            ),
+            (
+                "cmdline_required = [\"lsm=bpf quiet\"]\n",
+                "v.toml:15: `policy.boot.cmdline_required`: `lsm=bpf quiet` is not one command-line word",
+            ),
+            (
+                &format!("secure_boot_variables = {{ MOK = [\"{d}\"] }}\n"),
+                "v.toml:15: `policy.boot.secure_boot_variables`: `MOK` is not one of PK, KEK, db, dbx",
+            ),
+            (
+                &format!(
+                    "secure_boot_variables = {{ dbx = [\"{}\"] }}\n",
+                    "AB".repeat(32)
+                ),
+                "`policy.boot.secure_boot_variables.dbx`",
+            ),
+            ("kernel = []\n", "unknown field `kernel`"),
+        ] {
+            let e = parse(boot).unwrap_err();
+            assert!(e.contains(want), "{boot}: {e}");
+        }
+    }
 
     #[test]
     fn a_bare_key_forbids_every_value() {

@@ -52,22 +52,17 @@ fn caps_of(st: &Statement) -> Option<HostCaps> {
     })
 }
 
-/// Whether the statement's sealed guard keeps TPM devices for the daemon.
-fn tpm_kept(st: &Statement) -> bool {
+/// The TPM devices the statement's sealed guard keeps for the daemon; `None` when it
+/// reports no sealed guard.
+fn sealed_guard_tpm_devices(st: &Statement) -> Option<u32> {
     use rackwarden_attest::evidence::LsmGuard;
-    matches!(
-        &st.predicate.limiter,
-        LimiterReport::Present(e) if e.self_protection.as_ref().is_some_and(|p| matches!(p.lsm_guard, LsmGuard::Sealed { tpm_devices, .. } if tpm_devices > 0))
-    )
-}
-
-/// Whether the statement reports the daemon's guard sealed.
-fn guard_sealed(st: &Statement) -> bool {
-    use rackwarden_attest::evidence::LsmGuard;
-    matches!(
-        &st.predicate.limiter,
-        LimiterReport::Present(e) if e.self_protection.as_ref().is_some_and(|p| matches!(p.lsm_guard, LsmGuard::Sealed { .. }))
-    )
+    let LimiterReport::Present(e) = &st.predicate.limiter else {
+        return None;
+    };
+    match e.self_protection.as_ref()?.lsm_guard {
+        LsmGuard::Sealed { tpm_devices, .. } => Some(tpm_devices),
+        _ => None,
+    }
 }
 
 /// Everything the rack's page shows, over each host's last `window` epochs.
@@ -94,6 +89,9 @@ pub fn rack_view(
             })
             .collect();
         let last = parsed.last();
+        let sealed = last
+            .and_then(|(_, s, _)| s.as_ref())
+            .and_then(sealed_guard_tpm_devices);
         hosts.push(HostView {
             standing: hs.clone(),
             caps: last.and_then(|(_, s, _)| s.as_ref()).and_then(caps_of),
@@ -105,10 +103,8 @@ pub fn rack_view(
                 claimed: last
                     .and_then(|(_, s, _)| s.as_ref())
                     .and_then(|s| s.predicate.root_of_trust.clone()),
-                guard_sealed: last
-                    .and_then(|(_, s, _)| s.as_ref())
-                    .is_some_and(guard_sealed),
-                tpm_kept: last.and_then(|(_, s, _)| s.as_ref()).is_some_and(tpm_kept),
+                guard_sealed: sealed.is_some(),
+                tpm_kept: sealed.is_some_and(|n| n > 0),
                 guard: last.and_then(|(_, _, r)| r.as_ref()).and_then(|r| r.guard),
                 boot: store
                     .tpm_boot(rack, &hs.host)?

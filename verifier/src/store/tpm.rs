@@ -71,19 +71,18 @@ pub(super) fn row_enrollment(r: &Row, at: usize) -> Result<TpmEnrollment, DbErro
     })
 }
 
+/// A stored 32-byte value in hex (`None`: not one).
+fn hex32(s: &str) -> Option<[u8; 32]> {
+    hex::decode(s).ok()?.try_into().ok()
+}
+
 pub(super) const POSITION_SQL: &str =
     "SELECT reset_count, ima_count, pcr10, seq FROM tpm_positions WHERE rack = ?1 AND host = ?2";
 
 pub(super) fn row_position(r: &Row) -> Result<TpmPosition, DbError> {
-    let pcr10 = r.text(2)?;
-    let mut value = [0u8; 32];
     // Written only by `set_tpm_position` from a 32-byte value; anything else reads as all
     // zeros, which no replay matches (a finding, not a silent pass).
-    if let Ok(bytes) = hex::decode(&pcr10)
-        && let Ok(v) = <[u8; 32]>::try_from(bytes.as_slice())
-    {
-        value = v;
-    }
+    let value = hex32(&r.text(2)?).unwrap_or([0u8; 32]);
     Ok(TpmPosition {
         reset_count: r.u64(0)? as u32,
         ima_count: r.u64(1)?,
@@ -260,7 +259,7 @@ impl Store {
         };
         let pcrs: Option<std::collections::BTreeMap<u8, [u8; 32]>> = pcrs
             .into_iter()
-            .map(|(i, v)| Some((i, <[u8; 32]>::try_from(hex::decode(v).ok()?).ok()?)))
+            .map(|(i, v)| Some((i, hex32(&v)?)))
             .collect();
         let Some(pcrs) = pcrs.filter(|p| {
             rackwarden_attest::tpm::BOOT_LOG_PCRS
