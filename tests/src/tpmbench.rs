@@ -317,20 +317,39 @@ fn bench_boot_log() {
     let bytes = log.to_bytes();
     let evidence = BootEvidence::new(&bytes, cmdline);
     let quoted = log.replay_sha256().unwrap_or_else(|e| panic!("{e}"));
-    const N: u32 = 300;
-    let t = Instant::now();
-    for _ in 0..N {
-        let l = decode_boot_log(&evidence).unwrap_or_else(|e| panic!("{e}"));
-        let differ = replay_differences(&l, &quoted).unwrap_or_else(|e| panic!("{e}"));
-        assert!(differ.is_empty());
-        std::hint::black_box(MeasuredBoot::read(&l, cmdline));
-    }
-    let ours = t.elapsed() / N;
-    let t = Instant::now();
-    for _ in 0..N {
-        std::hint::black_box(sha2::Sha256::digest(std::hint::black_box(&bytes)));
-    }
-    let anchor = t.elapsed() / N;
+    // Rounds taken in turn, anchor first and last (anchor, ours, anchor, ...): each round
+    // of ours against the anchors on both sides (`Bracketed`), medians printed.
+    const PER_ROUND: u32 = 50;
+    const ROUNDS: usize = 41;
+    let ours_round = || {
+        let t = Instant::now();
+        for _ in 0..PER_ROUND {
+            let l = decode_boot_log(&evidence).unwrap_or_else(|e| panic!("{e}"));
+            let differ = replay_differences(&l, &quoted).unwrap_or_else(|e| panic!("{e}"));
+            assert!(differ.is_empty());
+            std::hint::black_box(MeasuredBoot::read(&l, cmdline));
+        }
+        t.elapsed().as_secs_f64() / f64::from(PER_ROUND)
+    };
+    let anchor_round = || {
+        let t = Instant::now();
+        for _ in 0..PER_ROUND {
+            std::hint::black_box(sha2::Sha256::digest(std::hint::black_box(&bytes)));
+        }
+        t.elapsed().as_secs_f64() / f64::from(PER_ROUND)
+    };
+    let rounds: Vec<f64> = (0..ROUNDS)
+        .map(|i| {
+            if i % 2 == 1 {
+                ours_round()
+            } else {
+                anchor_round()
+            }
+        })
+        .collect();
+    let ratios = crate::benchstats::Bracketed::new(&rounds, |i| i % 2 == 1, |i| i % 2 == 0);
+    let mut ours: Vec<f64> = rounds.iter().skip(1).step_by(2).copied().collect();
+    let mut anchor: Vec<f64> = rounds.iter().step_by(2).copied().collect();
     println!(
         "{:<58} {:>7.3} ms {:>7.3} ms {:>7.1}x",
         format!(
@@ -338,9 +357,13 @@ fn bench_boot_log() {
             log.events.len(),
             bytes.len() / 1024
         ),
-        ours.as_secs_f64() * 1e3,
-        anchor.as_secs_f64() * 1e3,
-        ours.as_secs_f64() / anchor.as_secs_f64()
+        crate::benchstats::median(&mut ours) * 1e3,
+        crate::benchstats::median(&mut anchor) * 1e3,
+        ratios.median()
+    );
+    println!(
+        "  boot log replay and reading / SHA-256 of its bytes: {}",
+        ratios.describe()
     );
     println!(
         "the boot log goes once per boot: {} bytes of base64 in the first statement's sidecar",
