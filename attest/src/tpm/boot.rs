@@ -83,15 +83,34 @@ pub fn decode_boot_log(e: &BootEvidence) -> Result<EventLog, BootLogError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MeasuredCmdline {
-    /// The shipped command line's digest (as the EFI stub measures LoadOptions) is among
-    /// PCR 9's measurements.
-    Measured { cmdline: String },
+    /// The shipped command line is proven by `by`'s measurement of it.
+    Measured {
+        cmdline: String,
+        /// Absent in readings stored before GRUB's command line was read: those were the
+        /// stub's.
+        #[serde(default)]
+        by: CmdlineWitness,
+    },
     /// An event says it is the stub's LoadOptions, but the shipped command line does not
     /// hash to it (or to any PCR 9 measurement).
     Mismatch { shipped: String, measured: String },
     /// No PCR 9 measurement is the shipped command line's (a boot loader that starts the
     /// kernel without LoadOptions, as GRUB 2.06 does, or an old stub).
     NotMeasured,
+}
+
+/// What measured the command line the verifier takes as proven.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CmdlineWitness {
+    /// The kernel's EFI stub, into PCR 9: the SHA-256 of the UCS-2 LoadOptions it was
+    /// started with (OVMF's direct kernel boot, systemd-boot, GRUB 2.12).
+    #[default]
+    EfiStub,
+    /// GRUB's `linux` command, into PCR 8: the SHA-256 of the text after `BOOT_IMAGE=`
+    /// (GRUB 2.06, which starts the kernel through the EFI handover, so the stub measures
+    /// nothing). See [`grub_kernel_cmdline`] for when that text is the booted kernel's.
+    Grub,
 }
 
 /// The words of a command line as the kernel splits them (`next_arg`): whitespace outside
@@ -133,7 +152,7 @@ impl MeasuredCmdline {
     /// The kernel's words of a measured command line (none when it is not proven).
     pub fn words(&self) -> Vec<String> {
         match self {
-            MeasuredCmdline::Measured { cmdline } => cmdline_words(cmdline),
+            MeasuredCmdline::Measured { cmdline, .. } => cmdline_words(cmdline),
             _ => Vec::new(),
         }
     }
@@ -215,15 +234,28 @@ impl MeasuredBoot {
                 .collect()
         };
         let cmdline_digest = efi_load_options_digest(shipped_cmdline);
+        let grub = grub_kernel_cmdline(log);
         let cmdline = if loaded.contains(&cmdline_digest) {
             MeasuredCmdline::Measured {
                 cmdline: shipped_cmdline.to_string(),
+                by: CmdlineWitness::EfiStub,
+            }
+        } else if let Some(measured) = labelled(LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID).last() {
+            MeasuredCmdline::Mismatch {
+                shipped: shipped_cmdline.to_string(),
+                measured: hex32(measured),
             }
         } else {
-            match labelled(LINUX_EFI_LOAD_OPTIONS_EVENT_TAG_ID).last() {
-                Some(measured) => MeasuredCmdline::Mismatch {
+            match grub {
+                Some(text) if shipped_cmdline.strip_prefix(GRUB_BOOT_IMAGE) == Some(&text) => {
+                    MeasuredCmdline::Measured {
+                        cmdline: shipped_cmdline.to_string(),
+                        by: CmdlineWitness::Grub,
+                    }
+                }
+                Some(text) => MeasuredCmdline::Mismatch {
                     shipped: shipped_cmdline.to_string(),
-                    measured: hex32(measured),
+                    measured: hex::encode(Sha256::digest(text.as_bytes())),
                 },
                 None => MeasuredCmdline::NotMeasured,
             }
@@ -241,15 +273,72 @@ impl MeasuredBoot {
         }
     }
 
-    /// The digest of the measured command line, when it is proven: one of `loaded`.
+    /// The digest of the measured command line, when the stub proved it: one of `loaded`
+    /// (GRUB's is in PCR 8, which `loaded` does not hold).
     pub fn cmdline_digest(&self) -> Option<String> {
         match &self.cmdline {
-            MeasuredCmdline::Measured { cmdline } => {
-                Some(hex::encode(efi_load_options_digest(cmdline)))
-            }
+            MeasuredCmdline::Measured {
+                cmdline,
+                by: CmdlineWitness::EfiStub,
+            } => Some(hex::encode(efi_load_options_digest(cmdline))),
             _ => None,
         }
     }
+}
+
+/// What GRUB puts before the text it measured when it hands the kernel its command line.
+const GRUB_BOOT_IMAGE: &str = "BOOT_IMAGE=";
+
+/// The labels GRUB gives its PCR 8 measurements; each hashes only the text after it.
+const GRUB_STRING_LABELS: [&str; 3] = ["grub_cmd: ", "kernel_cmdline: ", "module_cmdline: "];
+
+/// The commands that may follow the kernel's command line in PCR 8 without changing what
+/// boots or with what arguments (Debian's menu entry echoes and loads the initrd after
+/// `linux`). Anything else there (`chainloader`, `exit`, another loader) could start
+/// something other than the kernel `linux` loaded, so the command line is then not proven.
+const GRUB_AFTER_LINUX: [&str; 5] = ["initrd", "echo", "insmod", "set", "boot"];
+
+/// The kernel command line GRUB measured for the kernel it booted, when PCR 8 proves it:
+/// the text after `BOOT_IMAGE=` in `/proc/cmdline`.
+///
+/// GRUB measures into PCR 8 the SHA-256 of every command line it runs (the expanded words
+/// joined by spaces, whatever the command) and, within `linux`, the kernel's command line
+/// without `BOOT_IMAGE=`. Labels are not proven, so this needs:
+/// - every PCR 8 measurement to read back (its text after one of GRUB's labels hashes to its
+///   digest): then every string GRUB measured is known, in order;
+/// - the last `linux`/`linuxefi` command to be followed by a measurement that starts with
+///   the kernel path it was given: that is the command's kernel command line (a `linux`
+///   that fails unloads the kernel, so the last one is the one that boots, and nothing else
+///   is measured into PCR 8 while it runs);
+/// - only [`GRUB_AFTER_LINUX`] commands after that.
+pub fn grub_kernel_cmdline(log: &EventLog) -> Option<String> {
+    let mut texts = Vec::new();
+    for e in log
+        .events_of(8)
+        .filter(|e| e.event_type != super::eventlog::EV_NO_ACTION)
+    {
+        let digest = e.sha256()?;
+        let data = e.data.strip_suffix(&[0]).unwrap_or(&e.data);
+        let text = GRUB_STRING_LABELS.iter().find_map(|label| {
+            let text = data.strip_prefix(label.as_bytes())?;
+            (<[u8; 32]>::from(Sha256::digest(text)) == digest).then_some(text)
+        })?;
+        texts.push(String::from_utf8(text.to_vec()).ok()?);
+    }
+    let command = |t: &String| t.split(' ').next().map(str::to_string);
+    let linux = texts
+        .iter()
+        .rposition(|t| matches!(command(t).as_deref(), Some("linux" | "linuxefi")))?;
+    let cmdline = texts.get(linux + 1)?;
+    // The kernel's command line starts with the path `linux` was given (`BOOT_IMAGE=`'s
+    // value): a `linux` that failed before measuring it is followed by something else.
+    if cmdline.split(' ').next() != texts[linux].split(' ').nth(1) {
+        return None;
+    }
+    texts[linux + 2..]
+        .iter()
+        .all(|t| command(t).is_some_and(|c| GRUB_AFTER_LINUX.contains(&c.as_str())))
+        .then(|| cmdline.clone())
 }
 
 /// EFI_GLOBAL_VARIABLE and EFI_IMAGE_SECURITY_DATABASE_GUID, as UEFI_VARIABLE_DATA's
@@ -459,7 +548,8 @@ mod tests {
         assert_eq!(
             m.cmdline,
             MeasuredCmdline::Measured {
-                cmdline: cmdline.into()
+                cmdline: cmdline.into(),
+                by: CmdlineWitness::EfiStub
             }
         );
         assert_eq!(m.cmdline.enables_bpf_lsm(), Some(true));
@@ -484,7 +574,10 @@ mod tests {
 
     #[test]
     fn the_last_lsm_list_decides() {
-        let m = |c: &str| MeasuredCmdline::Measured { cmdline: c.into() };
+        let m = |c: &str| MeasuredCmdline::Measured {
+            cmdline: c.into(),
+            by: CmdlineWitness::EfiStub,
+        };
         assert_eq!(m("quiet").enables_bpf_lsm(), None);
         assert_eq!(m("lsm=bpf lsm=lockdown").enables_bpf_lsm(), Some(false));
         assert_eq!(m("lsm=lockdown lsm=yama,bpf").enables_bpf_lsm(), Some(true));
@@ -535,6 +628,100 @@ mod tests {
         assert_eq!(MeasuredBoot::read(&l, cmdline).applications.len(), 2);
     }
 
+    /// A GRUB 2.06 boot's PCR 8, as Debian's signed GRUB measured it in a VM (shim, GRUB,
+    /// `linux`, `initrd`, `boot`): each string hashed without its label or NUL.
+    fn grub_log(strings: &[(&str, &str)]) -> EventLog {
+        let mut log = EventLog::new_sha256();
+        for (label, text) in strings {
+            let data = [label.as_bytes(), text.as_bytes(), b"\0"].concat();
+            let d: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+            log.events.push(LogEvent::sha256_event(8, EV_IPL, data, d));
+        }
+        log
+    }
+
+    const GRUB_BOOT: [(&str, &str); 6] = [
+        ("grub_cmd: ", "source (hd0,gpt1)/EFI/debian/grub.cfg"),
+        (
+            "grub_cmd: ",
+            "linux /vmlinuz console=ttyS0 lsm=lockdown,bpf",
+        ),
+        (
+            "kernel_cmdline: ",
+            "/vmlinuz console=ttyS0 lsm=lockdown,bpf",
+        ),
+        ("grub_cmd: ", "echo Loading initial ramdisk ..."),
+        ("grub_cmd: ", "initrd /initrd.gz"),
+        ("grub_cmd: ", "boot"),
+    ];
+
+    #[test]
+    fn grubs_kernel_command_line_is_read_from_pcr_8() {
+        let log = grub_log(&GRUB_BOOT);
+        let shipped = "BOOT_IMAGE=/vmlinuz console=ttyS0 lsm=lockdown,bpf";
+        let m = MeasuredBoot::read(&log, shipped);
+        assert_eq!(
+            m.cmdline,
+            MeasuredCmdline::Measured {
+                cmdline: shipped.into(),
+                by: CmdlineWitness::Grub
+            }
+        );
+        assert_eq!(m.cmdline.enables_bpf_lsm(), Some(true));
+        // GRUB's is in PCR 8, so it excuses no PCR 9 measurement.
+        assert_eq!(m.cmdline_digest(), None);
+        // A host that says it booted with another command line is caught.
+        let lie = MeasuredBoot::read(&log, "BOOT_IMAGE=/vmlinuz console=ttyS0 lsm=bpf");
+        assert!(
+            matches!(lie.cmdline, MeasuredCmdline::Mismatch { .. }),
+            "{lie:?}"
+        );
+    }
+
+    #[test]
+    fn grubs_command_line_is_not_proven_when_pcr_8_leaves_room_for_another() {
+        let shipped = "BOOT_IMAGE=/vmlinuz console=ttyS0 lsm=lockdown,bpf";
+        let not_proven = |strings: &[(&str, &str)], why: &str| {
+            let m = MeasuredBoot::read(&grub_log(strings), shipped);
+            assert_eq!(m.cmdline, MeasuredCmdline::NotMeasured, "{why}");
+        };
+        // Something that could start another image after `linux`.
+        let mut chain = GRUB_BOOT.to_vec();
+        chain.insert(5, ("grub_cmd: ", "chainloader /vmlinuz lsm=lockdown"));
+        not_proven(&chain, "chainloader after linux");
+        // A measurement whose text does not hash to its digest: what it was is unknown.
+        let mut log = grub_log(&GRUB_BOOT);
+        log.events[3].data = b"grub_cmd: echo harmless\0".to_vec();
+        let m = MeasuredBoot::read(&log, shipped);
+        assert_eq!(m.cmdline, MeasuredCmdline::NotMeasured, "unreadable PCR 8");
+        // A `linux` that failed before measuring its command line (a command typed to look
+        // like one follows it): the path does not match, so nothing is proven.
+        not_proven(
+            &[
+                (
+                    "grub_cmd: ",
+                    "linux /vmlinuz console=ttyS0 lsm=lockdown,bpf",
+                ),
+                (
+                    "kernel_cmdline: ",
+                    "/vmlinuz console=ttyS0 lsm=lockdown,bpf",
+                ),
+                ("grub_cmd: ", "linux /missing lsm=lockdown"),
+                ("grub_cmd: ", "/vmlinuz console=ttyS0 lsm=lockdown,bpf"),
+                ("grub_cmd: ", "boot"),
+            ],
+            "a later linux is the one that counts",
+        );
+        // Labels decide nothing: the command line relabelled as a command still counts.
+        let mut relabelled = GRUB_BOOT.to_vec();
+        relabelled[2].0 = "grub_cmd: ";
+        let m = MeasuredBoot::read(&grub_log(&relabelled), shipped);
+        assert!(
+            matches!(m.cmdline, MeasuredCmdline::Measured { .. }),
+            "{m:?}"
+        );
+    }
+
     #[test]
     fn words_split_as_the_kernel_does() {
         assert_eq!(
@@ -543,6 +730,7 @@ mod tests {
         );
         let m = MeasuredCmdline::Measured {
             cmdline: "lsm=lockdown -- lsm=bpf".into(),
+            by: CmdlineWitness::EfiStub,
         };
         assert_eq!(m.enables_bpf_lsm(), Some(false));
         assert_eq!(cmdline_words("x=\"--\" y"), vec!["x=--", "y"]);

@@ -31,8 +31,8 @@ pub mod public;
 pub mod quote;
 
 pub use boot::{
-    BOOT_LOG_PCRS, BootEvidence, BootLogError, EVENT_LOG_PATH, MeasuredBoot, MeasuredCmdline,
-    SecureBootState, decode_boot_log, pe_image_sha256, replay_differences,
+    BOOT_LOG_PCRS, BootEvidence, BootLogError, CmdlineWitness, EVENT_LOG_PATH, MeasuredBoot,
+    MeasuredCmdline, SecureBootState, decode_boot_log, pe_image_sha256, replay_differences,
 };
 pub use credential::{CredentialChallenge, make_credential};
 pub use ekcert::{EkCertError, EkCertificate, verify_ek_certificate};

@@ -516,7 +516,7 @@ fn traffic_line(t: &TrafficReport) -> String {
 /// daemon's word.
 fn root_of_trust_line(r: &RootOfTrustView, boot_judged: bool) -> Markup {
     use rackwarden_attest::result::GuardBasis;
-    use rackwarden_attest::tpm::{MeasuredCmdline, RootOfTrust, TrustLevel};
+    use rackwarden_attest::tpm::{CmdlineWitness, MeasuredCmdline, RootOfTrust, TrustLevel};
     let level = r.verified.unwrap_or(TrustLevel::None);
     html! {
         p.root-of-trust data-level=(level.name()) {
@@ -542,7 +542,10 @@ fn root_of_trust_line(r: &RootOfTrustView, boot_judged: bool) -> Markup {
                     " · loaded (PCR 9) "
                     @for (i, l) in m.loaded.iter().enumerate() { @if i > 0 { ", " } code { (short(l)) } }
                     @match &m.cmdline {
-                        MeasuredCmdline::Measured { cmdline } => { " · command line " code { (cmdline) } }
+                        MeasuredCmdline::Measured { cmdline, by } => {
+                            " · command line " code { (cmdline) }
+                            (match by { CmdlineWitness::EfiStub => " (measured by the kernel's EFI stub)", CmdlineWitness::Grub => " (measured by GRUB)" })
+                        }
                         MeasuredCmdline::Mismatch { .. } => { " · command line: the host's does not hash to the measured one" }
                         MeasuredCmdline::NotMeasured => { " · command line not measured" }
                     }

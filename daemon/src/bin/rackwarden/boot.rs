@@ -56,7 +56,9 @@ pub fn reference(event_log: &Path, cmdline: &Path, kernels: &[PathBuf]) -> Resul
         .with_context(|| format!("reading {}", cmdline.display()))?;
     let m = MeasuredBoot::read(&log, text.trim_end_matches('\n'));
     let list = |v: &[String]| {
+        let mut seen = std::collections::BTreeSet::new();
         v.iter()
+            .filter(|d| seen.insert(d.as_str()))
             .map(|d| format!("\"{d}\""))
             .collect::<Vec<_>>()
             .join(", ")
@@ -96,7 +98,30 @@ pub fn reference(event_log: &Path, cmdline: &Path, kernels: &[PathBuf]) -> Resul
         loaders.extend(m.applications.iter().take(n.saturating_sub(1)).cloned());
         kernel_list.extend(m.applications.last().cloned());
     } else {
-        loaders.extend(m.applications.iter().cloned());
+        // GRUB read the kernel; shim then measures it into PCR 4 as it verifies it for GRUB.
+        // By the log's order (a label too): applications after GRUB read the kernel are it.
+        let read_at = log
+            .events
+            .iter()
+            .position(|e| {
+                e.pcr == 9
+                    && e.sha256()
+                        .is_some_and(|d| kernel_files.contains(&hex::encode(d)))
+            })
+            .unwrap_or(usize::MAX);
+        for (i, e) in log.events.iter().enumerate() {
+            let Some(d) = e.sha256().map(hex::encode) else {
+                continue;
+            };
+            if e.pcr != 4 || !m.applications.contains(&d) {
+                continue;
+            }
+            if i > read_at {
+                kernel_list.push(d);
+            } else {
+                loaders.push(d);
+            }
+        }
         kernel_list.extend(kernel_files.iter().cloned());
     }
     for d in read_by_loader {
@@ -120,8 +145,8 @@ pub fn reference(event_log: &Path, cmdline: &Path, kernels: &[PathBuf]) -> Resul
         println!("boot_files = [{}]", list(&boot_files));
     }
     match &m.cmdline {
-        MeasuredCmdline::Measured { cmdline } => {
-            println!("# measured command line: {cmdline:?}");
+        MeasuredCmdline::Measured { cmdline, by } => {
+            println!("# measured command line ({by:?}): {cmdline:?}");
             if let Some(lsm) = m.cmdline.lsm() {
                 println!("cmdline_required = [\"{lsm}\"]");
             }
