@@ -9,7 +9,10 @@
 
 use std::process::Command;
 
-use rackwarden_attest::tpm::{BootEvidence, EventLog};
+use rackwarden_attest::{
+    evidence::{GuardAttach, LimiterReport, LsmGuard},
+    tpm::{BootEvidence, EventLog},
+};
 
 use crate::bin;
 use crate::tpmmatrix::{Matrix, codes, expect};
@@ -32,18 +35,7 @@ fn kernel_of(reference: &str) -> String {
 }
 
 pub fn run(mut m: Matrix) {
-    // What the operator records on the host at install.
-    let out = Command::new(bin("rackwarden"))
-        .arg("boot-reference")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "rackwarden boot-reference: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let reference = String::from_utf8(out.stdout).unwrap();
-    println!("BOOT-MATRIX reference:\n{reference}");
+    let reference = boot_reference();
     let kernel = kernel_of(&reference);
     let base = std::fs::read_to_string(&m.verifier.config).unwrap();
     std::fs::write(&m.verifier.config, format!("{base}\n{reference}\n")).unwrap();
@@ -116,8 +108,12 @@ pub fn run(mut m: Matrix) {
     println!("BOOT-MATRIX kernel update: affirming once its digest is in the set");
     daemon.stop();
 
-    // An edited log: root ships the real log with one event's digest changed (the kernel's
-    // swapped for another), beside a quote of the real PCRs.
+    edited_log_is_a_mismatch(&m);
+}
+
+/// An edited log: root ships the real log with one event's digest changed (the kernel's
+/// swapped for another), beside a quote of the real PCRs.
+fn edited_log_is_a_mismatch(m: &Matrix) {
     let bytes = std::fs::read(rackwarden_attest::tpm::EVENT_LOG_PATH).unwrap();
     let mut edited = EventLog::parse(&bytes).unwrap();
     let event = edited
@@ -144,6 +140,146 @@ pub fn run(mut m: Matrix) {
         "PCR 4 quoted",
     );
     println!("BOOT-MATRIX codes of the last verdict: {:?}", codes(&r));
+}
+
+/// Debian's Secure Boot chain from a disk (the `secure-boot` group): shim, GRUB and the
+/// signed kernel, with `bpf` left out of `lsm=`. The policy from `rackwarden boot-reference`
+/// accepts the boot with Secure Boot required and GRUB's measured command line required; a
+/// kernel outside the set, a Secure Boot database other than the accepted one, a guard
+/// claimed as BPF LSM programs on this command line and an edited log are each
+/// contraindicated; a kernel update is accepted once its digest is added.
+pub fn run_secure_boot(mut m: Matrix) {
+    let reference = boot_reference();
+    let kernel = kernel_of(&reference);
+    for line in [
+        "secure_boot = true",
+        "secure_boot_variables = {",
+        "cmdline_required = [\"lsm=",
+    ] {
+        assert!(
+            reference.contains(line),
+            "the reference of a Secure Boot host lacks `{line}`:\n{reference}"
+        );
+    }
+    let base = std::fs::read_to_string(&m.verifier.config).unwrap();
+    std::fs::write(&m.verifier.config, format!("{base}\n{reference}\n")).unwrap();
+    m.verifier.start();
+
+    let (mut daemon, r) = m.start_and_first(None);
+    assert_eq!(r["status"], "affirming", "{r:#}");
+    assert_eq!(r["root_of_trust"], "tpm_ima", "{r:#}");
+    let page = m
+        .verifier
+        .get_text(&format!("/racks/{}", m.rack))
+        .expect("the rack page");
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap();
+    let loaders: Vec<String> = cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("rw.loader_sha256="))
+        .expect("the harness names shim's and GRUB's digests (rw.loader_sha256=)")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    for (what, text) in [
+        ("shim", &loaders[0][..12]),
+        ("GRUB", &loaders[1][..12]),
+        ("the kernel", &kernel[..12]),
+        ("GRUB's command line", "(measured by GRUB)"),
+        ("Secure Boot", "Secure Boot on"),
+    ] {
+        assert!(
+            page.contains(text),
+            "the page does not name {what} (`{text}`)"
+        );
+    }
+    println!("SECURE-BOOT-MATRIX honest: affirming, the page names shim, GRUB and the kernel");
+
+    let other = "0".repeat(64);
+    let db = reference
+        .lines()
+        .find_map(|l| l.split("db = [\"").nth(1))
+        .and_then(|l| l.get(..64))
+        .unwrap_or_else(|| panic!("no db digest in the reference:\n{reference}"))
+        .to_string();
+    for (attack, boot, code, naming) in [
+        (
+            "kernel outside the set",
+            reference.replace(&kernel, &other),
+            "boot_component_not_accepted",
+            kernel.clone(),
+        ),
+        (
+            "Secure Boot's db other than the accepted one",
+            reference.replace(&db, &other),
+            "secure_boot_not_accepted",
+            "db".to_string(),
+        ),
+    ] {
+        with_boot_policy(&mut m, &base, &last_of_each_key(&boot));
+        let r = m.next_epoch();
+        expect(attack, &r, "contraindicated", code, &naming);
+    }
+    let updated = reference.replace(
+        &format!("\"{kernel}\""),
+        &format!("\"{other}\", \"{kernel}\""),
+    );
+    with_boot_policy(&mut m, &base, &updated);
+    let r = m.next_epoch();
+    assert_eq!(r["status"], "affirming", "{r:#}");
+    println!("SECURE-BOOT-MATRIX kernel update: affirming once its digest is in the set");
+    daemon.stop();
+
+    // Root says the guard runs as BPF LSM programs, on a kernel GRUB started without `bpf`
+    // in `lsm=`: the measured command line contradicts it.
+    let (_, forged, digest) = m.forge_with(|st| {
+        let LimiterReport::Present(e) = &mut st.predicate.limiter else {
+            panic!("the daemon's statement has no limiter")
+        };
+        let sp = e
+            .self_protection
+            .as_mut()
+            .expect("the daemon reports its self-protection");
+        sp.lsm_guard = LsmGuard::Sealed {
+            attach: GuardAttach::Lsm,
+            hooks: vec!["bpf".into(), "file_open".into()],
+            bpf_hook_args: 3,
+            objects: 1,
+            refusals: 0,
+            tpm_devices: 0,
+        };
+    });
+    let mut forged = forged;
+    let mut sidecar = m.quote_as_root(&digest);
+    let log = std::fs::read(rackwarden_attest::tpm::EVENT_LOG_PATH).unwrap();
+    sidecar.boot = Some(BootEvidence::new(&log, &cmdline));
+    forged.tpm = Some(sidecar);
+    let r = m.post(&forged);
+    expect(
+        "BPF LSM guard on a command line without bpf",
+        &r,
+        "contraindicated",
+        "guard_contradicts_boot",
+        "has no bpf",
+    );
+    assert_eq!(r["guard"], "contradicted_by_boot", "{r:#}");
+
+    edited_log_is_a_mismatch(&m);
+}
+
+/// What the operator records on the host at install: `rackwarden boot-reference`.
+fn boot_reference() -> String {
+    let out = Command::new(bin("rackwarden"))
+        .arg("boot-reference")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rackwarden boot-reference: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reference = String::from_utf8(out.stdout).unwrap();
+    println!("BOOT-MATRIX reference:\n{reference}");
+    reference
 }
 
 /// A reference with a key appended again keeps the last (TOML refuses a repeated key).

@@ -370,6 +370,12 @@ impl Matrix {
     /// A forgery by root with the stolen host key: the last statement, one seq on, chained
     /// to it, answering a fresh nonce, claiming a wipe. No quote (the caller may add one).
     pub fn forge(&self) -> (Statement, Envelope, [u8; 32]) {
+        self.forge_with(|_| {})
+    }
+
+    /// [`Matrix::forge`], with `edit` applied to the statement before it is signed (the
+    /// claims a forger changes).
+    pub fn forge_with(&self, edit: impl FnOnce(&mut Statement)) -> (Statement, Envelope, [u8; 32]) {
         let last = self.last_logged();
         let payload = base64::engine::general_purpose::STANDARD
             .decode(&last.payload)
@@ -398,6 +404,7 @@ impl Matrix {
         }
         st.predicate.epoch_start_unix_ms = st.predicate.epoch_end_unix_ms;
         st.predicate.epoch_end_unix_ms = rackwarden_attest::now_ms();
+        edit(&mut st);
         let key = keys::load_signing_key(&self.fx.host_key).unwrap();
         let body = st.to_json().unwrap();
         let env = dsse::sign(&key, dsse::INTOTO_PAYLOAD_TYPE, &body);

@@ -444,3 +444,95 @@ fn the_tpm_is_kept_for_the_daemon_by_the_guard() {
         },
     ));
 }
+
+/// Debian's Secure Boot chain from a disk (the `secure-boot` group): OVMF with Microsoft's
+/// keys started the signed shim, shim verified the signed GRUB, GRUB had shim verify the
+/// signed kernel and read it and the initrd from the ESP. The log shows each as the harness
+/// built it (`rw.loader_sha256=`, `rw.kernel_sha256=`, `rw.kernel_file_sha256=`,
+/// `rw.initrd_sha256=`), Secure Boot on, and the command line GRUB measured into PCR 8, the
+/// one this kernel runs with (without `bpf` in `lsm=`); then the verifier judges it
+/// ([`rackwarden_tests::bootmatrix::run_secure_boot`]).
+#[test]
+#[ignore = "needs the `secure-boot` vm-test guest (shim, GRUB, a TPM and IMA); `cargo xtask vm-test --group secure-boot` runs it"]
+fn the_shim_and_grub_secure_boot_is_judged_in_the_guest() {
+    use rackwarden_attest::tpm::{CmdlineWitness, MeasuredBoot, MeasuredCmdline};
+    require_tpm_guest("the_shim_and_grub_secure_boot_is_judged_in_the_guest");
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap();
+    let cmdline = cmdline.trim_end_matches('\n');
+    let want = |key: &str| {
+        harness_digest(cmdline, key).unwrap_or_else(|| {
+            panic!("rw.{key}= is not on the command line: not the secure-boot group ({cmdline})")
+        })
+    };
+    let bytes = std::fs::read(EVENT_LOG).unwrap_or_else(|e| panic!("{EVENT_LOG}: {e}"));
+    let log = EventLog::parse(&bytes).unwrap_or_else(|e| panic!("the firmware's event log: {e}"));
+    let m = MeasuredBoot::read(&log, cmdline);
+    let describe = |pcr: u32| -> Vec<String> { log.events_of(pcr).map(|e| e.describe()).collect() };
+
+    assert_eq!(
+        m.secure_boot.enabled,
+        Some(true),
+        "PCR 7: {:?}",
+        describe(7)
+    );
+    let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown").unwrap_or_default();
+    assert!(
+        lockdown.contains("[integrity]"),
+        "the kernel booted under Secure Boot enforces lockdown: {lockdown:?}"
+    );
+    // PCR 4: shim (the firmware), GRUB (shim), then the kernel as shim verified it for GRUB.
+    let loaders: Vec<String> = want("loader_sha256")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        m.applications.get(..2),
+        Some(&loaders[..]),
+        "PCR 4 does not start with shim and GRUB: {:?}",
+        describe(4)
+    );
+    let kernel = want("kernel_sha256");
+    assert!(
+        m.applications[2..].iter().all(|a| *a == kernel) && m.applications.len() > 2,
+        "PCR 4 after GRUB holds other than the kernel {kernel}: {:?}",
+        describe(4)
+    );
+    // PCR 9: the files GRUB read, its config among them.
+    for key in ["kernel_file_sha256", "initrd_sha256"] {
+        let d = want(key);
+        assert!(
+            m.loaded.contains(&d),
+            "PCR 9 lacks {key} {d}: {:?}",
+            describe(9)
+        );
+    }
+    assert_eq!(
+        m.cmdline,
+        MeasuredCmdline::Measured {
+            cmdline: cmdline.to_string(),
+            by: CmdlineWitness::Grub
+        },
+        "PCR 8: {:?}",
+        describe(8)
+    );
+    assert_eq!(m.cmdline.enables_bpf_lsm(), Some(false), "{cmdline}");
+    println!(
+        "RW_REPORT tpm-guest: secure boot log of {} events, {} bytes; PCR 4 {} applications, PCR 9 {} files, lockdown {}",
+        m.events,
+        bytes.len(),
+        m.applications.len(),
+        m.loaded.len(),
+        lockdown.trim()
+    );
+
+    rackwarden_tests::bootmatrix::run_secure_boot(rackwarden_tests::tpmmatrix::Matrix::new(
+        "gsb",
+        |_| {
+            rackwarden_tests::tpmmatrix::Platform::device(
+                Path::new(CA_ROOT),
+                Path::new(CA_INTERMEDIATE),
+                Path::new("/root/rw-secure-boot-matrix"),
+            )
+        },
+    ));
+}

@@ -10,6 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+mod esp;
 mod pg;
 mod vm;
 

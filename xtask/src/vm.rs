@@ -45,6 +45,9 @@ const VM_PACKAGES: &[&str] = &[
     // of that group's initrd (see [`compressed_initrd`]).
     "ovmf",
     "zstd",
+    // The secure-boot group's disk: its FAT file system and its partition table (esp.rs).
+    "mtools",
+    "fdisk",
     // The storage group's erase by key (`cryptsetup`, `dmsetup`, `mkfs.ext4` in the guest).
     "cryptsetup-bin",
     "dmsetup",
@@ -239,11 +242,35 @@ const GROUPS: &[Group] = &[
     Group {
         name: "tpm",
         target: "tpm_guest",
-        tests: &[],
+        // All but the secure-boot group's test (its boot is shim and GRUB's).
+        tests: &[
+            "the_quoted_pcr10_is_the_replay_of_the_kernels_ima_list",
+            "a_new_executable_is_measured_with_its_sha256",
+            "the_quoted_boot_pcrs_are_the_replay_of_the_firmware_event_log",
+            "the_tpm_attack_matrix_in_the_guest",
+            "the_boot_is_judged_from_the_event_log_in_the_guest",
+            "the_tpm_is_kept_for_the_daemon_by_the_guard",
+        ],
         ignored: true,
         tpm: true,
         bpf_lsm: true,
         firmware: Firmware::Ovmf,
+        scratch_disk: false,
+        default: true,
+    },
+    // Debian's Secure Boot chain from a disk: OVMF with Microsoft's keys enrolled starts
+    // Debian's signed shim, shim verifies Debian's signed GRUB, GRUB has shim verify the
+    // signed kernel and reads it and the initrd from the ESP the harness built (esp.rs).
+    // Booted without `bpf` in `lsm=`, so GRUB's measured command line contradicts a guard
+    // claimed as BPF LSM programs.
+    Group {
+        name: "secure-boot",
+        target: "tpm_guest",
+        tests: &["the_shim_and_grub_secure_boot_is_judged_in_the_guest"],
+        ignored: true,
+        tpm: true,
+        bpf_lsm: false,
+        firmware: Firmware::SecureBootDisk,
         scratch_disk: false,
         default: true,
     },
@@ -272,12 +299,31 @@ enum Firmware {
     /// stub measures the initrd and the command line (LoadOptions) into PCR 9. The code is
     /// read-only; each boot gets its own copy of the variable store.
     Ovmf,
+    /// OVMF built for Secure Boot (SMM), its variable store with Microsoft's keys enrolled
+    /// (`PK`/`KEK` and `db` with the UEFI CA 2011 that signs shim), booting a disk: shim,
+    /// GRUB, the kernel and the initrd from an ESP ([`crate::esp`]). The kernel enforces
+    /// lockdown (integrity) as on a Secure Boot host.
+    SecureBootDisk,
+}
+
+impl Firmware {
+    /// The code (read-only) and the variable store template of an OVMF boot.
+    fn ovmf_images(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Firmware::SeaBios => None,
+            Firmware::Ovmf => Some((OVMF_CODE, OVMF_VARS)),
+            Firmware::SecureBootDisk => Some((OVMF_SECBOOT_CODE, OVMF_MS_VARS)),
+        }
+    }
 }
 
 /// Debian `ovmf`'s 4 MiB images (the pair qemu's firmware descriptor
 /// `60-edk2-x86_64.json` names for q35 without Secure Boot or SMM).
 const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+/// Debian `ovmf`'s Secure Boot pair: SMM-protected variables, Microsoft's keys enrolled.
+const OVMF_SECBOOT_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
+const OVMF_MS_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
 
 /// How qemu runs the guests: `--accel` and `--cpu` of `vm-test` (the reproduction of a
 /// TCG fault compares accelerators and CPU models).
@@ -361,23 +407,29 @@ pub fn vm_test(env: &BTreeMap<String, String>, args: &[String]) -> Result<()> {
     } else {
         None
     };
+    let chain = if groups
+        .iter()
+        .any(|g| g.firmware == Firmware::SecureBootDisk)
+    {
+        Some(crate::esp::SignedChain::fetch()?)
+    } else {
+        None
+    };
     let mut runs = Vec::new();
     for k in &kernels {
         let initrd = initramfs(&common, k)?;
-        // A UEFI guest's initrd, and the digests its measured boot must show.
-        let uefi = if groups.iter().any(|g| g.firmware == Firmware::Ovmf) {
-            let zst = compressed_initrd(&initrd)?;
-            let digests = BootDigests {
-                kernel: qemu_kernel_image_sha256(&k.vmlinuz, std::fs::metadata(&zst)?.len())?,
-                initrd: sha256_file(&zst)?,
-            };
-            Some((zst, digests))
+        // A UEFI guest's initrd (zstd: the firmware or GRUB hashes all of it).
+        let zst = if groups.iter().any(|g| g.firmware != Firmware::SeaBios) {
+            Some(compressed_initrd(&initrd)?)
         } else {
             None
         };
         for g in &groups {
-            let (initrd, boot_digests) = match (&uefi, g.firmware) {
-                (Some((zst, digests)), Firmware::Ovmf) => (zst.clone(), Some(digests.clone())),
+            let (initrd, boot_digests) = match (&zst, g.firmware) {
+                (Some(zst), Firmware::Ovmf | Firmware::SecureBootDisk) => (
+                    zst.clone(),
+                    Some(BootDigests::of(g.firmware, k, zst, chain.as_ref())?),
+                ),
                 _ => (initrd.clone(), None),
             };
             runs.push(Run {
@@ -390,6 +442,9 @@ pub fn vm_test(env: &BTreeMap<String, String>, args: &[String]) -> Result<()> {
                     .filter(|_| g.tpm)
                     .map(|m| m.dir.join("state/tpm2-00.permall")),
                 boot_digests,
+                chain: chain
+                    .clone()
+                    .filter(|_| g.firmware == Firmware::SecureBootDisk),
                 outcome: None,
             });
         }
@@ -570,35 +625,8 @@ fn unpack_kernel(pkg: &str) -> Result<GuestKernel> {
     let release = pkg.trim_start_matches("linux-image-");
     let vmlinuz = base.join(format!("boot/vmlinuz-{release}"));
     if !vmlinuz.exists() {
-        step(&format!("apt-get download {pkg} (unpacked, not installed)"));
-        let debs = Path::new("target/vm/debs");
-        std::fs::create_dir_all(debs)?;
-        run_checked(
-            Command::new("apt-get")
-                .args(["download", "-qq", pkg])
-                .current_dir(debs),
-            "apt-get download",
-        )?;
-        let deb = std::fs::read_dir(debs)?
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&format!("{pkg}_")) && n.ends_with(".deb"))
-            })
-            .with_context(|| {
-                format!("apt-get download {pkg} left no .deb in {}", debs.display())
-            })?;
-        let tmp = base.with_extension("unpacking");
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp)?;
-        run_checked(
-            Command::new("dpkg").arg("-x").arg(&deb).arg(&tmp),
-            "dpkg -x",
-        )?;
         let _ = std::fs::remove_dir_all(&base);
-        std::fs::rename(&tmp, &base)?;
+        crate::esp::unpack_package(pkg, &base)?;
     }
     if !vmlinuz.exists() {
         bail!("{pkg} has no {}", vmlinuz.display());
@@ -1159,28 +1187,72 @@ impl Drop for GuestSwtpm {
 /// One boot's copy of OVMF's variable store (the firmware writes it: boot entries, the
 /// MemoryOverwriteRequestControl the TPM driver sets), removed on drop.
 struct OvmfVars {
+    code: &'static str,
+    secure: bool,
     path: PathBuf,
 }
 
 impl OvmfVars {
-    fn copy(tag: &str) -> Result<OvmfVars> {
+    /// `images`: [`Firmware::ovmf_images`].
+    fn copy(tag: &str, (code, vars): (&'static str, &'static str)) -> Result<OvmfVars> {
         let path =
             std::env::temp_dir().join(format!("rw-vm-ovmf-vars-{}-{tag}.fd", std::process::id()));
-        std::fs::copy(OVMF_VARS, &path)
-            .with_context(|| format!("copying {OVMF_VARS} (Debian package ovmf)"))?;
+        std::fs::copy(vars, &path)
+            .with_context(|| format!("copying {vars} (Debian package ovmf)"))?;
         // The template is installed read-only; the copy is the guest's to write.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-        Ok(OvmfVars { path })
+        Ok(OvmfVars {
+            code,
+            secure: code == OVMF_SECBOOT_CODE,
+            path,
+        })
     }
 
-    /// The two pflash devices: the code read-only, this boot's variables writable.
+    /// The two pflash devices: the code read-only, this boot's variables writable (only
+    /// from SMM, for the Secure Boot build).
     fn qemu_args(&self) -> Vec<String> {
-        vec![
+        let mut args: Vec<String> = Vec::new();
+        if self.secure {
+            args.extend([
+                "-global".into(),
+                "driver=cfi.pflash01,property=secure,value=on".into(),
+            ]);
+        }
+        args.extend([
             "-drive".into(),
-            format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
+            format!("if=pflash,format=raw,unit=0,readonly=on,file={}", self.code),
             "-drive".into(),
             format!("if=pflash,format=raw,unit=1,file={}", self.path.display()),
-        ]
+        ]);
+        args
+    }
+}
+
+/// How a guest's kernel reaches it.
+enum BootFrom {
+    /// `-kernel`, `-initrd` and `-append`.
+    Qemu(Vec<String>),
+    /// A disk image GRUB boots from (read-only; removed when the boot is over).
+    Disk(PathBuf),
+}
+
+impl BootFrom {
+    fn qemu_args(&self) -> Vec<String> {
+        match self {
+            BootFrom::Qemu(args) => args.clone(),
+            BootFrom::Disk(path) => vec![
+                "-drive".into(),
+                format!("file={},format=raw,if=virtio,readonly=on", path.display()),
+            ],
+        }
+    }
+}
+
+impl Drop for BootFrom {
+    fn drop(&mut self) {
+        if let BootFrom::Disk(path) = self {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -1281,17 +1353,54 @@ struct Run<'a> {
     /// For a UEFI group: what its measured boot must show, told to the guest on its command
     /// line.
     boot_digests: Option<BootDigests>,
+    /// For the Secure Boot disk: the signed shim and GRUB its ESP holds.
+    chain: Option<crate::esp::SignedChain>,
     outcome: Option<Outcome>,
 }
 
 /// The digests a UEFI guest checks its event log against (lowercase hex), so that PCR 4 and
-/// PCR 9 are shown to hold what the harness handed qemu, not merely some kernel and initrd.
+/// PCR 9 are shown to hold what the harness handed qemu, not merely some kernel and initrd:
+/// `rw.<key>=<hex>[,<hex>]` words on its command line.
 #[derive(Clone, Debug)]
-struct BootDigests {
-    /// `rw.kernel_sha256=`: OVMF's PCR 4 event for the kernel ([`qemu_kernel_image_sha256`]).
-    kernel: String,
-    /// `rw.initrd_sha256=`: the EFI stub's PCR 9 event for the initrd, the file's SHA-256.
-    initrd: String,
+struct BootDigests(Vec<(&'static str, String)>);
+
+impl BootDigests {
+    fn of(
+        firmware: Firmware,
+        k: &GuestKernel,
+        initrd: &Path,
+        chain: Option<&crate::esp::SignedChain>,
+    ) -> Result<BootDigests> {
+        let pe = |p: &Path| {
+            authenticode_sha256(
+                &std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+            )
+        };
+        Ok(BootDigests(match (firmware, chain) {
+            // OVMF's PCR 4 event for the kernel ([`qemu_kernel_image_sha256`]) and the EFI
+            // stub's PCR 9 event for the initrd (the file's SHA-256).
+            (Firmware::Ovmf, _) => vec![
+                (
+                    "kernel_sha256",
+                    qemu_kernel_image_sha256(&k.vmlinuz, std::fs::metadata(initrd)?.len())?,
+                ),
+                ("initrd_sha256", sha256_file(initrd)?),
+            ],
+            // PCR 4: shim and GRUB as the firmware and shim start them, the kernel as shim
+            // verifies it for GRUB (Authenticode of the signed images); PCR 9: the kernel
+            // and the initrd as GRUB read them (the files' SHA-256).
+            (Firmware::SecureBootDisk, Some(chain)) => vec![
+                (
+                    "loader_sha256",
+                    format!("{},{}", pe(&chain.shim)?, pe(&chain.grub)?),
+                ),
+                ("kernel_sha256", pe(&k.vmlinuz)?),
+                ("kernel_file_sha256", sha256_file(&k.vmlinuz)?),
+                ("initrd_sha256", sha256_file(initrd)?),
+            ],
+            (f, _) => bail!("no boot digests for {f:?}"),
+        }))
+    }
 }
 
 #[derive(Debug)]
@@ -1366,12 +1475,8 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
     ));
     let _ = std::fs::remove_file(&log);
     let mut append = kernel_command_line(run.group);
-    if let Some(d) = &run.boot_digests {
-        let _ = write!(
-            append,
-            " rw.kernel_sha256={} rw.initrd_sha256={}",
-            d.kernel, d.initrd
-        );
+    for (key, value) in run.boot_digests.iter().flat_map(|d| &d.0) {
+        let _ = write!(append, " rw.{key}={value}");
     }
     let started = Instant::now();
     let fail = |e: String| Outcome {
@@ -1396,14 +1501,48 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         }
         None => None,
     };
-    let vars = match run.group.firmware {
-        Firmware::SeaBios => None,
-        Firmware::Ovmf => {
+    let vars = match run.group.firmware.ovmf_images() {
+        None => None,
+        Some(images) => {
             let tag = format!("{}-{}-{attempt}", run.kernel.label, run.group.name);
-            match OvmfVars::copy(&tag) {
+            match OvmfVars::copy(&tag, images) {
                 Ok(v) => Some(v),
                 Err(e) => return fail(format!("{e:#}")),
             }
+        }
+    };
+    // How the kernel gets to the guest: qemu hands it over, or GRUB reads it from the ESP.
+    let (machine, boot_from) = match &run.chain {
+        None => (
+            "q35".to_string(),
+            BootFrom::Qemu(vec![
+                "-kernel".into(),
+                run.kernel.vmlinuz.display().to_string(),
+                "-initrd".into(),
+                run.initrd.display().to_string(),
+                "-append".into(),
+                append.clone(),
+            ]),
+        ),
+        Some(chain) => {
+            let path = PathBuf::from(format!(
+                "target/vm/disks/{}-{}-{attempt}-esp.img",
+                run.kernel.label, run.group.name
+            ));
+            let made = path
+                .parent()
+                .map(std::fs::create_dir_all)
+                .unwrap_or(Ok(()))
+                .map_err(anyhow::Error::from)
+                .and_then(|()| {
+                    crate::esp::write_disk(chain, &run.kernel.vmlinuz, &run.initrd, &append, &path)
+                });
+            if let Err(e) = made {
+                return fail(format!("the ESP disk {}: {e:#}", path.display()));
+            }
+            // SMM keeps the variable store from the guest's OS (Secure Boot's keys are
+            // writable only through the firmware).
+            ("q35,smm=on".to_string(), BootFrom::Disk(path))
         }
     };
     // A fresh, empty second disk for each boot of a group that has one.
@@ -1431,7 +1570,7 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
     let child = Command::new("qemu-system-x86_64")
         .args([
             "-M",
-            "q35",
+            &machine,
             "-accel",
             &run.machine.accel,
             "-cpu",
@@ -1440,11 +1579,7 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         .args(["-smp", &GUEST_CPUS.to_string()])
         .args(["-m", &GUEST_MEM_MIB.to_string()])
         .args(vars.iter().flat_map(OvmfVars::qemu_args))
-        .arg("-kernel")
-        .arg(&run.kernel.vmlinuz)
-        .arg("-initrd")
-        .arg(&run.initrd)
-        .args(["-append", &append])
+        .args(boot_from.qemu_args())
         .args(swtpm.iter().flat_map(GuestSwtpm::qemu_args))
         .args(&scratch)
         .args([
@@ -1466,6 +1601,7 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         Err(e) => return fail(format!("starting qemu: {e}")),
     };
     let status = wait_for_power_off(&mut child, started);
+    drop(boot_from);
     let wall = started.elapsed();
     let text = std::fs::read(&log)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -1713,7 +1849,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_tpm_group_boots_with_ima_the_integrity_lsm_and_uefi() {
+    fn only_the_tpm_groups_boot_with_ima_the_integrity_lsm_and_uefi() {
         let by_name = |n: &str| GROUPS.iter().find(|g| g.name == n).unwrap();
         let tpm = kernel_command_line(by_name("tpm"));
         assert!(
@@ -1736,10 +1872,17 @@ mod tests {
             "{fmod_ret}"
         );
         assert_eq!(by_name("tpm").firmware, Firmware::Ovmf);
+        let secure_boot = by_name("secure-boot");
+        assert_eq!(secure_boot.firmware, Firmware::SecureBootDisk);
+        let sb = kernel_command_line(secure_boot);
+        assert!(
+            sb.contains("lsm=lockdown,capability,yama,integrity ") && sb.contains("ima_policy=tcb"),
+            "{sb}"
+        );
         assert!(
             GROUPS
                 .iter()
-                .filter(|g| g.name != "tpm")
+                .filter(|g| g.name != "tpm" && g.name != "secure-boot")
                 .all(|g| g.firmware == Firmware::SeaBios)
         );
         let raw = kernel_command_line(by_name("watch-raw"));
