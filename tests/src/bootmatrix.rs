@@ -72,7 +72,7 @@ pub fn run(mut m: Matrix) {
 
     // Each policy an operator could hold against this boot, judged on the next statement.
     let other = "0".repeat(64);
-    for (attack, boot, code, naming) in [
+    let cases = vec![
         (
             "kernel outside the set",
             reference.replace(&kernel, &other),
@@ -91,21 +91,8 @@ pub fn run(mut m: Matrix) {
             "secure_boot_not_accepted",
             "SecureBoot".to_string(),
         ),
-    ] {
-        with_boot_policy(&mut m, &base, &last_of_each_key(&boot));
-        let r = m.next_epoch();
-        expect(attack, &r, "contraindicated", code, &naming);
-    }
-
-    // A kernel update: the new kernel's digest added to the set, nothing else changed.
-    let updated = reference.replace(
-        &format!("kernels = [\"{kernel}\"]"),
-        &format!("kernels = [\"{other}\", \"{kernel}\"]"),
-    );
-    with_boot_policy(&mut m, &base, &updated);
-    let r = m.next_epoch();
-    assert_eq!(r["status"], "affirming", "{r:#}");
-    println!("BOOT-MATRIX kernel update: affirming once its digest is in the set");
+    ];
+    judge_policies_then_update(&mut m, &base, &reference, &kernel, cases);
     daemon.stop();
 
     edited_log_is_a_mismatch(&m);
@@ -201,7 +188,7 @@ pub fn run_secure_boot(mut m: Matrix) {
         .and_then(|l| l.get(..64))
         .unwrap_or_else(|| panic!("no db digest in the reference:\n{reference}"))
         .to_string();
-    for (attack, boot, code, naming) in [
+    let cases = vec![
         (
             "kernel outside the set",
             reference.replace(&kernel, &other),
@@ -214,19 +201,8 @@ pub fn run_secure_boot(mut m: Matrix) {
             "secure_boot_not_accepted",
             "db".to_string(),
         ),
-    ] {
-        with_boot_policy(&mut m, &base, &last_of_each_key(&boot));
-        let r = m.next_epoch();
-        expect(attack, &r, "contraindicated", code, &naming);
-    }
-    let updated = reference.replace(
-        &format!("\"{kernel}\""),
-        &format!("\"{other}\", \"{kernel}\""),
-    );
-    with_boot_policy(&mut m, &base, &updated);
-    let r = m.next_epoch();
-    assert_eq!(r["status"], "affirming", "{r:#}");
-    println!("SECURE-BOOT-MATRIX kernel update: affirming once its digest is in the set");
+    ];
+    judge_policies_then_update(&mut m, &base, &reference, &kernel, cases);
     daemon.stop();
 
     // Root says the guard runs as BPF LSM programs, on a kernel GRUB started without `bpf`
@@ -264,6 +240,32 @@ pub fn run_secure_boot(mut m: Matrix) {
     assert_eq!(r["guard"], "contradicted_by_boot", "{r:#}");
 
     edited_log_is_a_mismatch(&m);
+}
+
+/// Each `(attack, [policy.boot], code, naming)` an operator could hold against this boot,
+/// judged on the next statement: contraindicated with `code`. Then a kernel update: another
+/// kernel's digest added to the set beside `kernel`, nothing else changed, is affirming.
+fn judge_policies_then_update(
+    m: &mut Matrix,
+    base: &str,
+    reference: &str,
+    kernel: &str,
+    cases: Vec<(&str, String, &str, String)>,
+) {
+    for (attack, boot, code, naming) in cases {
+        with_boot_policy(m, base, &last_of_each_key(&boot));
+        let r = m.next_epoch();
+        expect(attack, &r, "contraindicated", code, &naming);
+    }
+    let other = "0".repeat(64);
+    let updated = reference.replace(
+        &format!("\"{kernel}\""),
+        &format!("\"{other}\", \"{kernel}\""),
+    );
+    with_boot_policy(m, base, &updated);
+    let r = m.next_epoch();
+    assert_eq!(r["status"], "affirming", "{r:#}");
+    println!("BOOT-MATRIX kernel update: affirming once its digest is in the set");
 }
 
 /// What the operator records on the host at install: `rackwarden boot-reference`.

@@ -1525,21 +1525,15 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
             ]),
         ),
         Some(chain) => {
-            let path = PathBuf::from(format!(
-                "target/vm/disks/{}-{}-{attempt}-esp.img",
-                run.kernel.label, run.group.name
-            ));
-            let made = path
-                .parent()
-                .map(std::fs::create_dir_all)
-                .unwrap_or(Ok(()))
-                .map_err(anyhow::Error::from)
-                .and_then(|()| {
-                    crate::esp::write_disk(chain, &run.kernel.vmlinuz, &run.initrd, &append, &path)
-                });
-            if let Err(e) = made {
-                return fail(format!("the ESP disk {}: {e:#}", path.display()));
-            }
+            let path = disk_path(run, attempt, "-esp");
+            let made = path.map_err(anyhow::Error::from).and_then(|path| {
+                crate::esp::write_disk(chain, &run.kernel.vmlinuz, &run.initrd, &append, &path)
+                    .map(|()| path)
+            });
+            let path = match made {
+                Ok(path) => path,
+                Err(e) => return fail(format!("the ESP disk: {e:#}")),
+            };
             // SMM keeps the variable store from the guest's OS (Secure Boot's keys are
             // writable only through the firmware).
             ("q35,smm=on".to_string(), BootFrom::Disk(path))
@@ -1547,19 +1541,15 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
     };
     // A fresh, empty second disk for each boot of a group that has one.
     let scratch = if run.group.scratch_disk {
-        let path = PathBuf::from(format!(
-            "target/vm/disks/{}-{}-{attempt}.img",
-            run.kernel.label, run.group.name
-        ));
-        let made = path
-            .parent()
-            .map(std::fs::create_dir_all)
-            .unwrap_or(Ok(()))
-            .and_then(|()| std::fs::File::create(&path))
-            .and_then(|f| f.set_len(SCRATCH_DISK_BYTES));
-        if let Err(e) = made {
-            return fail(format!("scratch disk {}: {e}", path.display()));
-        }
+        let made = disk_path(run, attempt, "").and_then(|path| {
+            std::fs::File::create(&path)
+                .and_then(|f| f.set_len(SCRATCH_DISK_BYTES))
+                .map(|()| path)
+        });
+        let path = match made {
+            Ok(path) => path,
+            Err(e) => return fail(format!("scratch disk: {e}")),
+        };
         vec![
             "-drive".to_string(),
             format!("file={},format=raw,if=virtio", path.display()),
@@ -1624,6 +1614,16 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         o.harness_error = Some(format!("the guest never reached /init {}", err.trim()));
     }
     o
+}
+
+/// `target/vm/disks/<kernel>-<group>-<attempt><suffix>.img`, its directory created.
+fn disk_path(run: &Run<'_>, attempt: u32, suffix: &str) -> std::io::Result<PathBuf> {
+    let dir = Path::new("target/vm/disks");
+    std::fs::create_dir_all(dir)?;
+    Ok(dir.join(format!(
+        "{}-{}-{attempt}{suffix}.img",
+        run.kernel.label, run.group.name
+    )))
 }
 
 /// The guest kernel's command line for a group.
