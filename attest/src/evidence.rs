@@ -159,6 +159,12 @@ pub enum LsmGuard {
         /// the daemon asks.
         #[serde(default, skip_serializing_if = "is_zero")]
         tpm_devices: u32,
+        /// Descriptors of those devices that other processes hold, opened before the guard
+        /// sealed (it refuses opens, not reads and writes on a descriptor already open),
+        /// counted when the statement was made: each can still send the TPM commands, the
+        /// daemon's AK included, so while it is not 0 the TPM is not the daemon's alone.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        tpm_held_elsewhere: u32,
     },
     /// Not loaded, and why.
     Unavailable { reason: String },

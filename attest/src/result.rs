@@ -148,6 +148,7 @@ pub enum FindingCode {
     BootCmdlineNotAccepted,
     SecureBootNotAccepted,
     GuardContradictsBoot,
+    TpmHeldElsewhere,
     StorageResidue,
     StorageResidueInconsistent,
     StorageUnreadable,
@@ -192,7 +193,7 @@ pub enum FindingCode {
 }
 
 impl FindingCode {
-    pub const ALL: [FindingCode; 89] = [
+    pub const ALL: [FindingCode; 90] = [
         FindingCode::RetiredKey,
         FindingCode::KeyNotYetValid,
         FindingCode::NextKeyRefused,
@@ -264,6 +265,7 @@ impl FindingCode {
         FindingCode::BootCmdlineNotAccepted,
         FindingCode::SecureBootNotAccepted,
         FindingCode::GuardContradictsBoot,
+        FindingCode::TpmHeldElsewhere,
         FindingCode::StorageResidue,
         FindingCode::StorageResidueInconsistent,
         FindingCode::StorageUnreadable,
@@ -356,7 +358,9 @@ impl FindingCode {
             FindingCode::BootComponentNotAccepted => Aspect::RootOfTrust,
             FindingCode::BootCmdlineNotAccepted => Aspect::RootOfTrust,
             FindingCode::SecureBootNotAccepted => Aspect::RootOfTrust,
-            FindingCode::GuardContradictsBoot => Aspect::RootOfTrust,
+            FindingCode::GuardContradictsBoot | FindingCode::TpmHeldElsewhere => {
+                Aspect::RootOfTrust
+            }
             FindingCode::StorageResidue
             | FindingCode::StorageResidueInconsistent
             | FindingCode::StorageUnreadable
@@ -451,6 +455,7 @@ impl FindingCode {
             FindingCode::BootCmdlineNotAccepted => "boot_cmdline_not_accepted",
             FindingCode::SecureBootNotAccepted => "secure_boot_not_accepted",
             FindingCode::GuardContradictsBoot => "guard_contradicts_boot",
+            FindingCode::TpmHeldElsewhere => "tpm_held_elsewhere",
             FindingCode::StorageResidue => "storage_residue",
             FindingCode::StorageResidueInconsistent => "storage_residue_inconsistent",
             FindingCode::StorageUnreadable => "storage_unreadable",
@@ -641,6 +646,9 @@ impl FindingCode {
             }
             FindingCode::GuardContradictsBoot => {
                 "the daemon says its guard is sealed as BPF LSM programs, but the measured command line enables no BPF LSM"
+            }
+            FindingCode::TpmHeldElsewhere => {
+                "other processes hold descriptors of the TPM the guard keeps, opened before it sealed: they can quote with the daemon's AK"
             }
             FindingCode::StorageResidue => {
                 "writable persistent storage (disks, swap, persistent filesystems) exceeds the policy's max_residue_persistent: state can survive the wipe there"

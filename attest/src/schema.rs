@@ -92,6 +92,7 @@ pub fn example_statement() -> Statement {
                 objects: 1,
                 refusals: 0,
                 tpm_devices: 0,
+                tpm_held_elsewhere: 0,
             },
         }),
     };

@@ -239,11 +239,19 @@ impl StatusReport {
                     objects,
                     refusals,
                     tpm_devices,
+                    tpm_held_elsewhere,
                     ..
                 } => writeln!(
                     s,
-                    "guard: sealed ({}; {objects} objects; {tpm_devices} TPM devices kept for the daemon; hooks {}); refused {refusals} attempts",
+                    "guard: sealed ({}; {objects} objects; {tpm_devices} TPM devices kept for the daemon{}; hooks {}); refused {refusals} attempts",
                     attach.name(),
+                    if *tpm_held_elsewhere > 0 {
+                        format!(
+                            ", but {tpm_held_elsewhere} descriptors of them opened before the seal are held by other processes"
+                        )
+                    } else {
+                        String::new()
+                    },
                     hooks.join(", ")
                 ),
                 LsmGuard::Unavailable { reason } => writeln!(s, "guard: not in force: {reason}"),

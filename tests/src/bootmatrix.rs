@@ -222,6 +222,7 @@ pub fn run_secure_boot(mut m: Matrix) {
             objects: 1,
             refusals: 0,
             tpm_devices: 0,
+            tpm_held_elsewhere: 0,
         };
     });
     let mut forged = forged;

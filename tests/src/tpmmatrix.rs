@@ -640,6 +640,71 @@ fn shell_writes_tpm_command(dev: &Path) -> Result<(), String> {
     }
 }
 
+/// A shell that opens the TPM device on fd 3, then waits on a FIFO for the word to send it
+/// TPM2_GetRandom through that descriptor and exit.
+struct EarlyTpmHolder {
+    child: std::process::Child,
+    fifo: PathBuf,
+}
+
+impl EarlyTpmHolder {
+    fn start(dev: &Path, scratch: &Path) -> EarlyTpmHolder {
+        let fifo = scratch.join("tpm-holder.fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfifo {}", fifo.display());
+        let child = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "exec 3<>{} || exit 2; read go < {}; printf '{GET_RANDOM}' >&3 || exit 3",
+                dev.display(),
+                fifo.display()
+            ))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let fd = PathBuf::from(format!("/proc/{}/fd/3", child.id()));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !fd.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the holder never opened {}",
+                dev.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        EarlyTpmHolder { child, fifo }
+    }
+
+    /// Tells the holder to write its command through the descriptor it kept; panics unless
+    /// the write went through.
+    fn send_tpm_command(&mut self) -> &'static str {
+        use std::io::Read as _;
+        std::fs::write(&self.fifo, "go\n").unwrap();
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        assert!(
+            status.success(),
+            "the holder's descriptor no longer reaches the TPM ({status}): {err}"
+        );
+        "its holder still sends the TPM commands"
+    }
+}
+
+impl Drop for EarlyTpmHolder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.fifo);
+    }
+}
+
 /// `major:minor` of the TPM resource manager's device (sysfs).
 fn tpmrm_major_minor() -> Option<(u32, u32)> {
     let text = std::fs::read_to_string("/sys/class/tpmrm/tpmrm0/dev").ok()?;
@@ -672,7 +737,12 @@ pub fn run_guarded(mut m: Matrix) {
     shell_writes_tpm_command(dev)
         .unwrap_or_else(|e| panic!("before the guard, root's shell reaches the TPM: {e}"));
     m.verifier.start();
+    // A process that opened the TPM before the guard sealed, and keeps it: what the guard
+    // cannot refuse (it checks opens), so every statement counts it.
+    let mut holder = EarlyTpmHolder::start(dev, &m.platform.scratch);
     let (mut daemon, r) = m.start_and_first(None);
+    assert_quoted(&r);
+    let r = m.next_epoch();
     assert_quoted(&r);
     let st = crate::status_json(&m.socket);
     let guard = &st["self_protection"]["lsm_guard"];
@@ -680,6 +750,19 @@ pub fn run_guarded(mut m: Matrix) {
     assert!(
         guard["tpm_devices"].as_u64() >= Some(2),
         "the guard keeps tpm0 and tpmrm0: {guard:#}"
+    );
+    assert_eq!(
+        guard["tpm_held_elsewhere"].as_u64(),
+        Some(1),
+        "the early holder's descriptor is counted: {guard:#}"
+    );
+    assert!(
+        codes(&r).iter().any(|c| c == "tpm_held_elsewhere"),
+        "the verdict names the early holder: {r:#}"
+    );
+    let reached = holder.send_tpm_command();
+    println!(
+        "TPM-MATRIX a descriptor opened before the seal: {reached}, counted in the statement (tpm_held_elsewhere = 1) and a tpm_held_elsewhere warning"
     );
     let refused_before = guard["refusals"].as_u64().unwrap_or(0);
 
@@ -701,9 +784,14 @@ pub fn run_guarded(mut m: Matrix) {
         .expect_err("root's shell reaches the TPM through /dev/tpm0");
     assert!(err_tpm0.contains("not permitted"), "{err_tpm0}");
 
-    // The daemon quotes on: the guard keeps the TPM for it, not from it.
+    // The daemon quotes on: the guard keeps the TPM for it, not from it; with the early
+    // holder gone, the TPM is the daemon's alone.
     let r = m.next_epoch();
     assert_quoted(&r);
+    assert!(
+        !codes(&r).iter().any(|c| c == "tpm_held_elsewhere"),
+        "the holder is gone: {r:#}"
+    );
     let st = crate::status_json(&m.socket);
     let refused = st["self_protection"]["lsm_guard"]["refusals"]
         .as_u64()

@@ -2274,6 +2274,7 @@ fn a_policy_can_require_the_guard() {
         objects: 20,
         refusals: 0,
         tpm_devices: 0,
+        tpm_held_elsewhere: 0,
     };
     let r = judge(
         &mut v,
@@ -2319,6 +2320,7 @@ fn a_policy_can_require_the_guard() {
             objects: 20,
             refusals: 0,
             tpm_devices: 0,
+            tpm_held_elsewhere: 0,
         },
     );
     void.bpf_lsm_active = false;
@@ -2330,6 +2332,33 @@ fn a_policy_can_require_the_guard() {
     assert_eq!(below_policy(&r), 3, "{r}");
     assert!(
         r.to_string().contains("detach is `restored_on_event`"),
+        "{r}"
+    );
+    // A guard that keeps the TPM, while descriptors opened before it sealed are held
+    // elsewhere: the TPM is not the daemon's alone, which the verdict says.
+    let held = LsmGuard::Sealed {
+        attach: rackwarden_attest::evidence::GuardAttach::FmodRet,
+        hooks: vec!["bpf".into(), "file_open".into()],
+        bpf_hook_args: 4,
+        objects: 20,
+        refusals: 0,
+        tpm_devices: 2,
+        tpm_held_elsewhere: 1,
+    };
+    let r = judge(
+        &mut v,
+        &mut h,
+        Some(protection(ProtectionLevel::Refused, held)),
+    );
+    let finding = r["result"]["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["code"] == "tpm_held_elsewhere"))
+        .unwrap_or_else(|| panic!("no tpm_held_elsewhere: {r}"));
+    assert_eq!(finding["severity"], "warning", "{r}");
+    assert!(
+        finding["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("1 descriptors")),
         "{r}"
     );
     let r = judge(&mut v, &mut h, None);

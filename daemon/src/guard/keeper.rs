@@ -91,14 +91,29 @@ impl GuardKeeper {
             s.hooks.join(", "),
             s.bpf_hook_args
         );
-        super::record(LsmGuard::Sealed {
-            attach: s.attach,
-            hooks: s.hooks.clone(),
-            bpf_hook_args: s.bpf_hook_args,
-            objects: s.objects,
-            refusals: 0,
-            tpm_devices: s.protected.tpm_devs.len() as u32,
-        });
+        let holders = super::tpm_holders(&s.protected.tpm_devs);
+        if !holders.is_empty() {
+            let named: Vec<String> = holders
+                .iter()
+                .map(|h| format!("pid {} ({}) fd {}", h.pid, h.comm, h.fd))
+                .collect();
+            log::warn!(
+                "the TPM is not the daemon's alone: {} opened before the guard sealed and still hold it, and can quote with the daemon's AK; statements count them (tpm_held_elsewhere) until they close it; restart them after the daemon, or stop them (a TPM resource manager such as tpm2-abrmd)",
+                named.join(", ")
+            );
+        }
+        super::record_keeping(
+            LsmGuard::Sealed {
+                attach: s.attach,
+                hooks: s.hooks.clone(),
+                bpf_hook_args: s.bpf_hook_args,
+                objects: s.objects,
+                refusals: 0,
+                tpm_devices: s.protected.tpm_devs.len() as u32,
+                tpm_held_elsewhere: holders.len() as u32,
+            },
+            s.protected.tpm_devs.clone(),
+        );
         self.state = GuardState::Sealed(Box::new(s));
     }
 

@@ -275,6 +275,64 @@ pub fn tpm_devices(node: &Path) -> Vec<u32> {
     out
 }
 
+/// A descriptor of a kept TPM device that another process holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TpmHolder {
+    pub pid: u32,
+    pub fd: u32,
+    /// Its `comm`, for the operator (the process may rename itself).
+    pub comm: String,
+}
+
+/// Every descriptor of the character devices `devs` (kernel encoding, as [`tpm_devices`]
+/// gives them) that a process other than this one holds, found through `/proc/PID/fd`.
+///
+/// The guard refuses every new open of those devices to other processes, and `pidfd_getfd`
+/// or ptrace of the daemon; what it cannot refuse is a descriptor opened before it sealed.
+/// Such a holder (a process started before the daemon, a TPM resource manager such as
+/// tpm2-abrmd that opened `/dev/tpm0`, or a child of either) can still send the TPM
+/// commands, so it is counted in every statement until it closes them. A process whose
+/// descriptors cannot be read (gone meanwhile) is skipped.
+pub fn tpm_holders(devs: &[u32]) -> Vec<TpmHolder> {
+    use std::os::unix::fs::FileTypeExt as _;
+    if devs.is_empty() {
+        return Vec::new();
+    }
+    let me = std::process::id();
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Some(n) = fd.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            // stat follows the link to the open file itself: its device numbers, whatever
+            // node (or deleted node) it was opened through.
+            let Ok(m) = std::fs::metadata(fd.path()) else {
+                continue;
+            };
+            if m.file_type().is_char_device() && devs.contains(&kernel_dev(m.rdev())) {
+                let comm = std::fs::read_to_string(p.path().join("comm"))
+                    .map(|c| c.trim_end().to_string())
+                    .unwrap_or_default();
+                out.push(TpmHolder { pid, fd: n, comm });
+            }
+        }
+    }
+    out
+}
+
 /// A guard in force.
 #[derive(Debug, Clone)]
 pub struct Sealed {
@@ -289,13 +347,19 @@ pub struct Sealed {
     pub objects: usize,
 }
 
-/// The daemon's guard as last sealed (or why there is none), for `status` and statements.
-static LAST: Mutex<Option<LsmGuard>> = Mutex::new(None);
+/// The daemon's guard as last sealed (or why there is none), and the TPM devices it keeps,
+/// for `status` and statements.
+static LAST: Mutex<Option<(LsmGuard, Vec<u32>)>> = Mutex::new(None);
 
 /// Records what the daemon's guard is now; [`report`] hands it to status and statements.
 pub fn record(state: LsmGuard) {
+    record_keeping(state, Vec::new());
+}
+
+/// [`record`], for a guard that keeps the TPM devices `tpm_devs` for the daemon.
+pub fn record_keeping(state: LsmGuard, tpm_devs: Vec<u32>) {
     if let Ok(mut l) = LAST.lock() {
-        *l = Some(state);
+        *l = Some((state, tpm_devs));
     }
 }
 
@@ -303,22 +367,26 @@ pub fn record(state: LsmGuard) {
 pub fn report(pins: &PinPaths) -> LsmGuard {
     let state = LAST.lock().ok().and_then(|l| l.clone());
     match state {
-        Some(LsmGuard::Sealed {
-            attach,
-            hooks,
-            bpf_hook_args,
-            objects,
-            tpm_devices,
-            ..
-        }) => LsmGuard::Sealed {
+        Some((
+            LsmGuard::Sealed {
+                attach,
+                hooks,
+                bpf_hook_args,
+                objects,
+                tpm_devices,
+                ..
+            },
+            tpm_devs,
+        )) => LsmGuard::Sealed {
             attach,
             hooks,
             bpf_hook_args,
             objects,
             refusals: refusals(pins).map(|r| total(&r)).unwrap_or(0),
             tpm_devices,
+            tpm_held_elsewhere: tpm_holders(&tpm_devs).len() as u32,
         },
-        Some(other) => other,
+        Some((other, _)) => other,
         None => LsmGuard::Unavailable {
             reason: "not loaded by this process".into(),
         },

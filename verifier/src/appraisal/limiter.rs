@@ -158,6 +158,25 @@ pub(super) fn check_self_protection(j: &mut Judge, st: &Statement) {
             "the statement says the BPF LSM guard is sealed, and also that `bpf` is not an active LSM on the host: nothing refuses tampering there".to_string(),
         );
     }
+    if let Some(SelfProtection {
+        lsm_guard:
+            LsmGuard::Sealed {
+                tpm_held_elsewhere: held @ 1..,
+                ..
+            },
+        ..
+    }) = &e.self_protection
+    {
+        // The guard refuses new opens of the TPM, not descriptors opened before it sealed:
+        // while any is held elsewhere, a quote may have been asked for by its holder.
+        j.add(
+            C::TpmHeldElsewhere,
+            Status::Warning,
+            format!(
+                "{held} descriptors of the TPM the guard keeps were opened by other processes before it sealed and are still held: they can quote with the daemon's AK"
+            ),
+        );
+    }
     let Some(min) = j.policy.min_self_protection else {
         return;
     };

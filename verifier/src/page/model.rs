@@ -104,8 +104,10 @@ pub struct RootOfTrustView {
     /// state whose basis to name).
     pub guard_sealed: bool,
     /// Whether that guard keeps the TPM's devices for the daemon (no other process can use
-    /// the daemon's AK).
+    /// the daemon's AK): it refuses them and nobody holds one from before the seal.
     pub tpm_kept: bool,
+    /// Descriptors of the kept TPM that other processes hold from before the seal.
+    pub tpm_held_elsewhere: u32,
     /// What the last verdict found the sealed guard rests on (`None`: no verified boot).
     pub guard: Option<rackwarden_attest::result::GuardBasis>,
     /// The host's last boot whose event log verified: (TPM resetCount, statement, what it

@@ -563,6 +563,8 @@ fn root_of_trust_line(r: &RootOfTrustView, boot_judged: bool) -> Markup {
                     }
                     @if r.tpm_kept {
                         " · it keeps the TPM for the daemon: no other process can quote with the daemon's AK"
+                    } @else if r.tpm_held_elsewhere > 0 {
+                        " · it refuses the TPM to other processes, but " (r.tpm_held_elsewhere) " descriptors opened before it sealed are held elsewhere: their holders can quote with the daemon's AK"
                     }
                 }
             }

@@ -52,15 +52,20 @@ fn caps_of(st: &Statement) -> Option<HostCaps> {
     })
 }
 
-/// The TPM devices the statement's sealed guard keeps for the daemon; `None` when it
-/// reports no sealed guard.
-fn sealed_guard_tpm_devices(st: &Statement) -> Option<u32> {
+/// The TPM devices the statement's sealed guard keeps for the daemon, and the descriptors
+/// of them other processes still hold from before the seal; `None` when it reports no
+/// sealed guard.
+fn sealed_guard_tpm_devices(st: &Statement) -> Option<(u32, u32)> {
     use rackwarden_attest::evidence::LsmGuard;
     let LimiterReport::Present(e) = &st.predicate.limiter else {
         return None;
     };
     match e.self_protection.as_ref()?.lsm_guard {
-        LsmGuard::Sealed { tpm_devices, .. } => Some(tpm_devices),
+        LsmGuard::Sealed {
+            tpm_devices,
+            tpm_held_elsewhere,
+            ..
+        } => Some((tpm_devices, tpm_held_elsewhere)),
         _ => None,
     }
 }
@@ -104,7 +109,8 @@ pub fn rack_view(
                     .and_then(|(_, s, _)| s.as_ref())
                     .and_then(|s| s.predicate.root_of_trust.clone()),
                 guard_sealed: sealed.is_some(),
-                tpm_kept: sealed.is_some_and(|n| n > 0),
+                tpm_kept: sealed.is_some_and(|(n, held)| n > 0 && held == 0),
+                tpm_held_elsewhere: sealed.map_or(0, |(_, held)| held),
                 guard: last.and_then(|(_, _, r)| r.as_ref()).and_then(|r| r.guard),
                 boot: store
                     .tpm_boot(rack, &hs.host)?
