@@ -61,7 +61,8 @@ pub fn unpack_package(pkg: &str, dest: &Path) -> Result<()> {
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with(&format!("{pkg}_")) && n.ends_with(".deb"))
         })
-        .max()
+        // The one just downloaded, where an older version is still there.
+        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
         .with_context(|| format!("apt-get download {pkg} left no .deb in {}", debs.display()))?;
     let tmp = dest.with_extension("unpacking");
     let _ = std::fs::remove_dir_all(&tmp);
@@ -107,6 +108,7 @@ fn grub_cfg(cmdline: &str) -> String {
 }
 
 /// Writes the disk image `out`: the ESP above, GRUB told to start `vmlinuz` with `cmdline`.
+/// On failure nothing is left behind (neither `out` nor the files it was made from).
 pub fn write_disk(
     chain: &SignedChain,
     vmlinuz: &Path,
@@ -115,8 +117,24 @@ pub fn write_disk(
     out: &Path,
 ) -> Result<()> {
     let dir = out.with_extension("files");
+    let written = write_disk_from(chain, vmlinuz, initrd, cmdline, out, &dir);
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
+    if written.is_err() {
+        let _ = std::fs::remove_file(out);
+    }
+    written
+}
+
+fn write_disk_from(
+    chain: &SignedChain,
+    vmlinuz: &Path,
+    initrd: &Path,
+    cmdline: &str,
+    out: &Path,
+    dir: &Path,
+) -> Result<()> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
     let cfg = dir.join("grub.cfg");
     std::fs::write(&cfg, grub_cfg(cmdline))?;
     let files: [(&Path, &str); 5] = [
@@ -191,6 +209,5 @@ pub fn write_disk(
         disk.seek(SeekFrom::Start(PARTITION_START_SECTORS * SECTOR))?;
         disk.write_all(&std::fs::read(&fat)?)?;
     }
-    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

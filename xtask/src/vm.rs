@@ -1849,6 +1849,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_guest_test_runs_in_a_group_and_every_named_test_exists() {
+        let tests_of = |target: &str| -> Vec<String> {
+            let path = format!("{}/../tests/tests/{target}.rs", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut names = Vec::new();
+            let mut after_test = false;
+            for line in text.lines() {
+                let line = line.trim();
+                if line == "#[test]" {
+                    after_test = true;
+                } else if after_test && let Some(rest) = line.strip_prefix("fn ") {
+                    names.push(rest.split('(').next().unwrap().to_string());
+                    after_test = false;
+                }
+            }
+            names
+        };
+        for g in GROUPS {
+            let names = tests_of(g.target);
+            for t in g.tests {
+                assert!(
+                    names.iter().any(|n| n == t),
+                    "group {}: no test {t}",
+                    g.name
+                );
+            }
+        }
+        // A group that names its tests must not leave one of its target's ignored guest
+        // tests out of every group.
+        for target in ["tpm_guest"] {
+            for name in tests_of(target) {
+                assert!(
+                    GROUPS.iter().any(|g| g.target == target
+                        && (g.tests.is_empty() || g.tests.contains(&name.as_str()))),
+                    "{target}::{name} runs in no VM group"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn only_the_tpm_groups_boot_with_ima_the_integrity_lsm_and_uefi() {
         let by_name = |n: &str| GROUPS.iter().find(|g| g.name == n).unwrap();
         let tpm = kernel_command_line(by_name("tpm"));

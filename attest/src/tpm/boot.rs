@@ -294,22 +294,44 @@ const GRUB_STRING_LABELS: [&str; 3] = ["grub_cmd: ", "kernel_cmdline: ", "module
 
 /// The commands that may follow the kernel's command line in PCR 8 without changing what
 /// boots or with what arguments (Debian's menu entry echoes and loads the initrd after
-/// `linux`). Anything else there (`chainloader`, `exit`, another loader) could start
-/// something other than the kernel `linux` loaded, so the command line is then not proven.
+/// `linux`). Anything else there could start something other than the kernel `linux`
+/// loaded, so the command line is then not proven.
 const GRUB_AFTER_LINUX: [&str; 5] = ["initrd", "echo", "insmod", "set", "boot"];
+
+/// GRUB's commands that load a kernel for `boot`: exactly one `linux` (or `linuxefi`) may run,
+/// and none of the others anywhere. A failed `linux` does not unload a kernel loaded before
+/// it (GRUB keeps the loader it set), so with two the one that boots is not known; and
+/// `chainloader` and the rest set a loader of their own.
+const GRUB_LINUX: [&str; 2] = ["linux", "linuxefi"];
+const GRUB_OTHER_LOADERS: [&str; 12] = [
+    "chainloader",
+    "linux16",
+    "multiboot",
+    "multiboot2",
+    "kfreebsd",
+    "knetbsd",
+    "kopenbsd",
+    "xnu_kernel",
+    "xnu_kernel64",
+    "appleloader",
+    "exit",
+    "fwsetup",
+];
 
 /// The kernel command line GRUB measured for the kernel it booted, when PCR 8 proves it:
 /// the text after `BOOT_IMAGE=` in `/proc/cmdline`.
 ///
 /// GRUB measures into PCR 8 the SHA-256 of every command line it runs (the expanded words
-/// joined by spaces, whatever the command) and, within `linux`, the kernel's command line
-/// without `BOOT_IMAGE=`. Labels are not proven, so this needs:
+/// joined by spaces, whatever the command, even one it does not know) and, within `linux`,
+/// the kernel's command line without `BOOT_IMAGE=`. Labels are not proven, so this needs:
 /// - every PCR 8 measurement to read back (its text after one of GRUB's labels hashes to its
 ///   digest): then every string GRUB measured is known, in order;
-/// - the last `linux`/`linuxefi` command to be followed by a measurement that starts with
-///   the kernel path it was given: that is the command's kernel command line (a `linux`
-///   that fails unloads the kernel, so the last one is the one that boots, and nothing else
-///   is measured into PCR 8 while it runs);
+/// - exactly one `linux`/`linuxefi` command, and no other loader command
+///   ([`GRUB_OTHER_LOADERS`]) anywhere;
+/// - that command to be followed by a measurement that starts with the kernel path it was
+///   given: its own kernel command line (nothing else is measured into PCR 8 while it runs;
+///   a `linux` that failed before measuring it is followed by something else, and then no
+///   kernel was loaded);
 /// - only [`GRUB_AFTER_LINUX`] commands after that.
 pub fn grub_kernel_cmdline(log: &EventLog) -> Option<String> {
     let mut texts = Vec::new();
@@ -325,19 +347,26 @@ pub fn grub_kernel_cmdline(log: &EventLog) -> Option<String> {
         })?;
         texts.push(String::from_utf8(text.to_vec()).ok()?);
     }
-    let command = |t: &String| t.split(' ').next().map(str::to_string);
-    let linux = texts
+    let command = |t: &str| t.split(' ').next().unwrap_or_default().to_string();
+    let is = |t: &str, set: &[&str]| set.contains(&command(t).as_str());
+    let mut linux = texts
         .iter()
-        .rposition(|t| matches!(command(t).as_deref(), Some("linux" | "linuxefi")))?;
+        .enumerate()
+        .filter(|(_, t)| is(t, &GRUB_LINUX))
+        .map(|(i, _)| i);
+    let (Some(linux), None) = (linux.next(), linux.next()) else {
+        return None;
+    };
+    if texts.iter().any(|t| is(t, &GRUB_OTHER_LOADERS)) {
+        return None;
+    }
     let cmdline = texts.get(linux + 1)?;
-    // The kernel's command line starts with the path `linux` was given (`BOOT_IMAGE=`'s
-    // value): a `linux` that failed before measuring it is followed by something else.
     if cmdline.split(' ').next() != texts[linux].split(' ').nth(1) {
         return None;
     }
     texts[linux + 2..]
         .iter()
-        .all(|t| command(t).is_some_and(|c| GRUB_AFTER_LINUX.contains(&c.as_str())))
+        .all(|t| is(t, &GRUB_AFTER_LINUX))
         .then(|| cmdline.clone())
 }
 
@@ -698,20 +727,35 @@ mod tests {
         // like one follows it): the path does not match, so nothing is proven.
         not_proven(
             &[
-                (
-                    "grub_cmd: ",
-                    "linux /vmlinuz console=ttyS0 lsm=lockdown,bpf",
-                ),
-                (
-                    "kernel_cmdline: ",
-                    "/vmlinuz console=ttyS0 lsm=lockdown,bpf",
-                ),
                 ("grub_cmd: ", "linux /missing lsm=lockdown"),
                 ("grub_cmd: ", "/vmlinuz console=ttyS0 lsm=lockdown,bpf"),
                 ("grub_cmd: ", "boot"),
             ],
-            "a later linux is the one that counts",
+            "a linux that failed",
         );
+        // A failed `linux` keeps the kernel loaded before it: with the look-alike typed after
+        // the failed one, the last `linux` would seem proven while the first one boots. Two
+        // `linux` commands prove nothing.
+        let forged = "BOOT_IMAGE=/x console=ttyS0 lsm=lockdown,bpf";
+        let m = MeasuredBoot::read(
+            &grub_log(&[
+                ("grub_cmd: ", "linux /vmlinuz console=ttyS0 lsm=lockdown"),
+                ("kernel_cmdline: ", "/vmlinuz console=ttyS0 lsm=lockdown"),
+                ("grub_cmd: ", "linux /x"),
+                ("grub_cmd: ", "/x console=ttyS0 lsm=lockdown,bpf"),
+                ("grub_cmd: ", "boot"),
+            ]),
+            forged,
+        );
+        assert_eq!(
+            m.cmdline,
+            MeasuredCmdline::NotMeasured,
+            "two linux commands"
+        );
+        // Another loader anywhere, even before `linux`.
+        let mut chain_first = GRUB_BOOT.to_vec();
+        chain_first.insert(1, ("grub_cmd: ", "chainloader /EFI/other.efi"));
+        not_proven(&chain_first, "chainloader before linux");
         // Labels decide nothing: the command line relabelled as a command still counts.
         let mut relabelled = GRUB_BOOT.to_vec();
         relabelled[2].0 = "grub_cmd: ";
@@ -719,6 +763,19 @@ mod tests {
         assert!(
             matches!(m.cmdline, MeasuredCmdline::Measured { .. }),
             "{m:?}"
+        );
+    }
+
+    #[test]
+    fn a_reading_stored_before_grub_was_read_is_the_stubs() {
+        let old: MeasuredCmdline =
+            serde_json::from_str(r#"{"state":"measured","cmdline":"lsm=bpf"}"#).unwrap();
+        assert_eq!(
+            old,
+            MeasuredCmdline::Measured {
+                cmdline: "lsm=bpf".into(),
+                by: CmdlineWitness::EfiStub
+            }
         );
     }
 

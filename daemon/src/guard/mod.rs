@@ -284,6 +284,37 @@ pub struct TpmHolder {
     pub comm: String,
 }
 
+/// The device numbers (kernel encoding) of the character device `fd_link` (a
+/// `/proc/PID/fd/N` link) is open on; `None` for anything else.
+///
+/// The link is read first, and only a file with a path is looked at: sockets, pipes and
+/// anonymous inodes never are. That one is then `statx`ed with `AT_STATX_DONT_SYNC`: the
+/// magic link leads to the open file itself without a lookup, and the attributes come from
+/// the kernel's cache, so a FUSE or NFS server that does not answer cannot stall the daemon.
+fn char_device_of(fd_link: &Path) -> Option<u32> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let target = std::fs::read_link(fd_link).ok()?;
+    if !target.as_os_str().as_bytes().starts_with(b"/") {
+        return None;
+    }
+    let path = std::ffi::CString::new(fd_link.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statx writes a struct statx into `st`, which is zeroed and as large as the
+    // type the kernel fills; `path` is a NUL-terminated C string that outlives the call.
+    let st = unsafe {
+        let mut st: libc::statx = std::mem::zeroed();
+        let rc = libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_STATX_DONT_SYNC,
+            libc::STATX_TYPE,
+            &mut st,
+        );
+        (rc == 0).then_some(st)?
+    };
+    (u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFCHR)
+        .then(|| kernel_dev(libc::makedev(st.stx_rdev_major, st.stx_rdev_minor)))
+}
+
 /// Every descriptor of the character devices `devs` (kernel encoding, as [`tpm_devices`]
 /// gives them) that a process other than this one holds, found through `/proc/PID/fd`.
 ///
@@ -291,10 +322,12 @@ pub struct TpmHolder {
 /// or ptrace of the daemon; what it cannot refuse is a descriptor opened before it sealed.
 /// Such a holder (a process started before the daemon, a TPM resource manager such as
 /// tpm2-abrmd that opened `/dev/tpm0`, or a child of either) can still send the TPM
-/// commands, so it is counted in every statement until it closes them. A process whose
-/// descriptors cannot be read (gone meanwhile) is skipped.
+/// commands, so it is counted in every statement until it closes them. Best effort, and for
+/// the honest host: a file registered with io_uring and closed, or in flight in a unix
+/// socket, has no `/proc/PID/fd` entry, and a holder that is also root can forge the count
+/// with the rest of a statement. A process whose descriptors cannot be read (gone
+/// meanwhile) is skipped.
 pub fn tpm_holders(devs: &[u32]) -> Vec<TpmHolder> {
-    use std::os::unix::fs::FileTypeExt as _;
     if devs.is_empty() {
         return Vec::new();
     }
@@ -317,12 +350,9 @@ pub fn tpm_holders(devs: &[u32]) -> Vec<TpmHolder> {
             let Some(n) = fd.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
                 continue;
             };
-            // stat follows the link to the open file itself: its device numbers, whatever
-            // node (or deleted node) it was opened through.
-            let Ok(m) = std::fs::metadata(fd.path()) else {
-                continue;
-            };
-            if m.file_type().is_char_device() && devs.contains(&kernel_dev(m.rdev())) {
+            // The open file's own device numbers, whatever node (or deleted node) it was
+            // opened through.
+            if char_device_of(&fd.path()).is_some_and(|d| devs.contains(&d)) {
                 let comm = std::fs::read_to_string(p.path().join("comm"))
                     .map(|c| c.trim_end().to_string())
                     .unwrap_or_default();
