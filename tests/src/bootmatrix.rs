@@ -37,14 +37,8 @@ fn kernel_of(reference: &str) -> String {
 pub fn run(mut m: Matrix) {
     let reference = boot_reference();
     let kernel = kernel_of(&reference);
-    let base = std::fs::read_to_string(&m.verifier.config).unwrap();
-    std::fs::write(&m.verifier.config, format!("{base}\n{reference}\n")).unwrap();
-    m.verifier.start();
-
     // honest: the log replays, every component is in its set; the page names them.
-    let (mut daemon, r) = m.start_and_first(None);
-    assert_eq!(r["status"], "affirming", "{r:#}");
-    assert_eq!(r["root_of_trust"], "tpm_ima", "{r:#}");
+    let (base, mut daemon, r) = honest_start(&mut m, &reference);
     let shipped = m.last_logged().tpm.and_then(|t| t.boot);
     let Some(BootEvidence { log, .. }) = &shipped else {
         panic!("the daemon's first statement carries no boot log")
@@ -141,13 +135,7 @@ pub fn run_secure_boot(mut m: Matrix) {
             "the reference of a Secure Boot host lacks `{line}`:\n{reference}"
         );
     }
-    let base = std::fs::read_to_string(&m.verifier.config).unwrap();
-    std::fs::write(&m.verifier.config, format!("{base}\n{reference}\n")).unwrap();
-    m.verifier.start();
-
-    let (mut daemon, r) = m.start_and_first(None);
-    assert_eq!(r["status"], "affirming", "{r:#}");
-    assert_eq!(r["root_of_trust"], "tpm_ima", "{r:#}");
+    let (base, mut daemon, _) = honest_start(&mut m, &reference);
     let page = m
         .verifier
         .get_text(&format!("/racks/{}", m.rack))
@@ -259,6 +247,19 @@ fn judge_policies_then_update(
     let r = m.next_epoch();
     assert_eq!(r["status"], "affirming", "{r:#}");
     println!("BOOT-MATRIX kernel update: affirming once its digest is in the set");
+}
+
+/// The verifier on its config plus `reference`, the daemon started: its first verdict is
+/// affirming at `tpm_ima`. Returns the config without the reference, the daemon and that
+/// verdict.
+fn honest_start(m: &mut Matrix, reference: &str) -> (String, crate::Daemon, serde_json::Value) {
+    let base = std::fs::read_to_string(&m.verifier.config).unwrap();
+    std::fs::write(&m.verifier.config, format!("{base}\n{reference}\n")).unwrap();
+    m.verifier.start();
+    let (daemon, r) = m.start_and_first(None);
+    assert_eq!(r["status"], "affirming", "{r:#}");
+    assert_eq!(r["root_of_trust"], "tpm_ima", "{r:#}");
+    (base, daemon, r)
 }
 
 /// What the operator records on the host at install: `rackwarden boot-reference`.
