@@ -121,8 +121,9 @@ fn edited_log_is_a_mismatch(m: &Matrix) {
 /// accepts the boot with Secure Boot required and GRUB's measured command line required; a
 /// kernel outside the set, a Secure Boot database other than the accepted one, a guard
 /// claimed as BPF LSM programs on this command line and an edited log are each
-/// contraindicated; a kernel update is accepted once its digest is added.
-pub fn run_secure_boot(mut m: Matrix) {
+/// contraindicated; a kernel update is accepted once its digest is added. `loaders`: shim's
+/// and GRUB's digests as the harness computed them, which the page must name.
+pub fn run_secure_boot(mut m: Matrix, loaders: &[String]) {
     let reference = boot_reference();
     let kernel = kernel_of(&reference);
     for line in [
@@ -140,14 +141,6 @@ pub fn run_secure_boot(mut m: Matrix) {
         .verifier
         .get_text(&format!("/racks/{}", m.rack))
         .expect("the rack page");
-    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap();
-    let loaders: Vec<String> = cmdline
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("rw.loader_sha256="))
-        .expect("the harness names shim's and GRUB's digests (rw.loader_sha256=)")
-        .split(',')
-        .map(str::to_string)
-        .collect();
     for (what, text) in [
         ("shim", &loaders[0][..12]),
         ("GRUB", &loaders[1][..12]),
@@ -180,7 +173,7 @@ pub fn run_secure_boot(mut m: Matrix) {
 
     // Root says the guard runs as BPF LSM programs, on a kernel GRUB started without `bpf`
     // in `lsm=`: the measured command line contradicts it.
-    let (_, forged, digest) = m.forge_with(|st| {
+    let (_, mut forged, digest) = m.forge_with(|st| {
         let LimiterReport::Present(e) = &mut st.predicate.limiter else {
             panic!("the daemon's statement has no limiter")
         };
@@ -198,9 +191,9 @@ pub fn run_secure_boot(mut m: Matrix) {
             tpm_held_elsewhere: 0,
         };
     });
-    let mut forged = forged;
     let mut sidecar = m.quote_as_root(&digest);
     let log = std::fs::read(rackwarden_attest::tpm::EVENT_LOG_PATH).unwrap();
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap();
     sidecar.boot = Some(BootEvidence::new(&log, &cmdline));
     forged.tpm = Some(sidecar);
     let r = m.post(&forged);

@@ -525,14 +525,14 @@ fn the_shim_and_grub_secure_boot_is_judged_in_the_guest() {
         lockdown.trim()
     );
 
-    rackwarden_tests::bootmatrix::run_secure_boot(rackwarden_tests::tpmmatrix::Matrix::new(
-        "gsb",
-        |_| {
+    rackwarden_tests::bootmatrix::run_secure_boot(
+        rackwarden_tests::tpmmatrix::Matrix::new("gsb", |_| {
             rackwarden_tests::tpmmatrix::Platform::device(
                 Path::new(CA_ROOT),
                 Path::new(CA_INTERMEDIATE),
                 Path::new("/root/rw-secure-boot-matrix"),
             )
-        },
-    ));
+        }),
+        &loaders,
+    );
 }

@@ -315,6 +315,12 @@ impl Firmware {
             Firmware::SecureBootDisk => Some((OVMF_SECBOOT_CODE, OVMF_MS_VARS)),
         }
     }
+
+    /// Whether the firmware keeps its variable store in SMM (Secure Boot's keys writable only
+    /// through the firmware): the machine needs `smm=on` and a secure pflash.
+    fn smm(self) -> bool {
+        self == Firmware::SecureBootDisk
+    }
 }
 
 /// Debian `ovmf`'s 4 MiB images (the pair qemu's firmware descriptor
@@ -1187,14 +1193,18 @@ impl Drop for GuestSwtpm {
 /// One boot's copy of OVMF's variable store (the firmware writes it: boot entries, the
 /// MemoryOverwriteRequestControl the TPM driver sets), removed on drop.
 struct OvmfVars {
+    firmware: Firmware,
     code: &'static str,
-    secure: bool,
     path: PathBuf,
 }
 
 impl OvmfVars {
-    /// `images`: [`Firmware::ovmf_images`].
-    fn copy(tag: &str, (code, vars): (&'static str, &'static str)) -> Result<OvmfVars> {
+    /// `images`: [`Firmware::ovmf_images`] of `firmware`.
+    fn copy(
+        tag: &str,
+        firmware: Firmware,
+        (code, vars): (&'static str, &'static str),
+    ) -> Result<OvmfVars> {
         let path =
             std::env::temp_dir().join(format!("rw-vm-ovmf-vars-{}-{tag}.fd", std::process::id()));
         std::fs::copy(vars, &path)
@@ -1202,8 +1212,8 @@ impl OvmfVars {
         // The template is installed read-only; the copy is the guest's to write.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
         Ok(OvmfVars {
+            firmware,
             code,
-            secure: code == OVMF_SECBOOT_CODE,
             path,
         })
     }
@@ -1212,7 +1222,7 @@ impl OvmfVars {
     /// from SMM, for the Secure Boot build).
     fn qemu_args(&self) -> Vec<String> {
         let mut args: Vec<String> = Vec::new();
-        if self.secure {
+        if self.firmware.smm() {
             args.extend([
                 "-global".into(),
                 "driver=cfi.pflash01,property=secure,value=on".into(),
@@ -1505,25 +1515,27 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
         None => None,
         Some(images) => {
             let tag = format!("{}-{}-{attempt}", run.kernel.label, run.group.name);
-            match OvmfVars::copy(&tag, images) {
+            match OvmfVars::copy(&tag, run.group.firmware, images) {
                 Ok(v) => Some(v),
                 Err(e) => return fail(format!("{e:#}")),
             }
         }
     };
     // How the kernel gets to the guest: qemu hands it over, or GRUB reads it from the ESP.
-    let (machine, boot_from) = match &run.chain {
-        None => (
-            "q35".to_string(),
-            BootFrom::Qemu(vec![
-                "-kernel".into(),
-                run.kernel.vmlinuz.display().to_string(),
-                "-initrd".into(),
-                run.initrd.display().to_string(),
-                "-append".into(),
-                append.clone(),
-            ]),
-        ),
+    let machine = if run.group.firmware.smm() {
+        "q35,smm=on"
+    } else {
+        "q35"
+    };
+    let boot_from = match &run.chain {
+        None => BootFrom::Qemu(vec![
+            "-kernel".into(),
+            run.kernel.vmlinuz.display().to_string(),
+            "-initrd".into(),
+            run.initrd.display().to_string(),
+            "-append".into(),
+            append.clone(),
+        ]),
         Some(chain) => {
             let path = disk_path(run, attempt, "-esp");
             let made = path.map_err(anyhow::Error::from).and_then(|path| {
@@ -1534,9 +1546,7 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
                 Ok(path) => path,
                 Err(e) => return fail(format!("the ESP disk: {e:#}")),
             };
-            // SMM keeps the variable store from the guest's OS (Secure Boot's keys are
-            // writable only through the firmware).
-            ("q35,smm=on".to_string(), BootFrom::Disk(path))
+            BootFrom::Disk(path)
         }
     };
     // A fresh, empty second disk for each boot of a group that has one.
@@ -1560,7 +1570,7 @@ fn boot(run: &Run<'_>, attempt: u32) -> Outcome {
     let child = Command::new("qemu-system-x86_64")
         .args([
             "-M",
-            &machine,
+            machine,
             "-accel",
             &run.machine.accel,
             "-cpu",

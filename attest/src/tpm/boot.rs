@@ -234,7 +234,7 @@ impl MeasuredBoot {
                 .collect()
         };
         let cmdline_digest = efi_load_options_digest(shipped_cmdline);
-        let grub = grub_kernel_cmdline(log);
+        // GRUB's PCR 8 is read (every string hashed again) only where the stub measured none.
         let cmdline = if loaded.contains(&cmdline_digest) {
             MeasuredCmdline::Measured {
                 cmdline: shipped_cmdline.to_string(),
@@ -246,7 +246,7 @@ impl MeasuredBoot {
                 measured: hex32(measured),
             }
         } else {
-            match grub {
+            match grub_kernel_cmdline(log) {
                 Some(text) if shipped_cmdline.strip_prefix(GRUB_BOOT_IMAGE) == Some(&text) => {
                     MeasuredCmdline::Measured {
                         cmdline: shipped_cmdline.to_string(),
@@ -347,8 +347,7 @@ pub fn grub_kernel_cmdline(log: &EventLog) -> Option<String> {
         })?;
         texts.push(String::from_utf8(text.to_vec()).ok()?);
     }
-    let command = |t: &str| t.split(' ').next().unwrap_or_default().to_string();
-    let is = |t: &str, set: &[&str]| set.contains(&command(t).as_str());
+    let is = |t: &str, set: &[&str]| set.contains(&t.split(' ').next().unwrap_or_default());
     let mut linux = texts
         .iter()
         .enumerate()
